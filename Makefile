@@ -1,0 +1,43 @@
+# ragmesh: the two commands are `make run` and `make test`.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install run test test-fast proto bench chromium clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch pinned first: pip takes the CPU build from this machine's disk
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+proto: $(STAMP)
+	$(BIN)/python -m ragmesh.protogen
+
+run: $(STAMP)
+	$(BIN)/python -m deploy.run
+
+# Chromium drives the web-page test; installed from Debian when missing.
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) chromium
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m 'not slow'
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) data .pytest_cache

@@ -1,0 +1,198 @@
+"""Clients for the services. Every call carries a deadline (the caller's remaining
+deadline, capped by the configured default) and the current request id, and
+failures surface as domain errors so callers need not import grpc."""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+from ragmesh import convert
+from ragmesh import types as t
+from ragmesh.errors import InvalidArgument, NotFound, RagmeshError, ResourceExhausted, Unavailable
+from ragmesh.logging import request_id_var
+from ragmesh.serving import REQUEST_ID_HEADER, deadline_var
+from ragmesh.v1 import (
+    embedder_pb2,
+    embedder_pb2_grpc,
+    generator_pb2,
+    generator_pb2_grpc,
+    retriever_pb2,
+    retriever_pb2_grpc,
+)
+
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+]
+
+
+def call_timeout(default: float) -> float:
+    """The configured timeout, shortened to what is left of the caller's deadline."""
+    deadline = deadline_var.get()
+    if deadline is None:
+        return default
+    return max(0.001, min(default, deadline - time.monotonic()))
+
+
+def call_metadata() -> tuple[tuple[str, str], ...]:
+    return ((REQUEST_ID_HEADER, request_id_var.get() or uuid.uuid4().hex[:16]),)
+
+
+_ERRORS: dict[grpc.StatusCode, type[RagmeshError]] = {
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+}
+
+
+@contextmanager
+def _translated(service: str) -> Iterator[None]:
+    try:
+        yield
+    except grpc.aio.AioRpcError as exc:
+        code, detail = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            field, _, message = detail.partition(": ")
+            raise InvalidArgument(field, message or detail) from exc
+        if code == grpc.StatusCode.CANCELLED:
+            raise
+        error = _ERRORS.get(code, RagmeshError)
+        raise error(f"{service}: {code.name}: {detail}") from exc
+
+
+class _Client:
+    def __init__(self, address: str, timeout: float) -> None:
+        self.address = address
+        self.timeout = timeout
+        self.channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+
+    def _opts(self, timeout: float | None = None) -> dict:
+        return {"timeout": call_timeout(timeout or self.timeout), "metadata": call_metadata()}
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+class EmbedderClient(_Client):
+    def __init__(self, address: str, timeout: float) -> None:
+        super().__init__(address, timeout)
+        self.stub = embedder_pb2_grpc.EmbedderStub(self.channel)
+
+    async def embed(self, texts: list[str], task: str = "DOCUMENT") -> np.ndarray:
+        """(len(texts), dims) float32, L2-normalised."""
+        request = embedder_pb2.EmbedRequest(texts=texts, task=embedder_pb2.Task.Value(task))
+        with _translated("embedder"):
+            reply = await self.stub.Embed(request, **self._opts())
+        if not reply.vectors:
+            return np.zeros((0, reply.dimensions), dtype=np.float32)
+        return np.asarray([v.values for v in reply.vectors], dtype=np.float32)
+
+    async def info(self) -> embedder_pb2.InfoResponse:
+        with _translated("embedder"):
+            return await self.stub.Info(embedder_pb2.InfoRequest(), **self._opts())
+
+
+@dataclass
+class SearchResult:
+    hits: list[t.Hit]
+    candidate_count: int
+    timings: dict[str, float]
+    dense_skipped: bool = False
+
+
+class RetrieverClient(_Client):
+    def __init__(self, address: str, timeout: float, ingest_timeout: float = 600.0) -> None:
+        super().__init__(address, timeout)
+        self.ingest_timeout = ingest_timeout
+        self.stub = retriever_pb2_grpc.RetrieverStub(self.channel)
+
+    async def search(
+        self,
+        query: str,
+        collections: list[str],
+        search_filter: t.SearchFilter,
+        top_k: int | None = None,
+        vector: np.ndarray | None = None,
+        timeout: float | None = None,
+    ) -> SearchResult:
+        request = retriever_pb2.SearchRequest(
+            query=query, collections=collections, filter=convert.filter_to_proto(search_filter)
+        )
+        if vector is not None:
+            request.query_vector.extend(vector.tolist())
+        if top_k is not None:
+            request.top_k = top_k
+        with _translated("retriever"):
+            reply = await self.stub.Search(request, **self._opts(timeout))
+        tm = reply.timings
+        return SearchResult(
+            hits=[convert.hit_from_proto(h) for h in reply.hits],
+            candidate_count=reply.candidate_count,
+            timings={
+                "embed_ms": tm.embed_ms, "dense_ms": tm.dense_ms, "sparse_ms": tm.sparse_ms,
+                "fusion_ms": tm.fusion_ms, "total_ms": tm.total_ms,
+            },
+            dense_skipped=reply.dense_skipped,
+        )
+
+    async def ingest(
+        self, documents: AsyncIterable[retriever_pb2.Document]
+    ) -> AsyncIterator[retriever_pb2.IngestProgress]:
+        with _translated("retriever"):
+            call = self.stub.Ingest(documents, **self._opts(self.ingest_timeout))
+            async for progress in call:
+                yield progress
+
+    async def stats(self) -> retriever_pb2.StatsResponse:
+        with _translated("retriever"):
+            return await self.stub.Stats(retriever_pb2.StatsRequest(), **self._opts())
+
+    async def field_values(self, field: str, collections: list[str], tenant: str = "") -> list[str]:
+        request = retriever_pb2.FieldValuesRequest(field=field, collections=collections, tenant=tenant)
+        with _translated("retriever"):
+            reply = await self.stub.FieldValues(request, **self._opts())
+        return list(reply.values)
+
+
+class GeneratorClient(_Client):
+    def __init__(self, address: str, timeout: float) -> None:
+        super().__init__(address, timeout)
+        self.stub = generator_pb2_grpc.GeneratorStub(self.channel)
+
+    async def generate(
+        self,
+        *,
+        model: str,
+        question: str,
+        blocks: list[t.ContextBlock],
+        history: list[t.Turn],
+        system_instruction: str,
+        prompt: str,
+        web_search: bool = False,
+    ) -> AsyncIterator[t.GenEvent]:
+        """Streams the answer; closing this iterator cancels the call on the generator."""
+        request = generator_pb2.GenerateRequest(
+            model=model, question=question,
+            blocks=[convert.block_to_proto(b) for b in blocks],
+            history=[generator_pb2.Turn(question=h.question, answer=h.answer) for h in history],
+            system_instruction=system_instruction, prompt=prompt, web_search=web_search,
+        )
+        call = self.stub.Generate(request, **self._opts())
+        try:
+            with _translated("generator"):
+                async for event in call:
+                    yield convert.gen_event_from_proto(event)
+        finally:
+            if not call.done():
+                call.cancel()
+
+    async def stats(self) -> generator_pb2.GeneratorStatsResponse:
+        with _translated("generator"):
+            return await self.stub.Stats(generator_pb2.GeneratorStatsRequest(), **self._opts())

@@ -1,0 +1,101 @@
+"""Settings from environment variables only, with defaults that run on one machine."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from exc
+
+
+def _float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name} must be a number, got {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob of every service; each field names the variable it reads."""
+
+    host: str = field(default_factory=lambda: _env("RAGMESH_HOST", "127.0.0.1"))
+    gateway_port: int = field(default_factory=lambda: _int("GATEWAY_PORT", 50051))
+    embedder_port: int = field(default_factory=lambda: _int("EMBEDDER_PORT", 50052))
+    retriever_port: int = field(default_factory=lambda: _int("RETRIEVER_PORT", 50053))
+    generator_port: int = field(default_factory=lambda: _int("GENERATOR_PORT", 50054))
+    http_port: int = field(default_factory=lambda: _int("HTTP_PORT", 8080))
+    # Addresses of the other services; default to this host and the ports above.
+    embedder_addr: str = field(default_factory=lambda: _env("EMBEDDER_ADDR", ""))
+    retriever_addr: str = field(default_factory=lambda: _env("RETRIEVER_ADDR", ""))
+    generator_addr: str = field(default_factory=lambda: _env("GENERATOR_ADDR", ""))
+
+    data_dir: Path = field(default_factory=lambda: Path(_env("DATA_DIR", "./data")))
+    log_level: str = field(default_factory=lambda: _env("LOG_LEVEL", "INFO"))
+
+    # Deadlines (seconds) a client sets when the caller gave none.
+    embed_timeout: float = field(default_factory=lambda: _float("EMBED_TIMEOUT_S", 10.0))
+    search_timeout: float = field(default_factory=lambda: _float("SEARCH_TIMEOUT_S", 10.0))
+    ingest_timeout: float = field(default_factory=lambda: _float("INGEST_TIMEOUT_S", 600.0))
+    generate_timeout: float = field(default_factory=lambda: _float("GENERATE_TIMEOUT_S", 120.0))
+    grace_period: float = field(default_factory=lambda: _float("SHUTDOWN_GRACE_S", 5.0))
+
+    # Embedder
+    embed_backend: str = field(default_factory=lambda: _env("EMBED_BACKEND", "local"))
+    embed_batch_size: int = field(default_factory=lambda: _int("EMBED_BATCH_SIZE", 64))
+    gemini_api_key: str = field(
+        default_factory=lambda: _env("GEMINI_API_KEY", _env("GOOGLE_API_KEY", ""))
+    )
+
+    # Generator
+    default_model: str = field(default_factory=lambda: _env("DEFAULT_MODEL", ""))
+    extractive_delay_ms: float = field(default_factory=lambda: _float("EXTRACTIVE_DELAY_MS", 15.0))
+
+    # Retriever
+    chunk_min_chars: int = field(default_factory=lambda: _int("CHUNK_MIN_CHARS", 400))
+    chunk_max_chars: int = field(default_factory=lambda: _int("CHUNK_MAX_CHARS", 800))
+
+    # Gateway
+    scope_cache_ttl_s: float = field(default_factory=lambda: _float("SCOPE_CACHE_TTL_S", 900.0))
+    scope_cache_size: int = field(default_factory=lambda: _int("SCOPE_CACHE_SIZE", 1024))
+    same_topic_threshold: float = field(
+        default_factory=lambda: _float("SAME_TOPIC_THRESHOLD", 0.5)
+    )
+    context_top_k: int = field(default_factory=lambda: _int("CONTEXT_TOP_K", 8))
+    history_turns: int = field(default_factory=lambda: _int("HISTORY_TURNS", 3))
+
+    def address(self, service: str) -> str:
+        """host:port of a service, from its *_ADDR variable or this host and its port."""
+        explicit = getattr(self, f"{service}_addr", "")
+        return explicit or f"{self.host}:{getattr(self, f'{service}_port')}"
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.data_dir / "ragmesh.sqlite3"
+
+    def describe(self) -> dict[str, object]:
+        """Settings safe to log: secrets masked."""
+        out: dict[str, object] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = "***" if "key" in f.name and value else str(value)
+        return out
+
+
+def load() -> Settings:
+    return Settings()

@@ -1,0 +1,126 @@
+"""The one place protobuf messages become domain objects and back."""
+from __future__ import annotations
+
+from ragmesh import types as t
+from ragmesh.v1 import common_pb2, generator_pb2, retriever_pb2
+
+
+def chunk_to_proto(c: t.Chunk) -> common_pb2.Chunk:
+    return common_pb2.Chunk(
+        chunk_id=c.chunk_id, doc_id=c.doc_id, collection=c.collection, text=c.text,
+        metadata=c.metadata, date=c.date, tenant=c.tenant,
+        parent_chunk_id=c.parent_chunk_id, chunk_index=c.chunk_index,
+    )
+
+
+def chunk_from_proto(p: common_pb2.Chunk) -> t.Chunk:
+    return t.Chunk(
+        chunk_id=p.chunk_id, doc_id=p.doc_id, collection=p.collection, text=p.text,
+        metadata=dict(p.metadata), date=p.date, tenant=p.tenant,
+        parent_chunk_id=p.parent_chunk_id, chunk_index=p.chunk_index,
+    )
+
+
+def filter_to_proto(f: t.SearchFilter) -> common_pb2.Filter:
+    msg = common_pb2.Filter(
+        tenant=f.tenant, start_date=f.start_date, end_date=f.end_date,
+        date_field=f.date_field, equals=f.equals,
+    )
+    any_of = getattr(msg, "in")  # `in` is a Python keyword
+    for key, values in f.any_of.items():
+        any_of[key].values.extend(values)
+    return msg
+
+
+def filter_from_proto(p: common_pb2.Filter) -> t.SearchFilter:
+    return t.SearchFilter(
+        tenant=p.tenant, start_date=p.start_date, end_date=p.end_date, date_field=p.date_field,
+        any_of={k: list(v.values) for k, v in getattr(p, "in").items()},
+        equals=dict(p.equals),
+    )
+
+
+def hit_to_proto(h: t.Hit) -> retriever_pb2.Hit:
+    return retriever_pb2.Hit(
+        chunk=chunk_to_proto(h.chunk), score=h.score, dense_rank=h.dense_rank,
+        sparse_rank=h.sparse_rank, dense_score=h.dense_score, sparse_score=h.sparse_score,
+    )
+
+
+def hit_from_proto(p: retriever_pb2.Hit) -> t.Hit:
+    return t.Hit(
+        chunk=chunk_from_proto(p.chunk), score=p.score, dense_rank=p.dense_rank,
+        sparse_rank=p.sparse_rank, dense_score=p.dense_score, sparse_score=p.sparse_score,
+    )
+
+
+def document_to_proto(d: t.Document) -> retriever_pb2.Document:
+    return retriever_pb2.Document(
+        doc_id=d.doc_id, collection=d.collection, text=d.text, metadata=d.metadata,
+        date=d.date, tenant=d.tenant, title=d.title,
+    )
+
+
+def document_from_proto(p: retriever_pb2.Document) -> t.Document:
+    return t.Document(
+        doc_id=p.doc_id, collection=p.collection, text=p.text, metadata=dict(p.metadata),
+        date=p.date, tenant=p.tenant, title=p.title,
+    )
+
+
+def citation_to_proto(c: t.Citation) -> common_pb2.Citation:
+    return common_pb2.Citation(
+        index=c.index, chunk_id=c.chunk_id, doc_id=c.doc_id, collection=c.collection,
+        title=c.title, date=c.date, metadata=c.metadata, url=c.url, snippet=c.snippet, ref=c.ref,
+    )
+
+
+def citation_from_proto(p: common_pb2.Citation) -> t.Citation:
+    return t.Citation(
+        index=p.index, chunk_id=p.chunk_id, doc_id=p.doc_id, collection=p.collection,
+        title=p.title, date=p.date, metadata=dict(p.metadata), url=p.url, snippet=p.snippet,
+        ref=p.ref,
+    )
+
+
+def block_to_proto(b: t.ContextBlock) -> generator_pb2.ContextBlock:
+    msg = generator_pb2.ContextBlock(index=b.index, text=b.text, label=b.label)
+    if b.chunk is not None:
+        msg.chunk.CopyFrom(chunk_to_proto(b.chunk))
+    return msg
+
+
+def block_from_proto(p: generator_pb2.ContextBlock) -> t.ContextBlock:
+    return t.ContextBlock(
+        index=p.index, text=p.text, label=p.label,
+        chunk=chunk_from_proto(p.chunk) if p.HasField("chunk") else None,
+    )
+
+
+def gen_event_from_proto(event: generator_pb2.GenerateEvent) -> t.GenEvent:
+    kind = event.WhichOneof("event")
+    if kind in ("thinking", "content"):
+        return t.GenEvent(kind, text=getattr(event, kind))
+    if kind == "grounding":
+        return t.GenEvent(kind, citations=[citation_from_proto(c) for c in event.grounding.web])
+    if kind == "usage":
+        u: common_pb2.Usage = event.usage
+        return t.GenEvent(kind, usage={
+            "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "thinking_tokens": u.thinking_tokens, "total_tokens": u.total_tokens,
+        })
+    if kind == "citation":
+        return t.GenEvent("grounding", citations=[citation_from_proto(event.citation)])
+    return t.GenEvent("done", model=event.done.model, text=event.done.finish_reason)
+
+
+def gen_event_to_proto(e: t.GenEvent) -> generator_pb2.GenerateEvent:
+    if e.kind in ("thinking", "content"):
+        return generator_pb2.GenerateEvent(**{e.kind: e.text})
+    if e.kind == "grounding":
+        return generator_pb2.GenerateEvent(
+            grounding=generator_pb2.Grounding(web=[citation_to_proto(c) for c in e.citations])
+        )
+    if e.kind == "usage":
+        return generator_pb2.GenerateEvent(usage=common_pb2.Usage(**e.usage))
+    return generator_pb2.GenerateEvent(done=generator_pb2.Done(model=e.model, finish_reason=e.text))

@@ -1,0 +1,49 @@
+"""JSON logs to stdout, one object a line, carrying the request id of the current call."""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from contextvars import ContextVar
+
+request_id_var: ContextVar[str] = ContextVar("request_id", default="")
+
+_RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "service": self.service,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        rid = request_id_var.get()
+        if rid:
+            entry["request_id"] = rid
+        # Fields passed with `extra=` go out as structured keys.
+        for key, value in vars(record).items():
+            if key not in _RESERVED and not key.startswith("_"):
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def setup(service: str, level: str = "INFO") -> None:
+    """Installs the JSON handler on the root logger (idempotent)."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter(service))
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for noisy in ("httpx", "httpcore", "urllib3", "filelock", "sentence_transformers"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,196 @@
+"""One server bootstrap for all four services.
+
+grpc.aio server, health (NOT_SERVING until warm-up finishes), reflection (so
+`grpcurl list` works), graceful stop on SIGTERM/SIGINT, and an interceptor that
+carries the request id and the caller's deadline into the handler's context so
+the clients in `ragmesh.clients` pass both to the next hop.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ragmesh import config
+from ragmesh import logging as rlog
+from ragmesh.config import Settings
+from ragmesh.errors import RagmeshError
+
+log = logging.getLogger(__name__)
+
+# Monotonic time by which the current call must finish; None = the caller set no deadline.
+deadline_var: ContextVar[float | None] = ContextVar("deadline", default=None)
+
+REQUEST_ID_HEADER = "x-request-id"
+
+_SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.so_reuseport", 0),
+]
+
+
+def _status(exc: RagmeshError) -> grpc.StatusCode:
+    return getattr(grpc.StatusCode, exc.code, grpc.StatusCode.INTERNAL)
+
+
+def _enter_call(context: grpc.aio.ServicerContext, request_id: str) -> None:
+    rlog.request_id_var.set(request_id)
+    remaining = context.time_remaining()
+    deadline_var.set(time.monotonic() + remaining if remaining is not None else None)
+
+
+class ContextInterceptor(grpc.aio.ServerInterceptor):
+    """Sets request id and deadline for the handler, and turns domain errors into status codes."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        metadata = dict(details.invocation_metadata or ())
+        request_id = str(metadata.get(REQUEST_ID_HEADER) or uuid.uuid4().hex[:16])
+        method = details.method
+
+        def unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
+            async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                _enter_call(context, request_id)
+                try:
+                    return await behavior(request, context)
+                except RagmeshError as exc:
+                    log.info("request rejected", extra={"method": method, "error": str(exc)})
+                    await context.abort(_status(exc), str(exc))
+
+            return wrapped
+
+        def streaming(behavior: Callable[..., Any]) -> Callable[..., Any]:
+            async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                _enter_call(context, request_id)
+                try:
+                    async for item in behavior(request, context):
+                        yield item
+                except RagmeshError as exc:
+                    log.info("request rejected", extra={"method": method, "error": str(exc)})
+                    await context.abort(_status(exc), str(exc))
+
+            return wrapped
+
+        kwargs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **kwargs)
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), **kwargs)
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(streaming(handler.unary_stream), **kwargs)
+        return grpc.stream_stream_rpc_method_handler(streaming(handler.stream_stream), **kwargs)
+
+
+class ServiceApp(ABC):
+    """What a service gives the bootstrap: its servicer, warm-up and clean-up."""
+
+    #: Fully qualified gRPC service name, e.g. "ragmesh.v1.Retriever".
+    service_name: str
+
+    @abstractmethod
+    def register(self, server: grpc.aio.Server) -> None:
+        """Adds the servicer to the server."""
+
+    async def warm_up(self) -> None:
+        """Loads models and indexes; health turns SERVING only after this returns."""
+
+    async def close(self) -> None:
+        """Releases clients and stores after the server has stopped."""
+
+
+class ServiceHost:
+    """Runs one ServiceApp on a grpc.aio server; tests start several on free loopback ports."""
+
+    def __init__(self, app: ServiceApp, host: str, port: int, grace: float = 5.0) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self.grace = grace
+        self.server = grpc.aio.server(interceptors=[ContextInterceptor()], options=_SERVER_OPTIONS)
+        self.health = health.aio.HealthServicer()
+        self._stopped = asyncio.Event()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def _set_health(self, status: int) -> None:
+        for name in ("", self.app.service_name):
+            await self.health.set(name, status)
+
+    async def start(self) -> int:
+        """Binds, serves NOT_SERVING, warms up, then serves SERVING. Returns the bound port."""
+        self.app.register(self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            [
+                self.app.service_name,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ],
+            self.server,
+        )
+        bound = self.server.add_insecure_port(f"{self.host}:{self.port}")
+        if bound == 0:
+            raise OSError(f"{self.app.service_name}: cannot bind {self.host}:{self.port}")
+        self.port = bound
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.server.start()
+        log.info("listening", extra={"service_name": self.app.service_name, "address": self.address})
+        started = time.perf_counter()
+        await self.app.warm_up()
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "serving",
+            extra={"service_name": self.app.service_name, "warm_up_s": round(time.perf_counter() - started, 3)},
+        )
+        return bound
+
+    async def stop(self) -> None:
+        """Refuses new calls, lets running ones finish within the grace period, then closes."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.server.stop(self.grace)
+        await self.app.close()
+        log.info("stopped", extra={"service_name": self.app.service_name})
+
+    async def run_until_signal(self) -> None:
+        """Serves until SIGTERM or SIGINT, then stops gracefully."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        await stop.wait()
+        log.info("signal received, shutting down", extra={"service_name": self.app.service_name})
+        await self.stop()
+
+
+def main(service: str, app_factory: Callable[[Settings], ServiceApp], port_of: Callable[[Settings], int]) -> None:
+    """Entry point of `python -m services.<name>`: JSON logs, serve until a signal."""
+    settings = config.load()
+    rlog.setup(service, settings.log_level)
+    host = ServiceHost(app_factory(settings), settings.host, port_of(settings), settings.grace_period)
+    asyncio.run(host.run_until_signal())

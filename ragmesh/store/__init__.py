@@ -1,0 +1,72 @@
+"""The system of record: documents, chunks with vectors, conversations, messages.
+
+A small interface so the SQLite default and a pymongo backend fit behind it
+naturally: whole-document replacement instead of row updates, plain dicts for
+metadata, and no query language leaking out.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ragmesh.config import Settings
+from ragmesh.types import DocumentRecord, StoredChunk
+
+
+@dataclass
+class CollectionStats:
+    name: str
+    documents: int
+    chunks: int
+
+
+@dataclass
+class MessageRecord:
+    message_id: str
+    conversation_id: str
+    role: str  # "user" | "assistant"
+    content: str
+    meta: dict = field(default_factory=dict)
+    created_at: str = ""
+
+
+class Store(Protocol):
+    # Corpus
+    def get_document(self, tenant: str, collection: str, doc_id: str) -> DocumentRecord | None: ...
+
+    def replace_document(self, doc: DocumentRecord, chunks: list[StoredChunk]) -> int:
+        """Atomically swaps the document's chunks for these; returns the store's new version."""
+
+    def delete_documents(self, tenant: str, collection: str, doc_ids: list[str]) -> tuple[int, int]:
+        """Deletes documents and their chunks; returns (documents, chunks) removed."""
+
+    def iter_chunks(self, collection: str | None = None) -> Iterator[StoredChunk]: ...
+
+    def collections(self) -> list[CollectionStats]: ...
+
+    def version(self) -> int:
+        """A counter that every corpus write increases; indexes compare it to know they are current."""
+
+    # Conversations
+    def ensure_conversation(self, tenant: str, user_id: str, conversation_id: str) -> None: ...
+
+    def conversation_exists(self, tenant: str, conversation_id: str) -> bool: ...
+
+    def add_message(self, conversation_id: str, role: str, content: str, meta: dict) -> str: ...
+
+    def update_message(self, message_id: str, content: str, meta: dict) -> None: ...
+
+    def messages(self, conversation_id: str, limit: int | None = None) -> list[MessageRecord]:
+        """The conversation's messages, oldest first; with limit, the newest `limit` of them."""
+
+    def delete_conversation(self, tenant: str, conversation_id: str) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+def open_store(settings: Settings) -> Store:
+    """The store the settings name: SQLite under DATA_DIR by default."""
+    from ragmesh.store.sqlite import SqliteStore
+
+    return SqliteStore(settings.sqlite_path)

@@ -1,0 +1,252 @@
+"""SQLite backend of the Store: one file under DATA_DIR, WAL mode, every write in a transaction."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ragmesh.store import CollectionStats, MessageRecord
+from ragmesh.types import Chunk, DocumentRecord, StoredChunk
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+  tenant TEXT NOT NULL, collection TEXT NOT NULL, doc_id TEXT NOT NULL,
+  content_hash TEXT NOT NULL, title TEXT NOT NULL, metadata TEXT NOT NULL,
+  date TEXT NOT NULL, chunk_count INTEGER NOT NULL, updated_at REAL NOT NULL,
+  PRIMARY KEY (tenant, collection, doc_id)
+);
+CREATE TABLE IF NOT EXISTS chunks (
+  chunk_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, collection TEXT NOT NULL,
+  doc_id TEXT NOT NULL, chunk_index INTEGER NOT NULL, text TEXT NOT NULL,
+  metadata TEXT NOT NULL, date TEXT NOT NULL, parent_chunk_id TEXT NOT NULL,
+  vector BLOB
+);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (tenant, collection, doc_id);
+CREATE INDEX IF NOT EXISTS chunks_by_collection ON chunks (collection);
+CREATE TABLE IF NOT EXISTS conversations (
+  conversation_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, user_id TEXT NOT NULL,
+  created_at REAL NOT NULL, updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+  message_id TEXT PRIMARY KEY, conversation_id TEXT NOT NULL, seq INTEGER NOT NULL,
+  role TEXT NOT NULL, content TEXT NOT NULL, meta TEXT NOT NULL, created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, seq);
+"""
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+class SqliteStore:
+    """Thread-safe: one connection, one lock; the services call it from worker threads."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._lock = threading.RLock()
+        with self._lock:
+            self._db.executescript(_SCHEMA)
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('version', '0')")
+
+    def __repr__(self) -> str:
+        return f"sqlite:{self.path}"
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _tx(self) -> "_Transaction":
+        return _Transaction(self._db, self._lock)
+
+    def _bump_version(self) -> int:
+        self._db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'version'")
+        return int(self._db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()[0])
+
+    # -- corpus ----------------------------------------------------------------------------
+    def get_document(self, tenant: str, collection: str, doc_id: str) -> DocumentRecord | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT content_hash, title, metadata, date, chunk_count FROM documents "
+                "WHERE tenant = ? AND collection = ? AND doc_id = ?",
+                (tenant, collection, doc_id),
+            ).fetchone()
+        if row is None:
+            return None
+        return DocumentRecord(
+            doc_id=doc_id, collection=collection, tenant=tenant, content_hash=row[0],
+            title=row[1], metadata=json.loads(row[2]), date=row[3], chunk_count=row[4],
+        )
+
+    def replace_document(self, doc: DocumentRecord, chunks: list[StoredChunk]) -> int:
+        with self._tx() as db:
+            db.execute(
+                "DELETE FROM chunks WHERE tenant = ? AND collection = ? AND doc_id = ?",
+                (doc.tenant, doc.collection, doc.doc_id),
+            )
+            db.executemany(
+                "INSERT INTO chunks VALUES (?,?,?,?,?,?,?,?,?,?)",
+                [
+                    (
+                        s.chunk.chunk_id, s.chunk.tenant, s.chunk.collection, s.chunk.doc_id,
+                        s.chunk.chunk_index, s.chunk.text, json.dumps(s.chunk.metadata),
+                        s.chunk.date, s.chunk.parent_chunk_id,
+                        None if s.vector is None else np.asarray(s.vector, dtype="<f4").tobytes(),
+                    )
+                    for s in chunks
+                ],
+            )
+            db.execute(
+                "INSERT OR REPLACE INTO documents VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    doc.tenant, doc.collection, doc.doc_id, doc.content_hash, doc.title,
+                    json.dumps(doc.metadata), doc.date, len(chunks), time.time(),
+                ),
+            )
+            return self._bump_version()
+
+    def delete_documents(self, tenant: str, collection: str, doc_ids: list[str]) -> tuple[int, int]:
+        with self._tx() as db:
+            docs = chunks = 0
+            for doc_id in doc_ids:
+                key = (tenant, collection, doc_id)
+                chunks += db.execute(
+                    "DELETE FROM chunks WHERE tenant = ? AND collection = ? AND doc_id = ?", key
+                ).rowcount
+                docs += db.execute(
+                    "DELETE FROM documents WHERE tenant = ? AND collection = ? AND doc_id = ?", key
+                ).rowcount
+            if docs or chunks:
+                self._bump_version()
+            return docs, chunks
+
+    def iter_chunks(self, collection: str | None = None) -> Iterator[StoredChunk]:
+        sql = (
+            "SELECT chunk_id, tenant, collection, doc_id, chunk_index, text, metadata, date, "
+            "parent_chunk_id, vector FROM chunks"
+        )
+        args: tuple = ()
+        if collection is not None:
+            sql += " WHERE collection = ?"
+            args = (collection,)
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY rowid", args).fetchall()
+        for r in rows:
+            chunk = Chunk(
+                chunk_id=r[0], tenant=r[1], collection=r[2], doc_id=r[3], chunk_index=r[4],
+                text=r[5], metadata=json.loads(r[6]), date=r[7], parent_chunk_id=r[8],
+            )
+            vector = None if r[9] is None else np.frombuffer(r[9], dtype="<f4")
+            yield StoredChunk(chunk, vector)
+
+    def collections(self) -> list[CollectionStats]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT collection, COUNT(*), SUM(chunk_count) FROM documents "
+                "GROUP BY collection ORDER BY collection"
+            ).fetchall()
+        return [CollectionStats(name=r[0], documents=r[1], chunks=r[2] or 0) for r in rows]
+
+    def version(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()[0])
+
+    # -- conversations ---------------------------------------------------------------------
+    def ensure_conversation(self, tenant: str, user_id: str, conversation_id: str) -> None:
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO conversations VALUES (?,?,?,?,?)",
+                (conversation_id, tenant, user_id, now, now),
+            )
+
+    def conversation_exists(self, tenant: str, conversation_id: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM conversations WHERE tenant = ? AND conversation_id = ?",
+                (tenant, conversation_id),
+            ).fetchone()
+        return row is not None
+
+    def add_message(self, conversation_id: str, role: str, content: str, meta: dict) -> str:
+        message_id = uuid.uuid4().hex
+        now = time.time()
+        with self._tx() as db:
+            seq = db.execute(
+                "SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE conversation_id = ?",
+                (conversation_id,),
+            ).fetchone()[0]
+            db.execute(
+                "INSERT INTO messages VALUES (?,?,?,?,?,?,?)",
+                (message_id, conversation_id, seq, role, content, json.dumps(meta), now),
+            )
+            db.execute(
+                "UPDATE conversations SET updated_at = ? WHERE conversation_id = ?",
+                (now, conversation_id),
+            )
+        return message_id
+
+    def update_message(self, message_id: str, content: str, meta: dict) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE messages SET content = ?, meta = ? WHERE message_id = ?",
+                (content, json.dumps(meta), message_id),
+            )
+
+    def messages(self, conversation_id: str, limit: int | None = None) -> list[MessageRecord]:
+        sql = (
+            "SELECT message_id, role, content, meta, created_at FROM messages "
+            "WHERE conversation_id = ? ORDER BY seq DESC"
+        )
+        args: tuple = (conversation_id,)
+        if limit is not None:
+            sql += " LIMIT ?"
+            args += (limit,)
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [
+            MessageRecord(r[0], conversation_id, r[1], r[2], json.loads(r[3]), _iso(r[4]))
+            for r in reversed(rows)
+        ]
+
+    def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        with self._tx() as db:
+            found = db.execute(
+                "DELETE FROM conversations WHERE tenant = ? AND conversation_id = ?",
+                (tenant, conversation_id),
+            ).rowcount
+            if found:
+                db.execute("DELETE FROM messages WHERE conversation_id = ?", (conversation_id,))
+            return bool(found)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT under the store's lock; ROLLBACK on any error."""
+
+    def __init__(self, db: sqlite3.Connection, lock: threading.RLock) -> None:
+        self.db = db
+        self.lock = lock
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.lock.acquire()
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        finally:
+            self.lock.release()

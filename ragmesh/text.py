@@ -1,0 +1,25 @@
+"""Text helpers several services share: sentence splitting and the keyword tokenizer."""
+from __future__ import annotations
+
+import re
+
+# A sentence ends at . ! or ? followed by space and an upper-case letter, digit or quote,
+# or at a blank line. Abbreviations like "e.g." followed by lower case do not end one.
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[])|\n\s*\n")
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+STOPWORDS = frozenset(
+    """a an and are as at be by for from has have he her his i in is it its of on or our she
+    that the their them they this to was were what when where which who will with you your we
+    do does did how why can could would should about into than then there these those""".split()
+)
+
+
+def split_sentences(text: str) -> list[str]:
+    parts = (p.strip() for p in _SENTENCE_END.split(text))
+    return [" ".join(p.split()) for p in parts if p and p.strip()]
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower case, tokens of 2+ characters, English stopwords removed."""
+    return [t for t in _TOKEN.findall(text.lower()) if len(t) >= 2 and t not in STOPWORDS]

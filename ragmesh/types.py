@@ -1,0 +1,115 @@
+"""Domain objects shared by the services; `ragmesh.convert` maps them to and from protobuf."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Chunk:
+    chunk_id: str
+    doc_id: str
+    collection: str
+    text: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    date: str = ""
+    tenant: str = ""
+    parent_chunk_id: str = ""
+    chunk_index: int = 0
+
+
+@dataclass
+class StoredChunk:
+    """A chunk as the store keeps it: with its vector (None for parents that are not indexed)."""
+
+    chunk: Chunk
+    vector: np.ndarray | None
+
+
+@dataclass
+class Document:
+    doc_id: str
+    collection: str
+    text: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    date: str = ""
+    tenant: str = ""
+    title: str = ""
+
+
+@dataclass
+class DocumentRecord:
+    """A document's stored header: what identifies it and what its chunks were built from."""
+
+    doc_id: str
+    collection: str
+    tenant: str
+    content_hash: str
+    title: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    date: str = ""
+    chunk_count: int = 0
+
+
+@dataclass
+class SearchFilter:
+    """Restricts a search. An empty filter admits every chunk of the tenant."""
+
+    tenant: str = ""
+    start_date: str = ""
+    end_date: str = ""
+    date_field: str = ""
+    any_of: dict[str, list[str]] = field(default_factory=dict)
+    equals: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Hit:
+    chunk: Chunk
+    score: float
+    dense_rank: int = 0
+    sparse_rank: int = 0
+    dense_score: float = 0.0
+    sparse_score: float = 0.0
+
+
+@dataclass
+class Citation:
+    index: int
+    chunk_id: str = ""
+    doc_id: str = ""
+    collection: str = ""
+    title: str = ""
+    date: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    url: str = ""
+    snippet: str = ""
+    ref: str = ""
+
+
+@dataclass
+class ContextBlock:
+    """Numbered context the generator may cite as [index]."""
+
+    index: int
+    text: str
+    chunk: Chunk | None = None
+    label: str = ""
+
+
+@dataclass
+class Turn:
+    question: str
+    answer: str
+
+
+@dataclass
+class GenEvent:
+    """One event of a generated answer, as the generator's backends yield them."""
+
+    kind: str  # thinking | content | grounding | usage | done
+    text: str = ""
+    citations: list[Citation] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    model: str = ""

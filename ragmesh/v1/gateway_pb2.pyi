@@ -1,0 +1,172 @@
+from ragmesh.v1 import common_pb2 as _common_pb2
+from ragmesh.v1 import retriever_pb2 as _retriever_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AskRequest(_message.Message):
+    __slots__ = ("question", "data_sources", "start_date", "end_date", "selected_funds", "conversation_id", "model", "tenant", "user_id", "top_k")
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    DATA_SOURCES_FIELD_NUMBER: _ClassVar[int]
+    START_DATE_FIELD_NUMBER: _ClassVar[int]
+    END_DATE_FIELD_NUMBER: _ClassVar[int]
+    SELECTED_FUNDS_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    question: str
+    data_sources: _containers.RepeatedScalarFieldContainer[str]
+    start_date: str
+    end_date: str
+    selected_funds: _containers.RepeatedScalarFieldContainer[str]
+    conversation_id: str
+    model: str
+    tenant: str
+    user_id: str
+    top_k: int
+    def __init__(self, question: _Optional[str] = ..., data_sources: _Optional[_Iterable[str]] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., selected_funds: _Optional[_Iterable[str]] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., top_k: _Optional[int] = ...) -> None: ...
+
+class Strategy(_message.Message):
+    __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks")
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CACHE_HIT_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIONS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RETRIEVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    CACHE_KEY_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    route: str
+    reason: str
+    cache_hit: bool
+    collections: _containers.RepeatedScalarFieldContainer[str]
+    filter: _common_pb2.Filter
+    k: int
+    candidate_count: int
+    retrieval_ms: float
+    conversation_id: str
+    cache_key: str
+    chunks: int
+    def __init__(self, route: _Optional[str] = ..., reason: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., k: _Optional[int] = ..., candidate_count: _Optional[int] = ..., retrieval_ms: _Optional[float] = ..., conversation_id: _Optional[str] = ..., cache_key: _Optional[str] = ..., chunks: _Optional[int] = ...) -> None: ...
+
+class ErrorInfo(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Citations(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[_common_pb2.Citation]
+    def __init__(self, items: _Optional[_Iterable[_Union[_common_pb2.Citation, _Mapping]]] = ...) -> None: ...
+
+class ChatDone(_message.Message):
+    __slots__ = ("conversation_id", "message_id", "model", "stopped", "usage")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    message_id: str
+    model: str
+    stopped: bool
+    usage: _common_pb2.Usage
+    def __init__(self, conversation_id: _Optional[str] = ..., message_id: _Optional[str] = ..., model: _Optional[str] = ..., stopped: _Optional[bool] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ...) -> None: ...
+
+class ChatEvent(_message.Message):
+    __slots__ = ("searching", "strategy", "generating", "thinking", "content", "citations", "done", "error")
+    SEARCHING_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    GENERATING_FIELD_NUMBER: _ClassVar[int]
+    THINKING_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    CITATIONS_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    searching: bool
+    strategy: Strategy
+    generating: bool
+    thinking: str
+    content: str
+    citations: Citations
+    done: ChatDone
+    error: ErrorInfo
+    def __init__(self, searching: _Optional[bool] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., generating: _Optional[bool] = ..., thinking: _Optional[str] = ..., content: _Optional[str] = ..., citations: _Optional[_Union[Citations, _Mapping]] = ..., done: _Optional[_Union[ChatDone, _Mapping]] = ..., error: _Optional[_Union[ErrorInfo, _Mapping]] = ...) -> None: ...
+
+class StopRequest(_message.Message):
+    __slots__ = ("conversation_id",)
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    def __init__(self, conversation_id: _Optional[str] = ...) -> None: ...
+
+class StopResponse(_message.Message):
+    __slots__ = ("stopped",)
+    STOPPED_FIELD_NUMBER: _ClassVar[int]
+    stopped: bool
+    def __init__(self, stopped: _Optional[bool] = ...) -> None: ...
+
+class GetConversationRequest(_message.Message):
+    __slots__ = ("conversation_id", "tenant")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    tenant: str
+    def __init__(self, conversation_id: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("message_id", "role", "content", "created_at", "meta", "citations")
+    class MetaEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    META_FIELD_NUMBER: _ClassVar[int]
+    CITATIONS_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    role: str
+    content: str
+    created_at: str
+    meta: _containers.ScalarMap[str, str]
+    citations: _containers.RepeatedCompositeFieldContainer[_common_pb2.Citation]
+    def __init__(self, message_id: _Optional[str] = ..., role: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[str] = ..., meta: _Optional[_Mapping[str, str]] = ..., citations: _Optional[_Iterable[_Union[_common_pb2.Citation, _Mapping]]] = ...) -> None: ...
+
+class Conversation(_message.Message):
+    __slots__ = ("conversation_id", "messages")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, conversation_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+
+class DeleteConversationRequest(_message.Message):
+    __slots__ = ("conversation_id", "tenant")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    tenant: str
+    def __init__(self, conversation_id: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class DeleteConversationResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,197 @@
+from ragmesh.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class IngestStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INGEST_STAGE_UNSPECIFIED: _ClassVar[IngestStage]
+    PARSED: _ClassVar[IngestStage]
+    CHUNKED: _ClassVar[IngestStage]
+    EMBEDDED: _ClassVar[IngestStage]
+    INDEXED: _ClassVar[IngestStage]
+    UNCHANGED: _ClassVar[IngestStage]
+    FAILED: _ClassVar[IngestStage]
+INGEST_STAGE_UNSPECIFIED: IngestStage
+PARSED: IngestStage
+CHUNKED: IngestStage
+EMBEDDED: IngestStage
+INDEXED: IngestStage
+UNCHANGED: IngestStage
+FAILED: IngestStage
+
+class SearchRequest(_message.Message):
+    __slots__ = ("query", "collections", "filter", "top_k", "query_vector", "dense_weight", "sparse_weight", "rrf_k")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIONS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    QUERY_VECTOR_FIELD_NUMBER: _ClassVar[int]
+    DENSE_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    RRF_K_FIELD_NUMBER: _ClassVar[int]
+    query: str
+    collections: _containers.RepeatedScalarFieldContainer[str]
+    filter: _common_pb2.Filter
+    top_k: int
+    query_vector: _containers.RepeatedScalarFieldContainer[float]
+    dense_weight: float
+    sparse_weight: float
+    rrf_k: int
+    def __init__(self, query: _Optional[str] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., top_k: _Optional[int] = ..., query_vector: _Optional[_Iterable[float]] = ..., dense_weight: _Optional[float] = ..., sparse_weight: _Optional[float] = ..., rrf_k: _Optional[int] = ...) -> None: ...
+
+class Hit(_message.Message):
+    __slots__ = ("chunk", "score", "dense_rank", "sparse_rank", "dense_score", "sparse_score")
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    DENSE_RANK_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_RANK_FIELD_NUMBER: _ClassVar[int]
+    DENSE_SCORE_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_SCORE_FIELD_NUMBER: _ClassVar[int]
+    chunk: _common_pb2.Chunk
+    score: float
+    dense_rank: int
+    sparse_rank: int
+    dense_score: float
+    sparse_score: float
+    def __init__(self, chunk: _Optional[_Union[_common_pb2.Chunk, _Mapping]] = ..., score: _Optional[float] = ..., dense_rank: _Optional[int] = ..., sparse_rank: _Optional[int] = ..., dense_score: _Optional[float] = ..., sparse_score: _Optional[float] = ...) -> None: ...
+
+class Timings(_message.Message):
+    __slots__ = ("embed_ms", "dense_ms", "sparse_ms", "fusion_ms", "total_ms")
+    EMBED_MS_FIELD_NUMBER: _ClassVar[int]
+    DENSE_MS_FIELD_NUMBER: _ClassVar[int]
+    SPARSE_MS_FIELD_NUMBER: _ClassVar[int]
+    FUSION_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MS_FIELD_NUMBER: _ClassVar[int]
+    embed_ms: float
+    dense_ms: float
+    sparse_ms: float
+    fusion_ms: float
+    total_ms: float
+    def __init__(self, embed_ms: _Optional[float] = ..., dense_ms: _Optional[float] = ..., sparse_ms: _Optional[float] = ..., fusion_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
+
+class SearchResponse(_message.Message):
+    __slots__ = ("hits", "timings", "candidate_count", "dense_skipped")
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DENSE_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    hits: _containers.RepeatedCompositeFieldContainer[Hit]
+    timings: Timings
+    candidate_count: int
+    dense_skipped: bool
+    def __init__(self, hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., candidate_count: _Optional[int] = ..., dense_skipped: _Optional[bool] = ...) -> None: ...
+
+class Document(_message.Message):
+    __slots__ = ("doc_id", "collection", "text", "metadata", "date", "tenant", "title")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    DATE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    doc_id: str
+    collection: str
+    text: str
+    metadata: _containers.ScalarMap[str, str]
+    date: str
+    tenant: str
+    title: str
+    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., date: _Optional[str] = ..., tenant: _Optional[str] = ..., title: _Optional[str] = ...) -> None: ...
+
+class IngestProgress(_message.Message):
+    __slots__ = ("doc_id", "collection", "stage", "chunks", "error")
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    doc_id: str
+    collection: str
+    stage: IngestStage
+    chunks: int
+    error: str
+    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., stage: _Optional[_Union[IngestStage, str]] = ..., chunks: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class DeleteRequest(_message.Message):
+    __slots__ = ("collection", "doc_ids", "tenant")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    DOC_IDS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    doc_ids: _containers.RepeatedScalarFieldContainer[str]
+    tenant: str
+    def __init__(self, collection: _Optional[str] = ..., doc_ids: _Optional[_Iterable[str]] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class DeleteResponse(_message.Message):
+    __slots__ = ("documents", "chunks")
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    documents: int
+    chunks: int
+    def __init__(self, documents: _Optional[int] = ..., chunks: _Optional[int] = ...) -> None: ...
+
+class ListCollectionsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CollectionInfo(_message.Message):
+    __slots__ = ("name", "documents", "chunks")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    documents: int
+    chunks: int
+    def __init__(self, name: _Optional[str] = ..., documents: _Optional[int] = ..., chunks: _Optional[int] = ...) -> None: ...
+
+class ListCollectionsResponse(_message.Message):
+    __slots__ = ("collections",)
+    COLLECTIONS_FIELD_NUMBER: _ClassVar[int]
+    collections: _containers.RepeatedCompositeFieldContainer[CollectionInfo]
+    def __init__(self, collections: _Optional[_Iterable[_Union[CollectionInfo, _Mapping]]] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatsResponse(_message.Message):
+    __slots__ = ("collections", "store", "dimensions", "searches")
+    COLLECTIONS_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    SEARCHES_FIELD_NUMBER: _ClassVar[int]
+    collections: _containers.RepeatedCompositeFieldContainer[CollectionInfo]
+    store: str
+    dimensions: int
+    searches: int
+    def __init__(self, collections: _Optional[_Iterable[_Union[CollectionInfo, _Mapping]]] = ..., store: _Optional[str] = ..., dimensions: _Optional[int] = ..., searches: _Optional[int] = ...) -> None: ...
+
+class FieldValuesRequest(_message.Message):
+    __slots__ = ("field", "collections", "tenant")
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    COLLECTIONS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    field: str
+    collections: _containers.RepeatedScalarFieldContainer[str]
+    tenant: str
+    def __init__(self, field: _Optional[str] = ..., collections: _Optional[_Iterable[str]] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class FieldValuesResponse(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...

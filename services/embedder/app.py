@@ -1,0 +1,25 @@
+"""Wires the embedder: backend from settings, servicer, warm-up."""
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from ragmesh.config import Settings
+from ragmesh.serving import ServiceApp
+from ragmesh.v1 import embedder_pb2_grpc
+from services.embedder import backends
+from services.embedder.servicer import EmbedderServicer
+
+
+class EmbedderApp(ServiceApp):
+    service_name = "ragmesh.v1.Embedder"
+
+    def __init__(self, settings: Settings) -> None:
+        self.backend = backends.create(settings)
+
+    def register(self, server: grpc.aio.Server) -> None:
+        embedder_pb2_grpc.add_EmbedderServicer_to_server(EmbedderServicer(self.backend), server)
+
+    async def warm_up(self) -> None:
+        await asyncio.to_thread(self.backend.warm_up)

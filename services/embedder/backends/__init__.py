@@ -1,0 +1,28 @@
+"""Embedding backends: each turns a batch of texts into L2-normalised float32 vectors."""
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from ragmesh.config import Settings
+
+
+class EmbeddingBackend(Protocol):
+    model_name: str
+    dimensions: int
+    max_batch: int
+
+    def warm_up(self) -> None:
+        """Loads the model; called once before the service reports SERVING."""
+
+    def embed(self, texts: list[str], task: str) -> np.ndarray:
+        """(len(texts), dimensions) float32, rows of unit length. task: QUERY or DOCUMENT."""
+
+
+def create(settings: Settings) -> EmbeddingBackend:
+    if settings.embed_backend == "local":
+        from services.embedder.backends.local import SentenceTransformersEmbedder
+
+        return SentenceTransformersEmbedder(batch_size=settings.embed_batch_size)
+    raise ValueError(f"EMBED_BACKEND must be 'local', got {settings.embed_backend!r}")

@@ -1,0 +1,104 @@
+"""Wires the gateway: clients to the other three services, the pipeline, the gRPC
+servicer, and the HTTP bridge served by uvicorn in the same event loop."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import grpc
+import uvicorn
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient
+from ragmesh.config import Settings
+from ragmesh.errors import RagmeshError
+from ragmesh.models import default_model
+from ragmesh.serving import ServiceApp
+from ragmesh.store import open_store
+from ragmesh.v1 import gateway_pb2_grpc
+from services.gateway.history import History
+from services.gateway.http import create_app
+from services.gateway.pipeline import AskPipeline
+from services.gateway.request import SOURCE_COLLECTIONS
+from services.gateway.scope_cache import ScopeCache
+from services.gateway.servicer import GatewayServicer
+
+log = logging.getLogger(__name__)
+
+FUNDS_REFRESH_S = 60.0
+
+
+class GatewayApp(ServiceApp):
+    service_name = "ragmesh.v1.Gateway"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.store = open_store(settings)
+        self.history = History(self.store)
+        self.http_port = settings.http_port
+        self._http: uvicorn.Server | None = None
+        self._http_task: asyncio.Task | None = None
+        self._funds: tuple[float, list[str]] = (0.0, [])
+
+    def register(self, server: grpc.aio.Server) -> None:
+        s = self.settings
+        # Channels bind to the running loop, so clients are made here, inside the server's start.
+        self.embedder = EmbedderClient(s.address("embedder"), s.embed_timeout)
+        self.retriever = RetrieverClient(s.address("retriever"), s.search_timeout, s.ingest_timeout)
+        self.generator = GeneratorClient(s.address("generator"), s.generate_timeout)
+        self.pipeline = AskPipeline(
+            self.history, self.retriever, self.generator, self.embedder,
+            ScopeCache(s.scope_cache_ttl_s, s.scope_cache_size),
+            default_model(s.default_model, s.gemini_api_key),
+            context_top_k=s.context_top_k, history_turns=s.history_turns,
+            same_topic_threshold=s.same_topic_threshold,
+        )
+        gateway_pb2_grpc.add_GatewayServicer_to_server(
+            GatewayServicer(self.pipeline, self.history, self.retriever), server
+        )
+
+    async def upstream_health(self) -> dict[str, str]:
+        async def check(name: str, channel: grpc.aio.Channel) -> tuple[str, str]:
+            try:
+                reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2)
+                return name, health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            except grpc.aio.AioRpcError as exc:
+                return name, exc.code().name
+
+        checks = [check(n, c.channel) for n, c in
+                  (("embedder", self.embedder), ("retriever", self.retriever), ("generator", self.generator))]
+        return {"gateway": "SERVING", **dict(await asyncio.gather(*checks))}
+
+    async def known_funds(self) -> list[str]:
+        """Fund names in the corpus (000's ALL_FUND_NAMES), refreshed at most once a minute."""
+        fetched, funds = self._funds
+        if time.monotonic() - fetched > FUNDS_REFRESH_S or not funds:
+            try:
+                funds = await self.retriever.field_values("fund_name", list(SOURCE_COLLECTIONS.values()))
+                self._funds = (time.monotonic(), funds)
+            except RagmeshError as exc:
+                log.warning("fund names unavailable", extra={"error": str(exc)})
+        return funds
+
+    async def warm_up(self) -> None:
+        app = create_app(self.pipeline, self.history, self.upstream_health, self.known_funds)
+        config = uvicorn.Config(app, host=self.settings.host, port=self.http_port, log_config=None,
+                                lifespan="off", access_log=False)
+        self._http = uvicorn.Server(config)
+        self._http_task = asyncio.create_task(self._http.serve())
+        while not self._http.started:
+            if self._http_task.done():
+                raise OSError(f"HTTP bridge failed to start on port {self.http_port}")
+            await asyncio.sleep(0.02)
+        self.http_port = self._http.servers[0].sockets[0].getsockname()[1]
+        log.info("http bridge listening", extra={"url": f"http://{self.settings.host}:{self.http_port}/"})
+        await self.known_funds()
+
+    async def close(self) -> None:
+        if self._http is not None and self._http_task is not None:
+            self._http.should_exit = True
+            await self._http_task
+        for client in (self.embedder, self.retriever, self.generator):
+            await client.close()
+        self.store.close()

@@ -1,0 +1,28 @@
+"""Pipeline events as the JSON objects the SSE bridge sends (one per `data:` line)."""
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from services.gateway.pipeline import Event, Strategy
+
+
+def strategy_json(s: Strategy) -> dict[str, Any]:
+    f = s.filter
+    return {
+        "route": s.route, "reason": s.reason, "cache_hit": s.cache_hit, "collections": s.collections,
+        "filter": {"tenant": f.tenant, "start_date": f.start_date, "end_date": f.end_date, "in": f.any_of},
+        "k": s.k, "candidate_count": s.candidate_count, "chunks": s.chunks,
+        "retrieval_ms": round(s.retrieval_ms, 2), "conversation_id": s.conversation_id,
+        "cache_key": s.cache_key, "dense_skipped": s.dense_skipped,
+    }
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    if event.kind == "strategy":
+        return {"strategy": strategy_json(event.value)}
+    if event.kind == "citations":
+        return {"citations": [asdict(c) for c in event.value]}
+    if event.kind == "done":
+        return {"done": True, **event.value}
+    return {event.kind: event.value}

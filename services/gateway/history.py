@@ -1,0 +1,37 @@
+"""Conversation history in the store: the question is saved before generation,
+the answer right after (or the partial answer when the user stopped it)."""
+from __future__ import annotations
+
+from ragmesh.store import MessageRecord, Store
+from ragmesh.types import Turn
+
+STOPPED_MARK = "*[Response stopped by user]*"
+
+
+class History:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def turns(self, conversation_id: str, limit: int | None = None) -> list[Turn]:
+        """Completed question/answer pairs, oldest first; the newest `limit` with a limit."""
+        pairs: list[Turn] = []
+        pending: str | None = None
+        for m in self.store.messages(conversation_id):
+            if m.role == "user":
+                pending = m.content
+            elif m.role == "assistant" and pending is not None:
+                pairs.append(Turn(pending, m.content))
+                pending = None
+        return pairs[-limit:] if limit else pairs
+
+    def save_question(self, tenant: str, user_id: str, conversation_id: str, question: str) -> str:
+        self.store.ensure_conversation(tenant, user_id, conversation_id)
+        return self.store.add_message(conversation_id, "user", question, {})
+
+    def save_answer(self, conversation_id: str, answer: str, meta: dict, stopped: bool = False) -> str:
+        if stopped:
+            answer = f"{answer}\n\n{STOPPED_MARK}" if answer else STOPPED_MARK
+        return self.store.add_message(conversation_id, "assistant", answer, meta)
+
+    def messages(self, conversation_id: str) -> list[MessageRecord]:
+        return self.store.messages(conversation_id)

@@ -1,0 +1,66 @@
+"""An Ask as the gateway's domain sees it, checked field by field before anything is written."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ragmesh.errors import InvalidArgument
+from ragmesh.models import KNOWN_MODELS
+from ragmesh.validation import check_date_range, check_top_k
+
+MAX_QUESTION_CHARS = 2000
+
+# Data source (what the web client shows) -> collection in the retriever.
+SOURCE_COLLECTIONS = {
+    "Meeting Notes": "meeting_notes",
+    "Factsheet": "factsheets",
+    "Documents": "documents",
+    "Conversation memory": "conversations",
+}
+WEB_SEARCH = "Web Search"
+DATA_SOURCES = (*SOURCE_COLLECTIONS, WEB_SEARCH)
+DEFAULT_SOURCES = ("Meeting Notes", "Factsheet")
+
+
+@dataclass
+class AskInput:
+    question: str
+    data_sources: list[str] = field(default_factory=list)
+    start_date: str = ""
+    end_date: str = ""
+    selected_funds: list[str] = field(default_factory=list)
+    conversation_id: str = ""
+    model: str = ""
+    tenant: str = ""
+    user_id: str = ""
+    top_k: int | None = None
+
+    def validate(self) -> None:
+        if not self.question.strip():
+            raise InvalidArgument("question", "must not be empty")
+        if len(self.question) > MAX_QUESTION_CHARS:
+            raise InvalidArgument(
+                "question", f"is {len(self.question)} characters; the limit is {MAX_QUESTION_CHARS}"
+            )
+        check_date_range(self.start_date, self.end_date)
+        if self.model and self.model not in KNOWN_MODELS:
+            raise InvalidArgument("model", f"unknown model {self.model!r}; known: {', '.join(KNOWN_MODELS)}")
+        unknown = [s for s in self.data_sources if s not in DATA_SOURCES]
+        if unknown:
+            raise InvalidArgument(
+                "data_sources", f"unknown data source {unknown[0]!r}; known: {', '.join(DATA_SOURCES)}"
+            )
+        check_top_k(self.top_k)
+        if len(self.conversation_id) > 128:
+            raise InvalidArgument("conversation_id", "is longer than 128 characters")
+
+    @property
+    def sources(self) -> list[str]:
+        return self.data_sources or list(DEFAULT_SOURCES)
+
+    @property
+    def collections(self) -> list[str]:
+        return [SOURCE_COLLECTIONS[s] for s in self.sources if s in SOURCE_COLLECTIONS]
+
+    @property
+    def web_search(self) -> bool:
+        return WEB_SEARCH in self.sources

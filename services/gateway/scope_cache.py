@@ -1,0 +1,59 @@
+"""Per tenant and conversation, the scope of the last search and its hits, so a
+follow-up on the same filters and topic reuses them (RAG_REUSE). Bounded (LRU)
+with a TTL, keyed as `{start_date}_{end_date}_{sorted(funds)}`."""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ragmesh.types import Hit
+
+
+def scope_key(start_date: str, end_date: str, funds: list[str]) -> str:
+    return f"{start_date}_{end_date}_{sorted(funds)}"
+
+
+@dataclass
+class ScopeEntry:
+    key: str
+    collections: list[str]
+    question: str
+    question_vector: np.ndarray | None
+    hits: list[Hit]
+    candidate_count: int
+    created: float = field(default_factory=time.monotonic)
+
+
+class ScopeCache:
+    def __init__(self, ttl_s: float = 900.0, max_entries: int = 1024,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl_s
+        self.max_entries = max_entries
+        self.clock = clock
+        self._entries: OrderedDict[tuple[str, str], ScopeEntry] = OrderedDict()
+
+    def get(self, tenant: str, conversation_id: str) -> ScopeEntry | None:
+        slot = (tenant, conversation_id)
+        entry = self._entries.get(slot)
+        if entry is None:
+            return None
+        if self.clock() - entry.created > self.ttl:
+            del self._entries[slot]
+            return None
+        self._entries.move_to_end(slot)
+        return entry
+
+    def put(self, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
+        entry.created = self.clock()
+        slot = (tenant, conversation_id)
+        self._entries[slot] = entry
+        self._entries.move_to_end(slot)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)

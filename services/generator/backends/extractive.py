@@ -1,0 +1,121 @@
+"""An offline backend that answers by quoting the context: it scores every sentence
+of the given blocks against the question, keeps the best distinct ones, and cites
+each by its block number. It can only cite blocks it was given."""
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from ragmesh.types import ContextBlock, GenEvent
+from services.generator.backends import GenerationRequest
+from ragmesh.text import split_sentences, tokenize
+
+NO_DATA = "There is no data in the selected sources that matches this question and these filters."
+NOTHING_RELEVANT = (
+    "The retrieved sources do not contain information that answers this question, "
+    "so I can't answer it from them."
+)
+_CITATION = re.compile(r"\s*\[\d+\]")
+
+
+@dataclass
+class _Scored:
+    score: float
+    block: ContextBlock
+    sentence: str
+    order: int
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
+
+
+class ExtractiveBackend:
+    name = "extractive"
+
+    def __init__(self, delay_ms: float = 15.0, max_sentences: int = 6, words_per_piece: int = 3,
+                 min_relative_score: float = 0.4) -> None:
+        self.delay = delay_ms / 1000
+        self.min_relative_score = min_relative_score
+        self.max_sentences = max_sentences
+        self.words_per_piece = words_per_piece
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[GenEvent]:
+        answer = self.compose(request)
+        words = answer.split(" ")
+        for i in range(0, len(words), self.words_per_piece):
+            piece = " ".join(words[i : i + self.words_per_piece])
+            yield GenEvent("content", text=piece if i == 0 else " " + piece)
+            await asyncio.sleep(self.delay)
+        yield GenEvent("usage", usage={
+            "prompt_tokens": sum(len(b.text.split()) for b in request.blocks),
+            "completion_tokens": len(words), "thinking_tokens": 0,
+            "total_tokens": sum(len(b.text.split()) for b in request.blocks) + len(words),
+        })
+        yield GenEvent("done", model=self.name, text="stop")
+
+    def compose(self, request: GenerationRequest) -> str:
+        if request.blocks:
+            return self._from_blocks(request.question, request.blocks)
+        if request.history:
+            return self._from_history(request)
+        return NO_DATA
+
+    def _from_blocks(self, question: str, blocks: list[ContextBlock]) -> str:
+        terms = set(tokenize(question))
+        candidates = [
+            (block, sentence)
+            for block in blocks
+            for sentence in split_sentences(block.text)
+        ]
+        # Inverse frequency over the candidate sentences: rare question terms count more.
+        df = Counter(t for _, s in candidates for t in set(tokenize(s)))
+        n = len(candidates) or 1
+        scored: list[_Scored] = []
+        for order, (block, sentence) in enumerate(candidates):
+            tokens = set(tokenize(sentence))
+            matched = terms & tokens
+            if not matched:
+                continue
+            score = sum(math.log(1 + n / df[t]) for t in matched) / math.sqrt(1 + len(tokens) / 12)
+            score *= 1.0 / (1 + 0.05 * (block.index - 1))  # earlier blocks ranked higher by retrieval
+            scored.append(_Scored(score, block, sentence, order))
+        scored.sort(key=lambda s: (-s.score, s.order))
+        floor = scored[0].score * self.min_relative_score if scored else 0.0
+        chosen: list[_Scored] = []
+        for s in scored:
+            if s.score < floor:
+                break  # matches a stray word of the question, not its point
+            tokens = set(tokenize(s.sentence))
+            if any(_jaccard(tokens, set(tokenize(c.sentence))) > 0.6 for c in chosen):
+                continue  # the same fact said twice
+            chosen.append(s)
+            if len(chosen) == self.max_sentences:
+                break
+        if not chosen:
+            return NOTHING_RELEVANT
+        lines = ["Here is what the sources say:", ""]
+        for s in chosen:
+            label = f"**{s.block.label}**: " if s.block.label else ""
+            lines.append(f"- {label}{s.sentence} [{s.block.index}]")
+        return "\n".join(lines)
+
+    def _from_history(self, request: GenerationRequest) -> str:
+        """No context blocks but a conversation: restate the points already made."""
+        points: list[str] = []
+        for turn in request.history[-2:]:
+            for line in turn.answer.splitlines():
+                line = _CITATION.sub("", line).strip().lstrip("-* ").strip()
+                if line and not line.endswith(":") and not line.startswith("*["):
+                    points.append(line)
+        if not points:
+            return "We have not discussed anything I can summarise yet."
+        unique: list[str] = []
+        for p in points:
+            if all(_jaccard(set(tokenize(p)), set(tokenize(u))) <= 0.6 for u in unique):
+                unique.append(p)
+        return "\n".join(["From our conversation so far:", ""] + [f"- {p}" for p in unique[: self.max_sentences]])

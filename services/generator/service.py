@@ -1,0 +1,43 @@
+"""Picks the backend for a model name and keeps the counts operators read from Stats."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+from ragmesh.errors import InvalidArgument
+from ragmesh.models import EXTRACTIVE, KNOWN_MODELS
+from ragmesh.types import GenEvent
+from services.generator.backends import GenerationBackend, GenerationRequest
+
+log = logging.getLogger(__name__)
+
+
+class GenerationService:
+    def __init__(self, backends: dict[str, GenerationBackend], default_model: str) -> None:
+        self.backends = backends
+        self.default_model = default_model
+        self.started = self.completed = self.cancelled = 0
+
+    def backend_for(self, model: str) -> GenerationBackend:
+        if model not in KNOWN_MODELS:
+            raise InvalidArgument("model", f"unknown model {model!r}; known: {', '.join(KNOWN_MODELS)}")
+        backend = self.backends.get(model)
+        if backend is None:
+            # A Gemini name with no Gemini backend configured: answer offline and say so in logs.
+            log.warning("model not configured, using the extractive backend", extra={"model": model})
+            backend = self.backends[EXTRACTIVE]
+        return backend
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenEvent]:
+        request.model = request.model or self.default_model
+        backend = self.backend_for(request.model)
+        self.started += 1
+        try:
+            async for event in backend.stream(request):
+                yield event
+            self.completed += 1
+        except (asyncio.CancelledError, GeneratorExit):
+            self.cancelled += 1
+            log.info("generation cancelled by the caller", extra={"model": request.model})
+            raise

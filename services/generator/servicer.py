@@ -1,0 +1,35 @@
+"""Generator gRPC servicer: protobuf to a GenerationRequest, events back to protobuf."""
+from __future__ import annotations
+
+import grpc
+
+from ragmesh import convert
+from ragmesh.types import Turn
+from ragmesh.v1 import generator_pb2, generator_pb2_grpc
+from services.generator.backends import GenerationRequest
+from services.generator.service import GenerationService
+
+
+class GeneratorServicer(generator_pb2_grpc.GeneratorServicer):
+    def __init__(self, service: GenerationService) -> None:
+        self.service = service
+
+    async def Generate(self, request: generator_pb2.GenerateRequest, context: grpc.aio.ServicerContext):
+        domain = GenerationRequest(
+            model=request.model,
+            question=request.question,
+            blocks=[convert.block_from_proto(b) for b in request.blocks],
+            history=[Turn(t.question, t.answer) for t in request.history],
+            system_instruction=request.system_instruction,
+            prompt=request.prompt,
+            web_search=request.web_search,
+            temperature=request.temperature if request.HasField("temperature") else None,
+        )
+        async for event in self.service.generate(domain):
+            yield convert.gen_event_to_proto(event)
+
+    async def Stats(self, request, context: grpc.aio.ServicerContext):
+        s = self.service
+        return generator_pb2.GeneratorStatsResponse(
+            started=s.started, completed=s.completed, cancelled=s.cancelled, models=sorted(s.backends),
+        )

@@ -1,0 +1,1 @@
+"""Getting content in: chunking and the ingest pipeline (parse -> chunk -> embed -> store -> index)."""

@@ -1,0 +1,80 @@
+"""Retriever gRPC servicer: protobuf to domain objects and back, nothing more."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+import numpy as np
+
+from ragmesh import convert
+from ragmesh.store import Store
+from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
+from services.retriever.index import field_values
+from services.retriever.ingest.pipeline import Ingestor
+from services.retriever.search import SearchEngine, SearchQuery
+
+
+def _opt(msg, name: str, default):
+    return getattr(msg, name) if msg.HasField(name) else default
+
+
+class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
+    def __init__(self, engine: SearchEngine, ingestor: Ingestor, store: Store) -> None:
+        self.engine = engine
+        self.ingestor = ingestor
+        self.store = store
+
+    async def Search(self, request: retriever_pb2.SearchRequest, context: grpc.aio.ServicerContext):
+        query = SearchQuery(
+            query=request.query,
+            collections=list(request.collections),
+            filter=convert.filter_from_proto(request.filter),
+            top_k=_opt(request, "top_k", 50),
+            dense_weight=_opt(request, "dense_weight", 0.5),
+            sparse_weight=_opt(request, "sparse_weight", 0.5),
+            rrf_k=_opt(request, "rrf_k", 60),
+            vector=np.asarray(request.query_vector, np.float32) if request.query_vector else None,
+        )
+        outcome = await self.engine.search(query)
+        return retriever_pb2.SearchResponse(
+            hits=[convert.hit_to_proto(h) for h in outcome.hits],
+            timings=retriever_pb2.Timings(**outcome.timings),
+            candidate_count=outcome.candidate_count,
+            dense_skipped=outcome.dense_skipped,
+        )
+
+    async def Ingest(
+        self, request_iterator: AsyncIterator[retriever_pb2.Document], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[retriever_pb2.IngestProgress]:
+        async def documents():
+            async for doc in request_iterator:
+                yield convert.document_from_proto(doc)
+
+        async for p in self.ingestor.ingest(documents()):
+            yield retriever_pb2.IngestProgress(
+                doc_id=p.doc_id, collection=p.collection,
+                stage=retriever_pb2.IngestStage.Value(p.stage), chunks=p.chunks, error=p.error,
+            )
+
+    async def Delete(self, request: retriever_pb2.DeleteRequest, context: grpc.aio.ServicerContext):
+        docs, chunks = await self.ingestor.delete(request.tenant, request.collection, list(request.doc_ids))
+        return retriever_pb2.DeleteResponse(documents=docs, chunks=chunks)
+
+    def _collections(self) -> list[retriever_pb2.CollectionInfo]:
+        return [
+            retriever_pb2.CollectionInfo(name=c.name, documents=c.documents, chunks=c.chunks)
+            for c in self.store.collections()
+        ]
+
+    async def ListCollections(self, request, context: grpc.aio.ServicerContext):
+        return retriever_pb2.ListCollectionsResponse(collections=self._collections())
+
+    async def Stats(self, request, context: grpc.aio.ServicerContext):
+        return retriever_pb2.StatsResponse(
+            collections=self._collections(), store=repr(self.store),
+            dimensions=self.engine.registry.dimensions, searches=self.engine.searches,
+        )
+
+    async def FieldValues(self, request: retriever_pb2.FieldValuesRequest, context: grpc.aio.ServicerContext):
+        values = field_values(self.engine.registry, request.field, list(request.collections), request.tenant)
+        return retriever_pb2.FieldValuesResponse(values=values)
