@@ -192,5 +192,10 @@ def main(service: str, app_factory: Callable[[Settings], ServiceApp], port_of: C
     """Entry point of `python -m services.<name>`: JSON logs, serve until a signal."""
     settings = config.load()
     rlog.setup(service, settings.log_level)
-    host = ServiceHost(app_factory(settings), settings.host, port_of(settings), settings.grace_period)
-    asyncio.run(host.run_until_signal())
+
+    async def serve() -> None:
+        # Built inside the loop: grpc.aio servers bind to the loop that is running when made.
+        host = ServiceHost(app_factory(settings), settings.host, port_of(settings), settings.grace_period)
+        await host.run_until_signal()
+
+    asyncio.run(serve())

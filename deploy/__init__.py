@@ -1,0 +1,1 @@
+"""Running ragmesh: the local supervisor behind `make run`, and deployment manifests."""
