@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import grpc
@@ -43,12 +44,76 @@ def tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
+class Supervisor:
+    """The four services as child processes, started in dependency order."""
+
+    def __init__(self, settings: config.Settings, env: dict[str, str] | None = None) -> None:
+        self.settings = settings
+        self.logs = settings.data_dir / "logs"
+        self.env = {**os.environ, **(env or {}), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, announce: bool = False) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        for name in ORDER:
+            with open(self.logs / f"{name}.log", "ab") as log_file:
+                self.procs[name] = subprocess.Popen([sys.executable, "-m", f"services.{name}"], env=self.env,
+                                                    stdout=log_file, stderr=subprocess.STDOUT)
+            if announce:
+                print(f"starting {name:9} on {self.settings.address(name)} ...", flush=True)
+            wait_serving(self.settings.address(name), name, self.procs[name])
+
+    def load_demo(self) -> Counter:
+        from demo.loader import load
+
+        async def go() -> Counter:
+            s = self.settings
+            client = RetrieverClient(s.address("retriever"), s.search_timeout, s.ingest_timeout)
+            try:
+                return await load(client)
+            finally:
+                await client.close()
+
+        return asyncio.run(go())
+
+    def check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with code {proc.returncode}")
+
+    def log_tails(self) -> str:
+        return "".join(f"--- last lines of {self.logs / (n + '.log')}:\n{tail(self.logs / (n + '.log'))}"
+                       for n in self.procs)
+
+    def stop(self) -> None:
+        """SIGTERM in reverse order (each service stops gracefully), SIGKILL after 15 s."""
+        for proc in reversed(list(self.procs.values())):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def banner(settings: config.Settings) -> str:
+    host, http, grpcurl = settings.host, settings.http_port, Path(sys.executable).parent / "grpcurl"
+    return f"""ragmesh is running.
+  Browser:  http://{host}:{http}/
+  SSE:      curl -N -X POST http://{host}:{http}/api/chat/ask/stream \\
+              -H 'content-type: application/json' \\
+              -d '{{"question": "What did Kestrel do with its Brazil exposure?"}}'
+  grpcurl:  {grpcurl} -plaintext {settings.address('gateway')} list
+            {grpcurl} -plaintext -d '{{"query": "net exposure", "collections": ["meeting_notes"], "top_k": 3}}' \\
+              {settings.address('retriever')} ragmesh.v1.Retriever/Search
+  Logs:     {settings.data_dir / 'logs'}/<service>.log
+Press Ctrl-C to stop."""
+
+
 def main() -> int:
     settings = config.load()
-    logs = settings.data_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    procs: dict[str, subprocess.Popen] = {}
+    supervisor = Supervisor(settings)
     stopping = False
 
     def shutdown(*_: object) -> None:
@@ -58,55 +123,21 @@ def main() -> int:
     signal.signal(signal.SIGINT, shutdown)
     signal.signal(signal.SIGTERM, shutdown)
     try:
-        for name in ORDER:
-            log_file = open(logs / f"{name}.log", "ab")
-            procs[name] = subprocess.Popen([sys.executable, "-m", f"services.{name}"], env=env,
-                                           stdout=log_file, stderr=subprocess.STDOUT)
-            print(f"starting {name:9} on {settings.address(name)} ...", flush=True)
-            wait_serving(settings.address(name), name, procs[name])
+        supervisor.start(announce=True)
         print("loading the demo corpus ...", flush=True)
-        from demo.loader import load
-
-        async def load_demo():
-            client = RetrieverClient(settings.address("retriever"), settings.search_timeout, settings.ingest_timeout)
-            try:
-                return await load(client)
-            finally:
-                await client.close()
-
-        outcome = asyncio.run(load_demo())
+        outcome = supervisor.load_demo()
         print(f"demo corpus: {outcome['INDEXED']} documents indexed, {outcome['UNCHANGED']} unchanged\n")
-        host = settings.host
-        print(f"""ragmesh is running.
-  Browser:  http://{host}:{settings.http_port}/
-  SSE:      curl -N -X POST http://{host}:{settings.http_port}/api/chat/ask/stream \\
-              -H 'content-type: application/json' \\
-              -d '{{"question": "What did Kestrel do with its Brazil exposure?"}}'
-  grpcurl:  {Path(sys.executable).parent}/grpcurl -plaintext {settings.address('gateway')} list
-            {Path(sys.executable).parent}/grpcurl -plaintext -d '{{"query": "net exposure", "collections": ["meeting_notes"], "top_k": 3}}' \\
-              {settings.address('retriever')} ragmesh.v1.Retriever/Search
-  Logs:     {logs}/<service>.log
-Press Ctrl-C to stop.""", flush=True)
+        print(banner(settings), flush=True)
         while not stopping:
-            for name, proc in procs.items():
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited with code {proc.returncode}")
+            supervisor.check_alive()
             time.sleep(0.5)
         return 0
     except RuntimeError as exc:
         print(f"\nerror: {exc}", file=sys.stderr)
-        for name in procs:
-            print(f"--- last lines of {logs / (name + '.log')}:\n{tail(logs / (name + '.log'))}", file=sys.stderr)
+        print(supervisor.log_tails(), file=sys.stderr)
         return 1
     finally:
-        for proc in reversed(list(procs.values())):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        supervisor.stop()
         print("stopped.")
 
 

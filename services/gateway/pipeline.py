@@ -189,9 +189,9 @@ class AskPipeline:
                 model=ask.model, question=ask.question, blocks=blocks, history=turns,
                 system_instruction=context.SYSTEM_INSTRUCTION, prompt=prompt, web_search=ask.web_search,
             )
-            async with aclosing(stream):
+            async with aclosing(_until(stream, stop)) as events:
                 try:
-                    async for ev in _until(stream, stop):
+                    async for ev in events:
                         if ev.kind in ("thinking", "content"):
                             if ev.kind == "content":
                                 parts.append(ev.text)
@@ -222,22 +222,32 @@ class AskPipeline:
 
 
 async def _until(stream: AsyncIterator[GenEvent], stop: asyncio.Event) -> AsyncIterator[GenEvent]:
-    """Yields from `stream` until it ends, or raises Stopped as soon as `stop` is set."""
+    """Yields from `stream` until it ends, or raises Stopped as soon as `stop` is set.
+
+    On the way out the stream is always closed, which cancels the generator call
+    upstream: a pending read is cancelled (never awaited, so this also works while
+    the caller itself is being cancelled), an idle stream is closed.
+    """
     waiter = asyncio.ensure_future(stop.wait())
+    step: asyncio.Future | None = None
     try:
         while True:
             step = asyncio.ensure_future(anext(stream))
             done, _ = await asyncio.wait({step, waiter}, return_when=asyncio.FIRST_COMPLETED)
             if step not in done:
-                step.cancel()  # closes the generator call upstream
-                await asyncio.gather(step, return_exceptions=True)
                 raise Stopped
             try:
-                yield step.result()
+                event = step.result()
             except StopAsyncIteration:
                 return
+            step = None
+            yield event
     finally:
         waiter.cancel()
+        if step is not None and not step.done():
+            step.cancel()
+        else:
+            await stream.aclose()
 
 
 def _citations(answer: str, blocks: list[ContextBlock]) -> list:

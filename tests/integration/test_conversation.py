@@ -1,0 +1,158 @@
+"""Multi-turn routing, stop, restart and the gRPC face of the gateway and retriever."""
+from __future__ import annotations
+
+import threading
+import time
+
+import grpc
+import httpx
+import pytest
+
+from ragmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, retriever_pb2, retriever_pb2_grpc
+from services.gateway.history import STOPPED_MARK
+from tests.conftest import answer_of, one, sse
+from tests.stack import Stack
+
+
+def ask(stack: Stack, question: str, conversation_id: str, **extra) -> list[dict]:
+    return sse(stack.http_url + "/api/chat/ask/stream",
+               {"question": question, "conversation_id": conversation_id, **extra})
+
+
+def searches(stack: Stack) -> int:
+    return stack.app("retriever").engine.searches
+
+
+def test_follow_ups_reuse_or_skip_retrieval_and_filter_changes_search_again(stack: Stack) -> None:
+    conv = "multi-turn"
+    first = one(ask(stack, "What did Kestrel do with its Brazil exposure?", conv), "strategy")
+    assert first["route"] == "RAG_NEW_QUERY"
+
+    before = searches(stack)
+    second = one(ask(stack, "Why did Kestrel cut the Brazil exposure?", conv), "strategy")
+    assert second["route"] == "RAG_REUSE" and second["cache_hit"], second
+    assert searches(stack) == before, "a reused scope must not search again"
+
+    events = ask(stack, "summarize that", conv)
+    third = one(events, "strategy")
+    assert third["route"] == "NO_RAG" and "2 earlier turns" in third["reason"]
+    assert searches(stack) == before, "NO_RAG must not call the retriever"
+    assert "12% to 4%" in answer_of(events)
+
+    fourth = one(ask(stack, "What did Kestrel do with its Brazil exposure?", conv,
+                     selected_funds=["Kestrel Emerging Markets"]), "strategy")
+    assert fourth["route"] == "RAG_NEW_QUERY" and fourth["reason"].startswith("filters changed")
+    assert searches(stack) == before + 1
+
+    fifth = one(ask(stack, "What were the top holdings in the healthcare portfolio?", conv,
+                    selected_funds=["Kestrel Emerging Markets"]), "strategy")
+    assert fifth["route"] == "RAG_NEW_QUERY" and "different topic" in fifth["reason"]
+
+    history = httpx.get(f"{stack.http_url}/api/conversations/{conv}").json()["messages"]
+    assert [m["role"] for m in history] == ["user", "assistant"] * 5
+    assert history[5]["meta"]["route"] == "NO_RAG"
+
+
+@pytest.fixture()
+def slow_generation(stack: Stack):
+    backend = stack.app("generator").service.backends["extractive"]
+    backend.delay, saved = 0.25, backend.delay
+    yield
+    backend.delay = saved
+
+
+def _wait_for(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _last_answer(stack: Stack, conv: str) -> str:
+    return httpx.get(f"{stack.http_url}/api/conversations/{conv}").json()["messages"][-1]["content"]
+
+
+def test_closing_the_sse_connection_cancels_generation_upstream(stack: Stack, slow_generation) -> None:
+    generator = stack.app("generator").service
+    cancelled = generator.cancelled
+    conv = "closed-midway"
+    with httpx.stream("POST", stack.http_url + "/api/chat/ask/stream", timeout=30,
+                      json={"question": "How did Harborview change its net exposure?", "conversation_id": conv}) as resp:
+        for line in resp.iter_lines():
+            if '"content"' in line:
+                break  # leave mid-answer: the context manager closes the connection
+    assert _wait_for(lambda: generator.cancelled == cancelled + 1), "generator never saw the cancellation"
+    assert _wait_for(lambda: _last_answer(stack, conv).endswith(STOPPED_MARK))
+    assert len(_last_answer(stack, conv)) > len(STOPPED_MARK), "the partial answer is kept"
+
+
+def test_stop_endpoint_stops_the_answer_and_keeps_the_partial(stack: Stack, slow_generation) -> None:
+    generator = stack.app("generator").service
+    cancelled = generator.cancelled
+    conv = "stopped-by-button"
+    events: list[dict] = []
+    reader = threading.Thread(target=lambda: events.extend(ask(stack, "How did Harborview change its net exposure?", conv)))
+    reader.start()
+    assert _wait_for(lambda: stack.app("gateway").pipeline.stop(conv) if len(_last_answer_or_empty(stack, conv)) else False)
+    reader.join(30)
+    done = events[-1]
+    assert done["done"] and done["stopped"] is True
+    assert _wait_for(lambda: generator.cancelled == cancelled + 1)
+    assert _last_answer(stack, conv).endswith(STOPPED_MARK)
+    assert httpx.post(stack.http_url + "/api/chat/stop", json={"conversation_id": conv}).json() == {"stopped": False}
+
+
+def _last_answer_or_empty(stack: Stack, conv: str) -> str:
+    """Non-empty once the question is saved, i.e. generation has started."""
+    reply = httpx.get(f"{stack.http_url}/api/conversations/{conv}")
+    return reply.json()["messages"][-1]["content"] if reply.status_code == 200 else ""
+
+
+def _search(stub: retriever_pb2_grpc.RetrieverStub) -> list[tuple[str, float, int, int]]:
+    reply = stub.Search(retriever_pb2.SearchRequest(query="gold position size", top_k=10), timeout=10)
+    return [(h.chunk.chunk_id, round(h.score, 6), h.dense_rank, h.sparse_rank) for h in reply.hits]
+
+
+def test_restarting_the_retriever_gives_the_same_hits(stack: Stack) -> None:
+    with grpc.insecure_channel(stack.address("retriever")) as channel:
+        before = _search(retriever_pb2_grpc.RetrieverStub(channel))
+    assert len(before) == 10
+    stack.restart_service("retriever")
+    with grpc.insecure_channel(stack.address("retriever")) as channel:
+        assert _search(retriever_pb2_grpc.RetrieverStub(channel)) == before
+
+
+def test_grpc_ask_streams_the_same_events(stack: Stack) -> None:
+    with grpc.insecure_channel(stack.address("gateway")) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        events = list(stub.Ask(gateway_pb2.AskRequest(question="What premium was paid for Brightwater Bio?"), timeout=60))
+        kinds = [e.WhichOneof("event") for e in events]
+        assert kinds[:4] == ["searching", "searching", "strategy", "generating"]
+        assert kinds[-2:] == ["citations", "done"]
+        assert events[1].searching is False
+        assert "88%" in "".join(e.content for e in events)
+        conv = events[-1].done.conversation_id
+        stored = stub.GetConversation(gateway_pb2.GetConversationRequest(conversation_id=conv), timeout=5)
+        assert [m.role for m in stored.messages] == ["user", "assistant"]
+
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Ask(gateway_pb2.AskRequest(question=""), timeout=10))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details().startswith("question")
+
+
+@pytest.mark.parametrize("request_kwargs, field", [
+    ({"query": "x", "top_k": 0}, "top_k"),
+    ({"query": "x", "top_k": 201}, "top_k"),
+    ({"query": ""}, "query"),
+    ({"query": "x", "filter": common_pb2.Filter(start_date="2024-1-1")}, "filter.start_date"),
+    ({"query": "x", "filter": common_pb2.Filter(start_date="2024-02-01", end_date="2024-01-01")}, "filter.end_date"),
+])
+def test_retriever_rejects_bad_searches(stack: Stack, request_kwargs: dict, field: str) -> None:
+    with grpc.insecure_channel(stack.address("retriever")) as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            retriever_pb2_grpc.RetrieverStub(channel).Search(retriever_pb2.SearchRequest(**request_kwargs), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details().startswith(field)

@@ -1,0 +1,48 @@
+"""The offline backend quotes the context, cites only given blocks and says when nothing fits."""
+import asyncio
+import re
+
+from ragmesh.types import Chunk, ContextBlock, Turn
+from services.generator.backends import GenerationRequest
+from services.generator.backends.extractive import NO_DATA, NOTHING_RELEVANT, ExtractiveBackend
+
+
+def block(i: int, text: str) -> ContextBlock:
+    return ContextBlock(i, text, Chunk(f"c{i}", f"d{i}", "meeting_notes", text), f"Block {i}")
+
+
+BLOCKS = [
+    block(1, "Kestrel cut its Brazil exposure from 12% to 4% in March 2024. The weather was mild."),
+    block(2, "Northwind returned 3.2% in Q2. Kestrel moved the Brazil exposure into India."),
+    block(3, "Kestrel cut its Brazil exposure from 12% to 4% in March 2024!"),  # the same fact again
+]
+
+
+def run(request: GenerationRequest) -> str:
+    async def collect() -> str:
+        return "".join([e.text async for e in ExtractiveBackend(delay_ms=0).stream(request) if e.kind == "content"])
+    return asyncio.run(collect())
+
+
+def test_answers_with_relevant_sentences_citing_given_blocks_only() -> None:
+    answer = run(GenerationRequest("extractive", "What did Kestrel do with Brazil exposure?", BLOCKS))
+    cited = {int(n) for n in re.findall(r"\[(\d+)\]", answer)}
+    assert cited and cited <= {1, 2, 3}
+    assert "12% to 4%" in answer
+    assert "weather" not in answer
+    assert answer.count("12% to 4%") == 1, "the repeated fact is said once"
+
+
+def test_no_blocks_says_there_is_no_data() -> None:
+    assert run(GenerationRequest("extractive", "Anything?", [])) == NO_DATA
+
+
+def test_irrelevant_blocks_are_not_quoted() -> None:
+    assert run(GenerationRequest("extractive", "Who won the football league?", BLOCKS)) == NOTHING_RELEVANT
+
+
+def test_follow_up_without_blocks_restates_the_conversation() -> None:
+    history = [Turn("q1", "- Kestrel cut Brazil to 4%. [1]"), Turn("q2", "- India is now 28% of NAV. [2]")]
+    answer = run(GenerationRequest("extractive", "Summarize that", [], history))
+    assert "Kestrel cut Brazil to 4%." in answer and "India is now 28% of NAV." in answer
+    assert "[" not in answer, "old markers point at blocks this answer was not given"

@@ -1,0 +1,43 @@
+import numpy as np
+
+from ragmesh.types import Chunk, SearchFilter
+from services.retriever.filters import compile_mask
+
+CHUNKS = [
+    Chunk("a", "d1", "c", "x", {"fund_name": "Kestrel", "report_date": "2024-03-31"}, "2024-03-14", ""),
+    Chunk("b", "d2", "c", "x", {"fund_name": "Northwind"}, "2025-01-22", ""),
+    Chunk("c", "d3", "c", "x", {"fund_name": "Kestrel"}, "", ""),
+    Chunk("d", "d4", "c", "x", {"fund_name": "Kestrel"}, "2024-06-01", "acme"),
+]
+
+
+def mask(f: SearchFilter) -> list[bool]:
+    tenants = np.array([c.tenant for c in CHUNKS], dtype=object)
+    dates = np.array([c.date for c in CHUNKS], dtype=object)
+    return compile_mask(f, CHUNKS, tenants, dates).tolist()
+
+
+def test_tenant_scope_is_always_applied() -> None:
+    assert mask(SearchFilter()) == [True, True, True, False]
+    assert mask(SearchFilter(tenant="acme")) == [False, False, False, True]
+
+
+def test_date_range_is_inclusive_and_excludes_undated_chunks() -> None:
+    assert mask(SearchFilter(start_date="2024-03-14", end_date="2025-01-22")) == [True, True, False, False]
+    assert mask(SearchFilter(start_date="2025-01-01")) == [False, True, False, False]
+
+
+def test_date_field_reads_metadata() -> None:
+    f = SearchFilter(start_date="2024-03-31", end_date="2024-03-31", date_field="report_date")
+    assert mask(f) == [True, False, False, False]
+
+
+def test_in_and_equality_filters() -> None:
+    assert mask(SearchFilter(any_of={"fund_name": ["Kestrel"]})) == [True, False, True, False]
+    assert mask(SearchFilter(equals={"fund_name": "Northwind"})) == [False, True, False, False]
+
+
+def test_a_filter_that_matches_nothing_fails_closed() -> None:
+    assert mask(SearchFilter(any_of={"fund_name": []})) == [False] * 4
+    assert mask(SearchFilter(any_of={"unknown_field": ["x"]})) == [False] * 4
+    assert mask(SearchFilter(start_date="2030-01-01")) == [False] * 4

@@ -1,0 +1,61 @@
+"""Routing rules, the scope cache and request validation: the gateway's pure logic."""
+import pytest
+
+from ragmesh.errors import InvalidArgument
+from services.gateway.request import AskInput
+from services.gateway.router import NEW_QUERY, NO_RAG, classify_intent
+from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
+
+
+@pytest.mark.parametrize("question", ["Summarize that", "Can you explain the above?", "why?", "Compare them",
+                                      "Tell me more", "what about the second fund"])
+def test_transform_patterns_skip_retrieval_with_two_turns(question: str) -> None:
+    assert classify_intent(question, 2)[0] == NO_RAG
+    assert classify_intent(question, 1)[0] == NEW_QUERY
+
+
+def test_new_questions_need_retrieval() -> None:
+    assert classify_intent("What is Kestrel's net exposure?", 5)[0] == NEW_QUERY
+    assert classify_intent("Is the fund showing growth?", 5)[0] == NEW_QUERY  # 'show' is not 'how'
+
+
+def test_scope_key_is_order_independent() -> None:
+    assert scope_key("2024-01-01", "2024-12-31", ["B", "A"]) == "2024-01-01_2024-12-31_['A', 'B']"
+
+
+def test_scope_cache_ttl_and_bound() -> None:
+    now = [0.0]
+    cache = ScopeCache(ttl_s=900, max_entries=2, clock=lambda: now[0])
+
+    def entry(q: str) -> ScopeEntry:
+        return ScopeEntry("k", ["c"], q, None, [], 0)
+
+    cache.put("t", "c1", entry("one"))
+    now[0] = 899
+    assert cache.get("t", "c1").question == "one"
+    now[0] = 901
+    assert cache.get("t", "c1") is None, "expired after 15 minutes"
+    for conv in ("a", "b", "c"):
+        cache.put("t", conv, entry(conv))
+    assert cache.get("t", "a") is None and len(cache) == 2
+    assert cache.get("other-tenant", "b") is None
+
+
+@pytest.mark.parametrize("fields, field", [
+    ({"question": ""}, "question"),
+    ({"question": "   "}, "question"),
+    ({"question": "x" * 2001}, "question"),
+    ({"start_date": "2024-13-01"}, "start_date"),
+    ({"end_date": "01/02/2024"}, "end_date"),
+    ({"start_date": "2024-05-01", "end_date": "2024-04-01"}, "end_date"),
+    ({"model": "gpt-17"}, "model"),
+    ({"data_sources": ["Tarot cards"]}, "data_sources"),
+    ({"top_k": 0}, "top_k"),
+    ({"top_k": 201}, "top_k"),
+])
+def test_bad_input_names_the_field(fields: dict, field: str) -> None:
+    ask = AskInput(**{"question": "What changed?", **fields})
+    with pytest.raises(InvalidArgument) as err:
+        ask.validate()
+    assert err.value.field == field
+    assert str(err.value).startswith(f"{field}: ")

@@ -1,0 +1,63 @@
+"""The SQLite store on a real file: atomic document replacement, version counter, conversations."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragmesh.store.sqlite import SqliteStore
+from ragmesh.types import Chunk, DocumentRecord, StoredChunk
+
+
+def doc(doc_id: str = "d1", n: int = 2, h: str = "h1") -> tuple[DocumentRecord, list[StoredChunk]]:
+    record = DocumentRecord(doc_id, "notes", "", h, "T", {"fund_name": "K"}, "2024-01-02", n)
+    chunks = [StoredChunk(Chunk(f"notes/{doc_id}#{i}", doc_id, "notes", f"text {i}", {"fund_name": "K"},
+                                "2024-01-02", "", "", i), np.full(4, i, np.float32)) for i in range(n)]
+    return record, chunks
+
+
+def test_replace_is_whole_and_survives_reopen(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    v1 = store.replace_document(*doc(n=3))
+    v2 = store.replace_document(*doc(n=1, h="h2"))
+    assert v2 > v1
+    store.close()
+    store = SqliteStore(tmp_path / "s.db")
+    chunks = list(store.iter_chunks("notes"))
+    assert [c.chunk.chunk_id for c in chunks] == ["notes/d1#0"]
+    assert chunks[0].vector.dtype == np.float32 and chunks[0].vector.shape == (4,)
+    assert store.get_document("", "notes", "d1").content_hash == "h2"
+    assert store.version() == v2
+
+
+def test_a_failed_replace_leaves_the_old_version(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    store.replace_document(*doc(n=2))
+    record, chunks = doc(n=2, h="h2")
+    chunks.append(chunks[0])  # duplicate chunk id: the insert fails halfway
+    with pytest.raises(Exception):
+        store.replace_document(record, chunks)
+    assert [c.chunk.chunk_id for c in store.iter_chunks()] == ["notes/d1#0", "notes/d1#1"]
+    assert store.get_document("", "notes", "d1").content_hash == "h1"
+
+
+def test_delete_and_collection_counts(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    store.replace_document(*doc("d1", 2))
+    store.replace_document(*doc("d2", 3))
+    assert [(c.name, c.documents, c.chunks) for c in store.collections()] == [("notes", 2, 5)]
+    assert store.delete_documents("", "notes", ["d1", "missing"]) == (1, 2)
+    assert store.delete_documents("other-tenant", "notes", ["d2"]) == (0, 0)
+    assert [(c.documents, c.chunks) for c in store.collections()] == [(1, 3)]
+
+
+def test_messages_keep_order_and_tenant(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    store.ensure_conversation("t1", "u", "c1")
+    ids = [store.add_message("c1", role, f"m{i}", {"i": i}) for i, role in enumerate(["user", "assistant"] * 3)]
+    store.update_message(ids[-1], "edited", {"i": 99})
+    messages = store.messages("c1")
+    assert [m.content for m in messages] == ["m0", "m1", "m2", "m3", "m4", "edited"]
+    assert [m.content for m in store.messages("c1", limit=2)] == ["m4", "edited"]
+    assert store.conversation_exists("t1", "c1") and not store.conversation_exists("t2", "c1")
+    assert not store.delete_conversation("t2", "c1")
+    assert store.delete_conversation("t1", "c1") and store.messages("c1") == []
