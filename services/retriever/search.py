@@ -74,30 +74,42 @@ class SearchEngine:
                 log.warning("embedder unavailable, sparse-only search", extra={"error": str(exc)})
                 dense_skipped = True
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
-        hits, candidates = await asyncio.to_thread(self._search_indexes, q, indexes, vector, timings)
-        timings["total_ms"] = (time.perf_counter() - started) * 1000
-        return SearchOutcome(hits, candidates, timings, dense_skipped)
-
-    def _search_indexes(
-        self, q: SearchQuery, indexes: list[CollectionIndex], vector: np.ndarray | None, timings: dict[str, float]
-    ) -> tuple[list[Hit], int]:
-        depth = max(q.top_k * 2, 100)
         hits: list[Hit] = []
         candidates = 0
         for ix in indexes:
-            mask = filters.compile_mask(q.filter, ix.chunks, ix.tenants, ix.dates)
-            candidates += int(mask.sum())
-            t0 = time.perf_counter()
-            empty = (np.zeros(0, np.int64), np.zeros(0, np.float32))
-            dense = ix.dense.search(vector, depth, mask) if vector is not None else empty
-            t1 = time.perf_counter()
-            sparse = ix.sparse.search(q.query, depth, mask)
-            t2 = time.perf_counter()
-            weights = (0.0 if vector is None else q.dense_weight, q.sparse_weight)
-            for f in weighted_rrf(dense, sparse, *weights, k=q.rrf_k)[: q.top_k]:
-                hits.append(Hit(ix.chunks[f.position], f.score, f.dense_rank, f.sparse_rank, f.dense_score, f.sparse_score))
-            timings["dense_ms"] += (t1 - t0) * 1000
-            timings["sparse_ms"] += (t2 - t1) * 1000
-            timings["fusion_ms"] += (time.perf_counter() - t2) * 1000
+            found, admitted = await self._search_collection(q, ix, vector, timings)
+            hits += found
+            candidates += admitted
         hits.sort(key=lambda h: -h.score)
-        return hits[: q.top_k], candidates
+        hits = hits[: q.top_k]
+        timings["total_ms"] = (time.perf_counter() - started) * 1000
+        return SearchOutcome(hits, candidates, timings, dense_skipped)
+
+    async def _search_collection(
+        self, q: SearchQuery, ix: CollectionIndex, vector: np.ndarray | None, timings: dict[str, float]
+    ) -> tuple[list[Hit], int]:
+        """Dense and sparse side by side (FAISS and numpy release the GIL) under one mask, then RRF."""
+        depth = max(q.top_k * 2, 100)
+        mask = filters.compile_mask(q.filter, ix.chunks, ix.tenants, ix.dates)
+
+        def timed(kind: str, fn, *args):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                timings[f"{kind}_ms"] += (time.perf_counter() - t0) * 1000
+
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+        dense, sparse = await asyncio.gather(
+            asyncio.to_thread(timed, "dense", ix.dense.search, vector, depth, mask) if vector is not None
+            else asyncio.sleep(0, empty),
+            asyncio.to_thread(timed, "sparse", ix.sparse.search, q.query, depth, mask),
+        )
+        t0 = time.perf_counter()
+        weights = (0.0 if vector is None else q.dense_weight, q.sparse_weight)
+        hits = [
+            Hit(ix.chunks[f.position], f.score, f.dense_rank, f.sparse_rank, f.dense_score, f.sparse_score)
+            for f in weighted_rrf(dense, sparse, *weights, k=q.rrf_k)[: q.top_k]
+        ]
+        timings["fusion_ms"] += (time.perf_counter() - t0) * 1000
+        return hits, int(mask.sum())
