@@ -65,6 +65,12 @@ class Settings:
     # Generator
     default_model: str = field(default_factory=lambda: _env("DEFAULT_MODEL", ""))
     extractive_delay_ms: float = field(default_factory=lambda: _float("EXTRACTIVE_DELAY_MS", 15.0))
+    # Another Gemini endpoint (a proxy, or the tests' fake); empty = Google's.
+    gemini_base_url: str = field(default_factory=lambda: _env("GEMINI_BASE_URL", ""))
+    # Any OpenAI-compatible server (Ollama, vLLM, llama.cpp, LM Studio); empty = not used.
+    openai_base_url: str = field(default_factory=lambda: _env("OPENAI_BASE_URL", ""))
+    openai_api_key: str = field(default_factory=lambda: _env("OPENAI_API_KEY", ""))
+    openai_model: str = field(default_factory=lambda: _env("OPENAI_MODEL", ""))
 
     # Retriever
     chunk_min_chars: int = field(default_factory=lambda: _int("CHUNK_MIN_CHARS", 400))
@@ -78,6 +84,21 @@ class Settings:
     )
     context_top_k: int = field(default_factory=lambda: _int("CONTEXT_TOP_K", 8))
     history_turns: int = field(default_factory=lambda: _int("HISTORY_TURNS", 3))
+
+    # Store: MongoDB when MONGODB_URI is set, else SQLite under DATA_DIR.
+    mongodb_uri: str = field(default_factory=lambda: _env("MONGODB_URI", ""))
+    mongodb_db: str = field(default_factory=lambda: _env("MONGODB_DB", "ragmesh"))
+    # Server selection bounds how long start-up waits for an unreachable server.
+    mongodb_timeout_ms: int = field(default_factory=lambda: _int("MONGODB_TIMEOUT_MS", 5000))
+    mongodb_connect_timeout_ms: int = field(
+        default_factory=lambda: _int("MONGODB_CONNECT_TIMEOUT_MS", 5000)
+    )
+    mongodb_socket_timeout_ms: int = field(
+        default_factory=lambda: _int("MONGODB_SOCKET_TIMEOUT_MS", 30000)
+    )
+    # auto: transactions where `hello` reports a replica set or mongos; off: versioned writes only
+    # (Cosmos DB for MongoDB reports a replica set but has no transactions across collections).
+    mongodb_transactions: str = field(default_factory=lambda: _env("MONGODB_TRANSACTIONS", "auto"))
 
     def address(self, service: str) -> str:
         """host:port of a service, from its *_ADDR variable or this host and its port."""
@@ -93,8 +114,23 @@ class Settings:
         out: dict[str, object] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            out[f.name] = "***" if "key" in f.name and value else str(value)
+            if f.name == "mongodb_uri":
+                out[f.name] = redact_uri(value)
+            else:
+                out[f.name] = "***" if "key" in f.name and value else str(value)
         return out
+
+
+def redact_uri(uri: str) -> str:
+    """scheme://hosts of a connection URI: safe to log, since credentials and options may hold secrets."""
+    if not uri:
+        return ""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return "<unparseable uri>"
+    # Everything up to the last "@" may be credentials, escaped or not.
+    hosts = rest.rpartition("@")[2].split("/", 1)[0].split("?", 1)[0]
+    return f"{scheme}://{hosts}"
 
 
 def load() -> Settings:

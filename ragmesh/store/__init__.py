@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ragmesh.config import Settings
+from ragmesh.errors import Unavailable
 from ragmesh.types import DocumentRecord, StoredChunk
+
+
+class StoreUnavailable(Unavailable):
+    """The configured store cannot be reached or its URI is invalid: report NOT_SERVING, don't crash-loop.
+
+    The message names the store's host, never its credentials."""
 
 
 @dataclass
@@ -37,6 +44,9 @@ class Store(Protocol):
 
     def replace_document(self, doc: DocumentRecord, chunks: list[StoredChunk]) -> int:
         """Atomically swaps the document's chunks for these; returns the store's new version."""
+
+    def replace_documents(self, items: list[tuple[DocumentRecord, list[StoredChunk]]]) -> int:
+        """replace_document for many documents in one atomic write (bulk loads)."""
 
     def delete_documents(self, tenant: str, collection: str, doc_ids: list[str]) -> tuple[int, int]:
         """Deletes documents and their chunks; returns (documents, chunks) removed."""
@@ -66,7 +76,25 @@ class Store(Protocol):
 
 
 def open_store(settings: Settings) -> Store:
-    """The store the settings name: SQLite under DATA_DIR by default."""
+    """The store the settings name: MongoDB when MONGODB_URI is set, else SQLite under DATA_DIR.
+
+    Raises StoreUnavailable when MongoDB is configured but unreachable."""
+    if settings.mongodb_uri:
+        from ragmesh.store.mongo import MongoStore
+
+        modes = {"auto": None, "on": True, "off": False}
+        if settings.mongodb_transactions not in modes:
+            raise ValueError(
+                f"MONGODB_TRANSACTIONS must be auto, on or off, got {settings.mongodb_transactions!r}"
+            )
+        return MongoStore(
+            settings.mongodb_uri,
+            settings.mongodb_db,
+            server_selection_timeout_ms=settings.mongodb_timeout_ms,
+            connect_timeout_ms=settings.mongodb_connect_timeout_ms,
+            socket_timeout_ms=settings.mongodb_socket_timeout_ms,
+            transactions=modes[settings.mongodb_transactions],
+        )
     from ragmesh.store.sqlite import SqliteStore
 
     return SqliteStore(settings.sqlite_path)

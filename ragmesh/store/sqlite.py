@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ragmesh.errors import InvalidArgument
 from ragmesh.store import CollectionStats, MessageRecord
 from ragmesh.types import Chunk, DocumentRecord, StoredChunk
 
@@ -88,30 +89,40 @@ class SqliteStore:
         )
 
     def replace_document(self, doc: DocumentRecord, chunks: list[StoredChunk]) -> int:
+        return self.replace_documents([(doc, chunks)])
+
+    def replace_documents(self, items: list[tuple[DocumentRecord, list[StoredChunk]]]) -> int:
+        try:
+            return self._replace_documents(items)
+        except sqlite3.IntegrityError as exc:
+            raise InvalidArgument("chunk_id", f"a chunk id is already used by another document ({exc})") from exc
+
+    def _replace_documents(self, items: list[tuple[DocumentRecord, list[StoredChunk]]]) -> int:
         with self._tx() as db:
-            db.execute(
-                "DELETE FROM chunks WHERE tenant = ? AND collection = ? AND doc_id = ?",
-                (doc.tenant, doc.collection, doc.doc_id),
-            )
-            db.executemany(
-                "INSERT INTO chunks VALUES (?,?,?,?,?,?,?,?,?,?)",
-                [
+            for doc, chunks in items:
+                db.execute(
+                    "DELETE FROM chunks WHERE tenant = ? AND collection = ? AND doc_id = ?",
+                    (doc.tenant, doc.collection, doc.doc_id),
+                )
+                db.executemany(
+                    "INSERT INTO chunks VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    [
+                        (
+                            s.chunk.chunk_id, s.chunk.tenant, s.chunk.collection, s.chunk.doc_id,
+                            s.chunk.chunk_index, s.chunk.text, json.dumps(s.chunk.metadata),
+                            s.chunk.date, s.chunk.parent_chunk_id,
+                            None if s.vector is None else np.asarray(s.vector, dtype="<f4").tobytes(),
+                        )
+                        for s in chunks
+                    ],
+                )
+                db.execute(
+                    "INSERT OR REPLACE INTO documents VALUES (?,?,?,?,?,?,?,?,?)",
                     (
-                        s.chunk.chunk_id, s.chunk.tenant, s.chunk.collection, s.chunk.doc_id,
-                        s.chunk.chunk_index, s.chunk.text, json.dumps(s.chunk.metadata),
-                        s.chunk.date, s.chunk.parent_chunk_id,
-                        None if s.vector is None else np.asarray(s.vector, dtype="<f4").tobytes(),
-                    )
-                    for s in chunks
-                ],
-            )
-            db.execute(
-                "INSERT OR REPLACE INTO documents VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    doc.tenant, doc.collection, doc.doc_id, doc.content_hash, doc.title,
-                    json.dumps(doc.metadata), doc.date, len(chunks), time.time(),
-                ),
-            )
+                        doc.tenant, doc.collection, doc.doc_id, doc.content_hash, doc.title,
+                        json.dumps(doc.metadata), doc.date, len(chunks), time.time(),
+                    ),
+                )
             return self._bump_version()
 
     def delete_documents(self, tenant: str, collection: str, doc_ids: list[str]) -> tuple[int, int]:

@@ -149,14 +149,18 @@ class ListCollectionsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class CollectionInfo(_message.Message):
-    __slots__ = ("name", "documents", "chunks")
+    __slots__ = ("name", "documents", "chunks", "indexed_chunks", "dense_index")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    INDEXED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    DENSE_INDEX_FIELD_NUMBER: _ClassVar[int]
     name: str
     documents: int
     chunks: int
-    def __init__(self, name: _Optional[str] = ..., documents: _Optional[int] = ..., chunks: _Optional[int] = ...) -> None: ...
+    indexed_chunks: int
+    dense_index: str
+    def __init__(self, name: _Optional[str] = ..., documents: _Optional[int] = ..., chunks: _Optional[int] = ..., indexed_chunks: _Optional[int] = ..., dense_index: _Optional[str] = ...) -> None: ...
 
 class ListCollectionsResponse(_message.Message):
     __slots__ = ("collections",)
@@ -195,3 +199,23 @@ class FieldValuesResponse(_message.Message):
     VALUES_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UpsertRequest(_message.Message):
+    __slots__ = ("chunk", "vector")
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_FIELD_NUMBER: _ClassVar[int]
+    chunk: _common_pb2.Chunk
+    vector: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, chunk: _Optional[_Union[_common_pb2.Chunk, _Mapping]] = ..., vector: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class UpsertResponse(_message.Message):
+    __slots__ = ("documents", "chunks", "errors", "rejected")
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    documents: int
+    chunks: int
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    rejected: int
+    def __init__(self, documents: _Optional[int] = ..., chunks: _Optional[int] = ..., errors: _Optional[_Iterable[str]] = ..., rejected: _Optional[int] = ...) -> None: ...

@@ -45,6 +45,11 @@ class RetrieverStub:
                 request_serializer=ragmesh_dot_v1_dot_retriever__pb2.Document.SerializeToString,
                 response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.IngestProgress.FromString,
                 _registered_method=True)
+        self.Upsert = channel.stream_unary(
+                '/ragmesh.v1.Retriever/Upsert',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.UpsertRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.UpsertResponse.FromString,
+                _registered_method=True)
         self.Delete = channel.unary_unary(
                 '/ragmesh.v1.Retriever/Delete',
                 request_serializer=ragmesh_dot_v1_dot_retriever__pb2.DeleteRequest.SerializeToString,
@@ -79,6 +84,14 @@ class RetrieverServicer:
 
     def Ingest(self, request_iterator, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Upsert(self, request_iterator, context):
+        """Chunks that already carry their vectors (migrations, bulk loads embedded elsewhere).
+        A document's chunks come together in the stream and replace its stored chunks.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -120,6 +133,11 @@ def add_RetrieverServicer_to_server(servicer, server):
                     servicer.Ingest,
                     request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.Document.FromString,
                     response_serializer=ragmesh_dot_v1_dot_retriever__pb2.IngestProgress.SerializeToString,
+            ),
+            'Upsert': grpc.stream_unary_rpc_method_handler(
+                    servicer.Upsert,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.UpsertRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.UpsertResponse.SerializeToString,
             ),
             'Delete': grpc.unary_unary_rpc_method_handler(
                     servicer.Delete,
@@ -197,6 +215,33 @@ class Retriever:
             '/ragmesh.v1.Retriever/Ingest',
             ragmesh_dot_v1_dot_retriever__pb2.Document.SerializeToString,
             ragmesh_dot_v1_dot_retriever__pb2.IngestProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Upsert(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/ragmesh.v1.Retriever/Upsert',
+            ragmesh_dot_v1_dot_retriever__pb2.UpsertRequest.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.UpsertResponse.FromString,
             options,
             channel_credentials,
             insecure,

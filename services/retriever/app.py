@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import faiss
 import grpc
 import numpy as np
 
@@ -15,10 +16,14 @@ from ragmesh.store import open_store
 from ragmesh.v1 import retriever_pb2_grpc
 from services.retriever.index import IndexRegistry
 from services.retriever.ingest.pipeline import Ingestor
+from services.retriever.ingest.upsert import Upserter
 from services.retriever.search import SearchEngine
 from services.retriever.servicer import RetrieverServicer
 
 log = logging.getLogger(__name__)
+
+# One FAISS thread per search: a single query is faster that way, and BM25 runs on the other core.
+faiss.omp_set_num_threads(1)
 
 FALLBACK_DIMENSIONS = 384
 
@@ -30,6 +35,7 @@ class RetrieverApp(ServiceApp):
         self.settings = settings
         self.store = open_store(settings)
         self.registry = IndexRegistry(FALLBACK_DIMENSIONS)
+        self.snapshot_dir = settings.data_dir / "index"
         self.embedder: EmbedderClient | None = None
         self.engine = SearchEngine(self.registry, self._embed)
         self.ingestor = Ingestor(
@@ -43,7 +49,7 @@ class RetrieverApp(ServiceApp):
 
     def register(self, server: grpc.aio.Server) -> None:
         retriever_pb2_grpc.add_RetrieverServicer_to_server(
-            RetrieverServicer(self.engine, self.ingestor, self.store), server
+            RetrieverServicer(self.engine, self.ingestor, Upserter(self.store, self.registry), self.store), server
         )
 
     async def warm_up(self) -> None:
@@ -54,11 +60,20 @@ class RetrieverApp(ServiceApp):
         except RagmeshError as exc:
             log.warning("embedder not reachable at start; dense search waits for it",
                         extra={"error": str(exc)})
-        chunks = await asyncio.to_thread(self.registry.rebuild, self.store)
-        log.info("indexes rebuilt from the store",
-                 extra={"chunks": chunks, "collections": self.registry.names(), "store": repr(self.store)})
+        version = await asyncio.to_thread(self.store.version)
+        if await asyncio.to_thread(self.registry.load_snapshot, self.snapshot_dir, version):
+            log.info("indexes loaded from snapshot", extra={"version": version, "collections": self.registry.names()})
+        else:
+            chunks = await asyncio.to_thread(self.registry.rebuild, self.store)
+            log.info("indexes rebuilt from the store",
+                     extra={"chunks": chunks, "collections": self.registry.names(), "store": repr(self.store)})
 
     async def close(self) -> None:
+        """After the server stopped (no writes in flight): snapshot the indexes for a fast restart."""
+        try:
+            await asyncio.to_thread(self.registry.save_snapshot, self.snapshot_dir, self.store.version())
+        except OSError as exc:
+            log.warning("index snapshot not written", extra={"error": str(exc)})
         if self.embedder is not None:
             await self.embedder.close()
         self.store.close()

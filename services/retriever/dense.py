@@ -1,30 +1,79 @@
-"""Exact inner-product search with FAISS; filters go in as an ID selector so the
-filtered result is exact rather than post-filtered from a truncated list."""
+"""Dense search with FAISS over chunk slots.
+
+Exact inner product (IndexFlatIP) by default; HNSW (M = 16, efConstruction = 64) as a
+per-collection option for very large collections. Filters and deleted slots arrive as a
+boolean mask that FAISS applies as an ID-selector bitmap while it scans, so a filtered
+result is exact rather than post-filtered from a truncated list.
+"""
 from __future__ import annotations
 
 import faiss
 import numpy as np
 
+FLAT = "flat"
+HNSW = "hnsw"
+# Below this share of admitted slots, HNSW's graph walk misses results; scan them exactly.
+HNSW_EXACT_BELOW = 0.05
+
+
+def _empty() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+
 
 class DenseIndex:
-    def __init__(self, vectors: np.ndarray, dimensions: int) -> None:
+    def __init__(self, dimensions: int, kind: str = FLAT, hnsw_m: int = 16, ef_construction: int = 64,
+                 ef_search: int = 128) -> None:
+        if kind not in (FLAT, HNSW):
+            raise ValueError(f"dense index kind must be {FLAT!r} or {HNSW!r}, got {kind!r}")
         self.dimensions = dimensions
-        self.index = faiss.IndexFlatIP(dimensions)
-        if len(vectors):
-            self.index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+        self.kind = kind
+        self.ef_search = ef_search
+        if kind == HNSW:
+            self.index = faiss.IndexHNSWFlat(dimensions, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            self.index.hnsw.efConstruction = ef_construction
+        else:
+            self.index = faiss.IndexFlatIP(dimensions)
 
     def __len__(self) -> int:
         return self.index.ntotal
 
+    def add(self, vectors: np.ndarray) -> None:
+        """Appends vectors; the i-th added gets the next slot number."""
+        if len(vectors):
+            self.index.add(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1, self.dimensions))
+
+    def vectors(self) -> np.ndarray:
+        """A no-copy view of the stored vectors (slots x dimensions)."""
+        flat = self.index if self.kind == FLAT else faiss.downcast_index(self.index.storage)
+        n = flat.ntotal
+        if n == 0:
+            return np.zeros((0, self.dimensions), np.float32)
+        return faiss.rev_swig_ptr(flat.get_xb(), n * self.dimensions).reshape(n, self.dimensions)
+
     def search(self, query: np.ndarray, k: int, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions, scores) of the k best chunks the mask admits, best first."""
-        allowed = np.flatnonzero(mask)
-        k = min(k, len(allowed))
+        """(slots, scores) of the k best admitted slots, best first. `mask` covers every slot."""
+        n = len(self)
+        admitted = int(mask[:n].sum())
+        k = min(k, admitted)
         if k == 0:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+            return _empty()
+        q = np.ascontiguousarray(query, dtype=np.float32).reshape(1, self.dimensions)
+        if self.kind == HNSW and admitted < HNSW_EXACT_BELOW * n:
+            return self._exact_subset(q[0], k, np.flatnonzero(mask[:n]))
         params = None
-        if len(allowed) < len(self):
-            params = faiss.SearchParameters(sel=faiss.IDSelectorBatch(allowed.astype(np.int64)))
-        scores, ids = self.index.search(query.reshape(1, -1).astype(np.float32), k, params=params)
+        if admitted < n:
+            bitmap = np.packbits(mask[:n], bitorder="little")
+            selector = faiss.IDSelectorBitmap(n, faiss.swig_ptr(bitmap))
+            params = (faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.ef_search, k))
+                      if self.kind == HNSW else faiss.SearchParameters(sel=selector))
+        elif self.kind == HNSW:
+            params = faiss.SearchParametersHNSW(efSearch=max(self.ef_search, k))
+        scores, ids = self.index.search(q, k, params=params)
         keep = ids[0] >= 0
         return ids[0][keep].astype(np.int64), scores[0][keep]
+
+    def _exact_subset(self, q: np.ndarray, k: int, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        scores = self.vectors()[slots] @ q
+        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        top = top[np.lexsort((slots[top], -scores[top]))]
+        return slots[top].astype(np.int64), scores[top].astype(np.float32)

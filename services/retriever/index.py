@@ -1,55 +1,190 @@
-"""In-memory search indexes, derived from the store.
+"""In-memory search indexes, derived from the store (the system of record).
 
-A CollectionIndex is an immutable snapshot: chunks, their vectors, a FAISS index,
-a BM25 index and the filter columns. Writes build a new snapshot and swap it in
-with one reference assignment, so a search sees the collection before a document
-was replaced or after, never a mix.
+Each collection keeps its chunks in slots: a FAISS index and a BM25 inverted index
+over the same slot numbers, dictionary-encoded filter columns, and an `alive` mask.
+Writes never rebuild: a replaced document's old slots are tombstoned and its new
+chunks appended, all under the collection's write lock, so a search (under the read
+lock) sees a document before or after a write, never half of it. When tombstones pile
+up the collection is rebuilt compactly off to the side and swapped in.
 """
 from __future__ import annotations
 
+import json
+import logging
+import os
+import pickle
 import threading
+import time
 from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+import faiss
 import numpy as np
 
 from ragmesh.store import Store
-from ragmesh.types import Chunk, StoredChunk
-from services.retriever.dense import DenseIndex
-from services.retriever.sparse import SparseIndex
+from ragmesh.types import Chunk, SearchFilter, StoredChunk
+from services.retriever.analyzer import Analyzer
+from services.retriever.bm25 import BM25Index
+from services.retriever.columns import Columns
+from services.retriever.dense import FLAT, DenseIndex
+from services.retriever.rwlock import RWLock
+
+log = logging.getLogger(__name__)
+
+DocKey = tuple[str, str]  # (tenant, doc_id)
+Ranked = tuple[np.ndarray, np.ndarray]  # (slots, scores), best first
+COMPACT_MIN_DEAD = 1000
+COMPACT_DEAD_SHARE = 0.25
+_DENSE_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dense")
+
+
+@dataclass
+class CollectionOptions:
+    """Per-collection index settings: dense kind and the BM25 analyzer."""
+
+    dense: str = FLAT
+    analyzer: dict = field(default_factory=dict)
+
+
+@dataclass
+class Lists:
+    """One search's ranked lists over one collection, and what they were ranked among."""
+
+    dense: Ranked
+    sparse: Ranked
+    admitted: int
+    dense_ms: float = 0.0
+    sparse_ms: float = 0.0
+
+
+def _timed(fn, *args) -> tuple[object, float]:
+    started = time.perf_counter()
+    result = fn(*args)
+    return result, (time.perf_counter() - started) * 1000
 
 
 class CollectionIndex:
-    def __init__(self, name: str, chunks: list[Chunk], vectors: np.ndarray, dimensions: int) -> None:
+    def __init__(self, name: str, dimensions: int, options: CollectionOptions | None = None) -> None:
         self.name = name
-        self.chunks = chunks
-        self.vectors = vectors.reshape(len(chunks), dimensions) if len(chunks) else np.zeros((0, dimensions), np.float32)
         self.dimensions = dimensions
-        self.dense = DenseIndex(self.vectors, dimensions)
-        self.sparse = SparseIndex([c.text for c in chunks])
-        self.tenants = np.array([c.tenant for c in chunks], dtype=object)
-        self.dates = np.array([c.date for c in chunks], dtype=object)
+        self.options = options or CollectionOptions()
+        self.analyzer = Analyzer.from_options(self.options.analyzer)
+        self.dense = DenseIndex(dimensions, self.options.dense)
+        self.sparse = BM25Index()
+        self.columns = Columns()
+        self.chunks: list[Chunk | None] = []
+        self.alive = np.zeros(0, dtype=bool)
+        self.by_doc: dict[DocKey, list[int]] = {}
+        self.lock = RWLock()
 
     def __len__(self) -> int:
         return len(self.chunks)
 
-    def replaced(self, tenant: str, doc_id: str, new: list[StoredChunk]) -> "CollectionIndex":
-        """A new snapshot with the document's chunks swapped for `new` (empty = deleted)."""
-        keep = [i for i, c in enumerate(self.chunks) if not (c.doc_id == doc_id and c.tenant == tenant)]
-        indexed = [s for s in new if s.vector is not None]
-        chunks = [self.chunks[i] for i in keep] + [s.chunk for s in indexed]
-        parts = [self.vectors[keep]]
-        if indexed:
-            parts.append(np.stack([s.vector for s in indexed]))
-        return CollectionIndex(self.name, chunks, np.concatenate(parts).astype(np.float32), self.dimensions)
+    @property
+    def live(self) -> int:
+        return int(self.alive[: len(self.chunks)].sum())
+
+    def _reserve(self, slots: int) -> None:
+        if slots > len(self.alive):
+            capacity = max(slots, 2 * len(self.alive), 1024)
+            grown = np.zeros(capacity, dtype=bool)
+            grown[: len(self.alive)] = self.alive
+            self.alive = grown
+            self.columns.reserve(capacity)
+
+    def apply(self, changes: list[tuple[DocKey, list[StoredChunk]]]) -> None:
+        """Replaces each document's chunks (an empty list deletes it) in one step for readers."""
+        prepared = [
+            (key, [(s.chunk, s.vector, self.analyzer.analyze(s.chunk.text)) for s in chunks if s.vector is not None])
+            for key, chunks in changes
+        ]
+        vectors = [v for _, items in prepared for _, v, _ in items]
+        with self.lock.write():
+            for key, items in prepared:
+                for slot in self.by_doc.pop(key, []):
+                    self.alive[slot] = False
+                    self.chunks[slot] = None
+                    self.columns.clear(slot)
+                    self.sparse.remove(slot)
+                start = len(self.chunks)
+                self._reserve(start + len(items))
+                slots = list(range(start, start + len(items)))
+                for slot, (chunk, _, tokens) in zip(slots, items):
+                    self.chunks.append(chunk)
+                    self.columns.set(slot, chunk)
+                    self.sparse.add(slot, tokens)
+                    self.alive[slot] = True
+                if slots:
+                    self.by_doc[key] = slots
+            if vectors:
+                self.dense.add(np.stack(vectors))
+
+    def needs_compaction(self) -> bool:
+        dead = len(self.chunks) - self.live
+        return dead >= COMPACT_MIN_DEAD and dead >= COMPACT_DEAD_SHARE * len(self.chunks)
+
+    def compacted(self) -> "CollectionIndex":
+        """A copy holding only live slots; built under the read lock, so searches go on."""
+        fresh = CollectionIndex(self.name, self.dimensions, self.options)
+        with self.lock.read():
+            fresh.apply([(key, self.stored_chunks(key)) for key in self.by_doc])
+        return fresh
+
+    def stored_chunks(self, key: DocKey) -> list[StoredChunk]:
+        """A document's indexed chunks with their vectors, as the store would give them."""
+        vectors = self.dense.vectors()
+        return [StoredChunk(self.chunk(s), vectors[s].copy()) for s in self.by_doc.get(key, [])]
+
+    def search(self, query: str, vector: np.ndarray | None, depth: int, f: SearchFilter) -> Lists:
+        """Dense and sparse side by side under one compiled mask."""
+        tokens = self.analyzer.analyze(query)
+        with self.lock.read():
+            n = len(self.chunks)
+            mask = self.columns.mask(f, self.alive[:n])
+            dense_job = _DENSE_POOL.submit(_timed, self.dense.search, vector, depth, mask) if vector is not None else None
+            sparse, sparse_ms = _timed(self.sparse.top_k, tokens, depth, mask)
+            dense, dense_ms = dense_job.result() if dense_job else ((np.zeros(0, np.int64), np.zeros(0, np.float32)), 0.0)
+            return Lists(dense, sparse, int(mask.sum()), dense_ms, sparse_ms)
+
+    def chunk(self, slot: int) -> Chunk:
+        chunk = self.chunks[slot]
+        assert chunk is not None, f"slot {slot} of {self.name} is dead"
+        return chunk
+
+    def values(self, field_name: str, tenant: str) -> set[str]:
+        with self.lock.read():
+            return {c.metadata[field_name] for c in self.chunks
+                    if c is not None and c.tenant == tenant and field_name in c.metadata}
+
+    # -- snapshots: pickled state, read back only when it matches the store's version --------
+    def __getstate__(self) -> dict:
+        state = {k: v for k, v in self.__dict__.items() if k not in ("lock", "dense", "analyzer")}
+        state["options"] = asdict(self.options)
+        state["dense_index"] = faiss.serialize_index(self.dense.index)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        dense_index = faiss.deserialize_index(state.pop("dense_index"))
+        options = CollectionOptions(**state.pop("options"))
+        self.__dict__.update(state)
+        self.options = options
+        self.analyzer = Analyzer.from_options(options.analyzer)
+        self.dense = DenseIndex(self.dimensions, options.dense)
+        self.dense.index = dense_index
+        self.lock = RWLock()
 
 
 class IndexRegistry:
-    """Collection name -> current snapshot. Writers serialise on a lock; readers never wait."""
+    """Collection name -> index. Writers serialise on one lock; readers take only a collection's read lock."""
 
     def __init__(self, dimensions: int) -> None:
         self.dimensions = dimensions
         self._indexes: dict[str, CollectionIndex] = {}
-        self._write_lock = threading.Lock()
+        self._options: dict[str, CollectionOptions] = {}
+        self._writer = threading.Lock()
 
     def get(self, name: str) -> CollectionIndex | None:
         return self._indexes.get(name)
@@ -57,39 +192,104 @@ class IndexRegistry:
     def names(self) -> list[str]:
         return sorted(self._indexes)
 
-    def rebuild(self, store: Store) -> int:
+    def configure(self, name: str, options: CollectionOptions) -> None:
+        """Options for a collection; take effect when it is (re)built."""
+        self._options[name] = options
+
+    def _collection(self, name: str) -> CollectionIndex:
+        index = self._indexes.get(name)
+        if index is None:
+            index = CollectionIndex(name, self.dimensions, self._options.get(name))
+            self._indexes = {**self._indexes, name: index}
+        return index
+
+    def apply(self, collection: str, changes: list[tuple[DocKey, list[StoredChunk]]]) -> None:
+        with self._writer:
+            index = self._collection(collection)
+            index.apply(changes)
+            if index.needs_compaction():
+                self._indexes = {**self._indexes, collection: index.compacted()}
+
+    def rebuild(self, store: Store, batch: int = 2048) -> int:
         """Builds every collection's index from the store; returns the chunks indexed."""
-        grouped: dict[str, list[StoredChunk]] = defaultdict(list)
-        for stored in store.iter_chunks():
-            if stored.vector is not None:
-                grouped[stored.chunk.collection].append(stored)
-        fresh = {}
-        for name, items in grouped.items():
-            vectors = np.stack([s.vector for s in items]).astype(np.float32)
-            if vectors.shape[1] != self.dimensions:
-                raise ValueError(
-                    f"collection {name!r} holds {vectors.shape[1]}-dim vectors but the embedder "
-                    f"gives {self.dimensions}: re-ingest it or use the matching embedder"
-                )
-            fresh[name] = CollectionIndex(name, [s.chunk for s in items], vectors, self.dimensions)
-        with self._write_lock:
-            self._indexes = fresh
-        return sum(len(i) for i in fresh.values())
+        with self._writer:
+            self._indexes = {}
+            pending: dict[str, dict[DocKey, list[StoredChunk]]] = defaultdict(lambda: defaultdict(list))
+            count = 0
+            for stored in store.iter_chunks():
+                if stored.vector is None:
+                    continue
+                self._check_dimensions(stored)
+                c = stored.chunk
+                pending[c.collection][(c.tenant, c.doc_id)].append(stored)
+                count += 1
+                if count % batch == 0:
+                    self._flush(pending)
+            self._flush(pending)
+            return count
 
-    def apply(self, collection: str, tenant: str, doc_id: str, chunks: list[StoredChunk]) -> None:
-        """Swaps one document's chunks in the collection's index (empty list = delete)."""
-        with self._write_lock:
-            current = self._indexes.get(collection) or CollectionIndex(
-                collection, [], np.zeros((0, self.dimensions), np.float32), self.dimensions
+    def _flush(self, pending: dict[str, dict[DocKey, list[StoredChunk]]]) -> None:
+        for name, docs in pending.items():
+            index = self._collection(name)
+            changes = []
+            for key, chunks in docs.items():
+                if key in index.by_doc:  # a document whose chunks the store returned apart
+                    chunks = index.stored_chunks(key) + chunks
+                changes.append((key, chunks))
+            index.apply(changes)
+        pending.clear()
+
+    def _check_dimensions(self, stored: StoredChunk) -> None:
+        if stored.vector is not None and len(stored.vector) != self.dimensions:
+            raise ValueError(
+                f"collection {stored.chunk.collection!r} holds {len(stored.vector)}-dim vectors but the "
+                f"embedder gives {self.dimensions}: re-ingest it or use the matching embedder"
             )
-            self._indexes = {**self._indexes, collection: current.replaced(tenant, doc_id, chunks)}
+
+    # -- snapshots --------------------------------------------------------------------------
+    def save_snapshot(self, directory: Path, version: int) -> None:
+        """Writes every collection, then the manifest naming the store version they match."""
+        directory.mkdir(parents=True, exist_ok=True)
+        with self._writer:
+            names = self.names()
+            for name in names:
+                index = self._indexes[name]
+                with index.lock.read():
+                    _atomic_write(directory / f"{name}.pkl", pickle.dumps(index, protocol=5))
+            manifest = {"version": version, "dimensions": self.dimensions, "collections": names}
+            _atomic_write(directory / "manifest.json", json.dumps(manifest).encode())
+
+    def load_snapshot(self, directory: Path, version: int) -> bool:
+        """Loads the snapshot if it matches the store's version; False means rebuild."""
+        try:
+            manifest = json.loads((directory / "manifest.json").read_text())
+        except (OSError, ValueError):
+            return False
+        if manifest.get("version") != version or manifest.get("dimensions") != self.dimensions:
+            return False
+        loaded = {}
+        for name in manifest["collections"]:
+            with open(directory / f"{name}.pkl", "rb") as fh:
+                loaded[name] = pickle.load(fh)
+        with self._writer:
+            self._indexes = loaded
+        return True
 
 
-def field_values(registry: IndexRegistry, field: str, collections: list[str], tenant: str) -> list[str]:
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def field_values(registry: IndexRegistry, field_name: str, collections: Iterable[str], tenant: str) -> list[str]:
     """Sorted distinct values of a metadata field over the tenant's chunks."""
     values: set[str] = set()
     for name in collections or registry.names():
-        ix = registry.get(name)
-        if ix is not None:
-            values.update(c.metadata[field] for c in ix.chunks if c.tenant == tenant and field in c.metadata)
+        index = registry.get(name)
+        if index is not None:
+            values |= index.values(field_name, tenant)
     return sorted(values)

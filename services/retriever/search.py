@@ -88,28 +88,15 @@ class SearchEngine:
     async def _search_collection(
         self, q: SearchQuery, ix: CollectionIndex, vector: np.ndarray | None, timings: dict[str, float]
     ) -> tuple[list[Hit], int]:
-        """Dense and sparse side by side (FAISS and numpy release the GIL) under one mask, then RRF."""
         depth = max(q.top_k * 2, 100)
-        mask = filters.compile_mask(q.filter, ix.chunks, ix.tenants, ix.dates)
-
-        def timed(kind: str, fn, *args):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args)
-            finally:
-                timings[f"{kind}_ms"] += (time.perf_counter() - t0) * 1000
-
-        empty = (np.zeros(0, np.int64), np.zeros(0, np.float32))
-        dense, sparse = await asyncio.gather(
-            asyncio.to_thread(timed, "dense", ix.dense.search, vector, depth, mask) if vector is not None
-            else asyncio.sleep(0, empty),
-            asyncio.to_thread(timed, "sparse", ix.sparse.search, q.query, depth, mask),
-        )
-        t0 = time.perf_counter()
+        lists = await asyncio.to_thread(ix.search, q.query, vector, depth, q.filter)
+        t1 = time.perf_counter()
         weights = (0.0 if vector is None else q.dense_weight, q.sparse_weight)
         hits = [
-            Hit(ix.chunks[f.position], f.score, f.dense_rank, f.sparse_rank, f.dense_score, f.sparse_score)
-            for f in weighted_rrf(dense, sparse, *weights, k=q.rrf_k)[: q.top_k]
+            Hit(ix.chunk(f.position), f.score, f.dense_rank, f.sparse_rank, f.dense_score, f.sparse_score)
+            for f in weighted_rrf(lists.dense, lists.sparse, *weights, k=q.rrf_k)[: q.top_k]
         ]
-        timings["fusion_ms"] += (time.perf_counter() - t0) * 1000
-        return hits, int(mask.sum())
+        timings["dense_ms"] += lists.dense_ms
+        timings["sparse_ms"] += lists.sparse_ms
+        timings["fusion_ms"] += (time.perf_counter() - t1) * 1000
+        return hits, lists.admitted

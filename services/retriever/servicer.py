@@ -11,6 +11,7 @@ from ragmesh.store import Store
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
 from services.retriever.index import field_values
 from services.retriever.ingest.pipeline import Ingestor
+from services.retriever.ingest.upsert import Upserter
 from services.retriever.search import SearchEngine, SearchQuery
 
 
@@ -19,9 +20,10 @@ def _opt(msg, name: str, default):
 
 
 class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
-    def __init__(self, engine: SearchEngine, ingestor: Ingestor, store: Store) -> None:
+    def __init__(self, engine: SearchEngine, ingestor: Ingestor, upserter: Upserter, store: Store) -> None:
         self.engine = engine
         self.ingestor = ingestor
+        self.upserter = upserter
         self.store = store
 
     async def Search(self, request: retriever_pb2.SearchRequest, context: grpc.aio.ServicerContext):
@@ -56,15 +58,30 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
                 stage=retriever_pb2.IngestStage.Value(p.stage), chunks=p.chunks, error=p.error,
             )
 
+    async def Upsert(
+        self, request_iterator: AsyncIterator[retriever_pb2.UpsertRequest], context: grpc.aio.ServicerContext
+    ) -> retriever_pb2.UpsertResponse:
+        async def chunks():
+            async for r in request_iterator:
+                yield convert.chunk_from_proto(r.chunk), np.asarray(r.vector, dtype=np.float32)
+
+        s = await self.upserter.upsert(chunks())
+        return retriever_pb2.UpsertResponse(documents=s.documents, chunks=s.chunks, rejected=s.rejected,
+                                            errors=s.errors)
+
     async def Delete(self, request: retriever_pb2.DeleteRequest, context: grpc.aio.ServicerContext):
         docs, chunks = await self.ingestor.delete(request.tenant, request.collection, list(request.doc_ids))
         return retriever_pb2.DeleteResponse(documents=docs, chunks=chunks)
 
     def _collections(self) -> list[retriever_pb2.CollectionInfo]:
-        return [
-            retriever_pb2.CollectionInfo(name=c.name, documents=c.documents, chunks=c.chunks)
-            for c in self.store.collections()
-        ]
+        infos = []
+        for c in self.store.collections():
+            index = self.engine.registry.get(c.name)
+            infos.append(retriever_pb2.CollectionInfo(
+                name=c.name, documents=c.documents, chunks=c.chunks,
+                indexed_chunks=index.live if index else 0, dense_index=index.options.dense if index else "",
+            ))
+        return infos
 
     async def ListCollections(self, request, context: grpc.aio.ServicerContext):
         return retriever_pb2.ListCollectionsResponse(collections=self._collections())

@@ -1,7 +1,7 @@
 import numpy as np
 
 from ragmesh.types import Chunk, SearchFilter
-from services.retriever.filters import compile_mask
+from services.retriever.columns import Columns
 
 CHUNKS = [
     Chunk("a", "d1", "c", "x", {"fund_name": "Kestrel", "report_date": "2024-03-31"}, "2024-03-14", ""),
@@ -11,10 +11,12 @@ CHUNKS = [
 ]
 
 
-def mask(f: SearchFilter) -> list[bool]:
-    tenants = np.array([c.tenant for c in CHUNKS], dtype=object)
-    dates = np.array([c.date for c in CHUNKS], dtype=object)
-    return compile_mask(f, CHUNKS, tenants, dates).tolist()
+def mask(f: SearchFilter, alive: list[bool] | None = None) -> list[bool]:
+    columns = Columns()
+    columns.reserve(8)
+    for slot, chunk in enumerate(CHUNKS):
+        columns.set(slot, chunk)
+    return columns.mask(f, np.array(alive or [True] * len(CHUNKS))).tolist()
 
 
 def test_tenant_scope_is_always_applied() -> None:
@@ -41,3 +43,16 @@ def test_a_filter_that_matches_nothing_fails_closed() -> None:
     assert mask(SearchFilter(any_of={"fund_name": []})) == [False] * 4
     assert mask(SearchFilter(any_of={"unknown_field": ["x"]})) == [False] * 4
     assert mask(SearchFilter(start_date="2030-01-01")) == [False] * 4
+
+
+def test_dead_slots_never_match() -> None:
+    assert mask(SearchFilter(any_of={"fund_name": ["Kestrel"]}), [False, True, True, True]) == [False, False, True, False]
+
+
+def test_cleared_slots_lose_their_values() -> None:
+    columns = Columns()
+    columns.reserve(4)
+    for slot, chunk in enumerate(CHUNKS):
+        columns.set(slot, chunk)
+    columns.clear(0)
+    assert columns.mask(SearchFilter(), np.ones(4, bool)).tolist() == [False, True, True, False]

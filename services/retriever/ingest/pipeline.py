@@ -105,7 +105,7 @@ class Ingestor:
             )
             stored = [StoredChunk(c, v) for c, v in zip(chunks, vectors)]
             await asyncio.to_thread(self.store.replace_document, record, stored)
-            await asyncio.to_thread(self.registry.apply, doc.collection, doc.tenant, doc.doc_id, stored)
+            await asyncio.to_thread(self.registry.apply, doc.collection, [((doc.tenant, doc.doc_id), stored)])
             yield step("INDEXED", len(chunks))
         except RagmeshError as exc:
             log.warning("document failed", extra={"doc_id": doc.doc_id, "error": str(exc)})
@@ -121,6 +121,5 @@ class Ingestor:
     async def delete(self, tenant: str, collection: str, doc_ids: list[str]) -> tuple[int, int]:
         check_name("collection", collection)
         removed = await asyncio.to_thread(self.store.delete_documents, tenant, collection, doc_ids)
-        for doc_id in doc_ids:
-            await asyncio.to_thread(self.registry.apply, collection, tenant, doc_id, [])
+        await asyncio.to_thread(self.registry.apply, collection, [((tenant, d), []) for d in doc_ids])
         return removed

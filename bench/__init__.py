@@ -1,0 +1,1 @@
+"""Benchmarks and quality evaluation (`make bench`)."""

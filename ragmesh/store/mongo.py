@@ -1,0 +1,363 @@
+"""MongoDB backend of the Store (pymongo): Atlas, self-managed replica sets, standalone servers,
+Cosmos DB for MongoDB.
+
+Writes that touch several documents are atomic on every server kind. Chunks carry the tag `v` of
+the write that made them, and readers only see chunks whose tag is their document's `current`
+tag. A replacement inserts the new chunks, flips `current` (one single-document update, atomic on
+any server), bumps the store version, then deletes the old chunks. On a replica set or mongos
+those steps also run in one transaction; on a standalone server their order makes a crash
+harmless: before the flip the old version stays visible, and the next start removes the orphans.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, fields
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import numpy as np
+from bson import ObjectId
+from bson.binary import Binary
+from pymongo import ASCENDING, DESCENDING, IndexModel, MongoClient, ReturnDocument
+from pymongo.client_session import ClientSession
+from pymongo.errors import DuplicateKeyError, InvalidURI, PyMongoError
+
+from ragmesh.config import redact_uri
+from ragmesh.store import CollectionStats, MessageRecord, StoreUnavailable
+from ragmesh.types import Chunk, DocumentRecord, StoredChunk
+
+T = TypeVar("T")
+Session = ClientSession | None
+DocKey = tuple[str, str, str]  # (tenant, collection, doc_id)
+Items = list[tuple[DocumentRecord, list[StoredChunk]]]
+
+_CHUNK_FIELDS = [f.name for f in fields(Chunk)]
+# A chunk of a non-current version younger than this may be a live writer's step 1, not an orphan.
+ORPHAN_GRACE_S = 600.0
+_OR_BATCH = 500  # clauses of one $or delete
+
+
+class MongoStore:
+    """Thread-safe (pymongo's client pools connections); one instance per process."""
+
+    def __init__(
+        self,
+        uri: str,
+        db_name: str = "ragmesh",
+        *,
+        server_selection_timeout_ms: int = 5000,
+        connect_timeout_ms: int = 5000,
+        socket_timeout_ms: int = 30000,
+        transactions: bool | None = None,
+        orphan_grace_s: float = ORPHAN_GRACE_S,
+        client_factory: Callable[..., Any] = MongoClient,
+    ) -> None:
+        """Connects, checks the server answers, creates indexes and removes orphans.
+
+        transactions=None detects them with `hello`; False forces versioned writes (Cosmos DB for
+        MongoDB reports a replica set but has no transactions across collections).
+        client_factory lets tests pass mongomock.MongoClient. Raises StoreUnavailable."""
+        self._where = f"{redact_uri(uri)}/{db_name}"
+        try:
+            self._client = client_factory(
+                uri,
+                serverSelectionTimeoutMS=server_selection_timeout_ms,
+                connectTimeoutMS=connect_timeout_ms,
+                socketTimeoutMS=socket_timeout_ms,
+                retryWrites=True,
+                retryReads=True,
+                appname="ragmesh",
+            )
+        except (InvalidURI, ValueError):
+            # pymongo's message can quote pieces of an unescaped password: say what to fix instead.
+            raise StoreUnavailable(
+                f"MONGODB_URI for {redact_uri(uri)} is invalid: it must start with mongodb:// or "
+                "mongodb+srv://, and a username or password must be percent-escaped (RFC 3986)"
+            ) from None
+        except PyMongoError as exc:  # e.g. a mongodb+srv:// name that does not resolve
+            raise StoreUnavailable(f"MongoDB at {self._where}: {_failure(exc, uri)}") from None
+        try:
+            self._client.admin.command("ping")
+            self.transactions = self._detect_transactions() if transactions is None else transactions
+            db = self._client[db_name]
+            self._docs, self._chunks, self._meta = db["documents"], db["chunks"], db["meta"]
+            self._convs, self._msgs = db["conversations"], db["messages"]
+            self._create_indexes()
+            self._remove_orphans(orphan_grace_s)
+        except PyMongoError as exc:
+            self._client.close()
+            reason = _failure(exc, uri)
+            raise StoreUnavailable(f"MongoDB at {self._where} is unavailable: {reason}") from None
+
+    def __repr__(self) -> str:
+        return f"mongodb:{self._where}"
+
+    # -- start -----------------------------------------------------------------------------
+    def _detect_transactions(self) -> bool:
+        """Replica sets and mongos run multi-document transactions; a standalone server does not."""
+        try:
+            hello = self._client.admin.command("hello")
+        except NotImplementedError:  # mongomock: no `hello`, and no sessions either
+            return False
+        return "setName" in hello or hello.get("msg") == "isdbgrid"
+
+    def _create_indexes(self) -> None:
+        """Idempotent: creating an index that exists with the same spec is a no-op."""
+        self._docs.create_indexes([
+            IndexModel([("tenant", ASCENDING), ("collection", ASCENDING), ("doc_id", ASCENDING)],
+                       unique=True, name="doc_key"),
+            IndexModel([("tenant", ASCENDING), ("collection", ASCENDING), ("content_hash", ASCENDING)],
+                       name="content_hash"),
+        ])
+        self._chunks.create_indexes([
+            # Chunk ids repeat across versions of a document while a replacement is under way.
+            IndexModel([("chunk_id", ASCENDING), ("v", ASCENDING)], unique=True, name="chunk_id"),
+            IndexModel([("tenant", ASCENDING), ("collection", ASCENDING), ("doc_id", ASCENDING),
+                        ("v", ASCENDING)], name="doc_version"),
+            IndexModel([("tenant", ASCENDING), ("collection", ASCENDING), ("date", ASCENDING)],
+                       name="tenant_collection_date"),
+            IndexModel([("collection", ASCENDING), ("_id", ASCENDING)], name="collection_order"),
+        ])
+        self._msgs.create_indexes([
+            IndexModel([("conversation_id", ASCENDING), ("seq", ASCENDING)], unique=True,
+                       name="conversation_seq"),
+        ])
+        self._meta.update_one({"_id": "version"}, {"$setOnInsert": {"value": 0}}, upsert=True)
+
+    def _remove_orphans(self, grace_s: float) -> None:
+        """Deletes chunks no reader can see: a version an interrupted write never flipped to or
+        never deleted, or a deleted document's. One pass over the headers, one grouped pass over
+        the chunks; tags are ObjectIds, so their age is known without another field."""
+        current = self._current_versions({})
+        cutoff = time.time() - grace_s
+        groups = self._chunks.aggregate([{"$group": {"_id": {
+            "tenant": "$tenant", "collection": "$collection", "doc_id": "$doc_id", "v": "$v"}}}])
+        stale = [
+            key for key in (g["_id"] for g in groups)
+            if current.get((key["tenant"], key["collection"], key["doc_id"])) != key["v"]
+            and key["v"].generation_time.timestamp() <= cutoff
+        ]
+        if self._delete_chunks(stale, None):
+            # The interrupted write may have flipped without bumping: make indexes look again.
+            self._bump(None)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _atomic(self, steps: Callable[[Session], T]) -> T:
+        """Runs steps in a transaction where the server has them (retried on transient errors),
+        else directly: each multi-step write orders its steps so that a crash is harmless."""
+        if not self.transactions:
+            return steps(None)
+        with self._client.start_session() as session:
+            return session.with_transaction(steps)
+
+    def _bump(self, s: Session) -> int:
+        after = self._meta.find_one_and_update(
+            {"_id": "version"}, {"$inc": {"value": 1}}, upsert=True,
+            return_document=ReturnDocument.AFTER, session=s,
+        )
+        return int(after["value"])
+
+    def _current_versions(self, where: dict[str, Any]) -> dict[DocKey, ObjectId]:
+        """Each document's visible tag, loaded once so chunk scans need no per-chunk lookup."""
+        projection = {"_id": 0, "tenant": 1, "collection": 1, "doc_id": 1, "current": 1}
+        return {
+            (d["tenant"], d["collection"], d["doc_id"]): d["current"]
+            for d in self._docs.find(where, projection)
+        }
+
+    # -- corpus ----------------------------------------------------------------------------
+    def get_document(self, tenant: str, collection: str, doc_id: str) -> DocumentRecord | None:
+        d = self._docs.find_one({"tenant": tenant, "collection": collection, "doc_id": doc_id})
+        if d is None:
+            return None
+        return DocumentRecord(
+            doc_id=doc_id, collection=collection, tenant=tenant, content_hash=d["content_hash"],
+            title=d["title"], metadata=d["metadata"], date=d["date"], chunk_count=d["chunk_count"],
+        )
+
+    def replace_document(self, doc: DocumentRecord, chunks: list[StoredChunk]) -> int:
+        return self.replace_documents([(doc, chunks)])
+
+    def replace_documents(self, items: Items) -> int:
+        """One tag for the whole batch. Standalone, each document flips atomically on its own and
+        a failed insert flips none; a crash among the flips leaves some documents replaced."""
+        latest = {(d.tenant, d.collection, d.doc_id): (d, c) for d, c in items}  # last one wins
+
+        def steps(s: Session) -> int:
+            tag = self._insert_version(list(latest.values()), s)
+            replaced = [(doc, self._flip(doc, tag, len(chunks), s)) for doc, chunks in latest.values()]
+            version = self._bump(s)
+            self._delete_chunks([_version(doc, old) for doc, old in replaced if old is not None], s)
+            return version
+
+        return self._atomic(steps)
+
+    def _insert_version(self, items: Items, s: Session) -> ObjectId:
+        """Step 1: the new chunks under a fresh tag that no reader follows yet."""
+        tag = ObjectId()
+        chunks = [_chunk_doc(c, tag) for _, cs in items for c in cs]
+        if not chunks:
+            return tag
+        try:
+            self._chunks.insert_many(chunks, session=s)
+        except PyMongoError:
+            if s is None:  # invisible anyway; clean up now rather than at the next start
+                self._delete_chunks([_version(doc, tag) for doc, _ in items], None)
+            raise
+        return tag
+
+    def _flip(
+        self, doc: DocumentRecord, tag: ObjectId, chunk_count: int, s: Session
+    ) -> ObjectId | None:
+        """Step 2: makes `tag` the visible version in one atomic update; returns the replaced tag."""
+        before = self._docs.find_one_and_update(
+            {"tenant": doc.tenant, "collection": doc.collection, "doc_id": doc.doc_id},
+            {"$set": {
+                "content_hash": doc.content_hash, "title": doc.title, "metadata": doc.metadata,
+                "date": doc.date, "chunk_count": chunk_count, "current": tag, "updated_at": _now(),
+            }},
+            projection={"current": 1}, upsert=True, return_document=ReturnDocument.BEFORE, session=s,
+        )
+        return None if before is None else before["current"]
+
+    def _delete_chunks(self, versions: list[dict[str, Any]], s: Session) -> int:
+        """Deletes chunks of exactly these (tenant, collection, doc_id, v) versions, so a
+        concurrent writer's chunks stay; a bounded $or at a time. Returns how many went."""
+        return sum(
+            self._chunks.delete_many({"$or": versions[i:i + _OR_BATCH]}, session=s).deleted_count
+            for i in range(0, len(versions), _OR_BATCH)
+        )
+
+    def delete_documents(self, tenant: str, collection: str, doc_ids: list[str]) -> tuple[int, int]:
+        def steps(s: Session) -> tuple[int, int]:
+            key = {"tenant": tenant, "collection": collection}
+            where = {**key, "doc_id": {"$in": doc_ids}}
+            found = list(self._docs.find(where, {"doc_id": 1, "current": 1}, session=s))
+            if not found:
+                return 0, 0
+            # Headers first: a document without one is invisible, its chunks orphans until removed.
+            headers = {"_id": {"$in": [d["_id"] for d in found]}}
+            docs = self._docs.delete_many(headers, session=s).deleted_count
+            self._bump(s)
+            versions = [{**key, "doc_id": d["doc_id"], "v": d["current"]} for d in found]
+            return docs, self._delete_chunks(versions, s)
+
+        return self._atomic(steps)
+
+    def iter_chunks(self, collection: str | None = None) -> Iterator[StoredChunk]:
+        """Chunks of current versions in insertion (_id) order, the same on every replica.
+
+        Current tags come from one pass over the (far fewer) headers into a dict: a $lookup would
+        probe an index per chunk and needs a three-field join that mongomock lacks. A write during
+        the scan may hide its document from this pass, but it bumps version(): read that first."""
+        where = {} if collection is None else {"collection": collection}
+        current = self._current_versions(where)
+        for d in self._chunks.find(where).sort("_id", ASCENDING):
+            if current.get((d["tenant"], d["collection"], d["doc_id"])) == d["v"]:
+                yield _stored_chunk(d)
+
+    def collections(self) -> list[CollectionStats]:
+        rows = self._docs.aggregate([
+            {"$group": {"_id": "$collection", "docs": {"$sum": 1}, "chunks": {"$sum": "$chunk_count"}}},
+            {"$sort": {"_id": 1}},
+        ])
+        return [CollectionStats(r["_id"], documents=r["docs"], chunks=r["chunks"]) for r in rows]
+
+    def version(self) -> int:
+        return int(self._meta.find_one({"_id": "version"})["value"])
+
+    # -- conversations ---------------------------------------------------------------------
+    def ensure_conversation(self, tenant: str, user_id: str, conversation_id: str) -> None:
+        now = _now()
+        try:
+            # Matches a missing conversation, or one add_message created without an owner.
+            self._convs.update_one(
+                {"_id": conversation_id, "tenant": {"$exists": False}},
+                {"$set": {"tenant": tenant, "user_id": user_id, "created_at": now},
+                 "$setOnInsert": {"seq": 0, "updated_at": now}},
+                upsert=True,
+            )
+        except DuplicateKeyError:
+            pass  # owned already: the first owner keeps it, as SQLite's INSERT OR IGNORE does
+
+    def conversation_exists(self, tenant: str, conversation_id: str) -> bool:
+        return self._convs.count_documents({"_id": conversation_id, "tenant": tenant}, limit=1) > 0
+
+    def add_message(self, conversation_id: str, role: str, content: str, meta: dict) -> str:
+        """The sequence number comes from an atomic $inc on the conversation: safe with many writers."""
+        now = _now()
+        counter = self._convs.find_one_and_update(
+            {"_id": conversation_id}, {"$inc": {"seq": 1}, "$set": {"updated_at": now}},
+            projection={"seq": 1}, upsert=True, return_document=ReturnDocument.AFTER,
+        )
+        message_id = uuid.uuid4().hex
+        self._msgs.insert_one({
+            "_id": message_id, "conversation_id": conversation_id, "seq": counter["seq"],
+            "role": role, "content": content, "meta": meta, "created_at": now,
+        })
+        return message_id
+
+    def update_message(self, message_id: str, content: str, meta: dict) -> None:
+        self._msgs.update_one({"_id": message_id}, {"$set": {"content": content, "meta": meta}})
+
+    def messages(self, conversation_id: str, limit: int | None = None) -> list[MessageRecord]:
+        if limit is not None and limit <= 0:
+            return []  # pymongo reads limit(0) as "no limit"
+        cursor = self._msgs.find({"conversation_id": conversation_id}).sort("seq", DESCENDING)
+        if limit is not None:
+            cursor = cursor.limit(limit)
+        rows = list(cursor)
+        return [
+            MessageRecord(m["_id"], conversation_id, m["role"], m["content"], m["meta"],
+                          m["created_at"].strftime("%Y-%m-%dT%H:%M:%SZ"))
+            for m in reversed(rows)
+        ]
+
+    def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        def steps(s: Session) -> bool:
+            owned = {"_id": conversation_id, "tenant": tenant}
+            if not self._convs.count_documents(owned, limit=1, session=s):
+                return False
+            # Messages first: a crash leaves a conversation to delete again, never stray messages
+            # that a reused id would bring back (or collide with on seq).
+            self._msgs.delete_many({"conversation_id": conversation_id}, session=s)
+            self._convs.delete_one(owned, session=s)
+            return True
+
+        return self._atomic(steps)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _version(doc: DocumentRecord, tag: ObjectId) -> dict[str, Any]:
+    return {"tenant": doc.tenant, "collection": doc.collection, "doc_id": doc.doc_id, "v": tag}
+
+
+def _chunk_doc(stored: StoredChunk, tag: ObjectId) -> dict[str, Any]:
+    """Vectors as BSON binary of little-endian float32: a quarter of the size of a list of doubles,
+    and the exact float32 comes back."""
+    vector = None if stored.vector is None else Binary(np.asarray(stored.vector, dtype="<f4").tobytes())
+    return {**asdict(stored.chunk), "vector": vector, "v": tag}
+
+
+def _stored_chunk(d: dict[str, Any]) -> StoredChunk:
+    raw = d["vector"]
+    vector = None if raw is None else np.frombuffer(raw, dtype="<f4")
+    return StoredChunk(Chunk(**{name: d[name] for name in _CHUNK_FIELDS}), vector)
+
+
+def _failure(exc: PyMongoError, uri: str) -> str:
+    """The driver's reason, without the topology dump or anything of the URI's credentials."""
+    text = str(exc).split(", Topology Description:")[0]
+    userinfo = uri.partition("://")[2].rpartition("@")[0]
+    for secret in (userinfo, userinfo.partition(":")[2]):
+        if secret:
+            text = text.replace(secret, "***")
+    return f"{type(exc).__name__}: {text}"

@@ -1,0 +1,338 @@
+"""BM25 Okapi served from an incremental inverted index, scoring exactly like rank_bm25.
+
+`rank_bm25.BM25Okapi` scores every document in Python for every query (about 0.5 s at
+100k chunks). This index keeps, per term, numpy postings (doc ids + term frequencies) and
+scores a query by gathering only the postings of its terms, so the cost follows the
+postings touched, not the corpus size.
+
+Exactness. For the same token lists the scores equal
+`BM25Okapi(corpus, k1, b, epsilon).get_scores(query)` built on the live documents:
+- N counts every live document, empty ones too; avgdl = total live tokens / N.
+- idf(t) = log(N - n_t + 0.5) - log(n_t + 0.5) over the live document frequency n_t.
+  The mean of those raw idfs over the whole live vocabulary (negative ones included) is
+  taken first; then every term with idf < 0 gets epsilon * that mean instead.
+- Each query token adds idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)),
+  repeated tokens adding again; tokens absent from the live vocabulary add nothing.
+The per-posting arithmetic is the same float64 expression in the same order, and each
+document sums its contributions in query order, so scores match rank_bm25 bit for bit
+except the epsilon floor, whose mean is summed in a different order (1e-15 relative).
+
+Because the floor can make idf negative (epsilon * a negative mean) and an idf can be
+exactly 0, a document containing a query term can score <= 0. Every document that
+contains no query term scores exactly 0 in rank_bm25; those are never returned.
+
+Writes. `add` appends to per-term growable buffers (amortised doubling). `remove` marks a
+tombstone: N, document frequencies and total length change at once, dead postings are
+skipped at query time and a term's postings are compacted when more than a quarter are
+dead. A per-document forward list of term ids (flat int32 buffer) makes removal touch
+only the removed document's terms.
+
+Concurrency: one writer at a time, and readers must not run during a write (buffers are
+reallocated and compacted in place). Readers may run concurrently with each other.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+_MAX_DOC_ID = 2**31 - 1  # postings store doc ids as int32
+_DEAD_SHARE = 0.25  # compact a term's postings once this share of them is tombstoned
+_FWD_MIN_COMPACT = 1 << 16  # forward-list garbage below this many entries is left alone
+_EMPTY_POSTINGS = np.zeros((2, 0), dtype=np.int32)
+_NO_IDS = np.zeros(0, dtype=np.int64)
+_NO_SCORES = np.zeros(0, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class _Stats:
+    """Corpus statistics for one index version, shared by queries until the next write."""
+
+    version: int
+    n_docs: int
+    floor: float  # epsilon * mean raw idf, replaces negative idfs
+    norm: np.ndarray  # per doc id: k1 * (1 - b + b * dl / avgdl)
+
+
+def _grown(array: np.ndarray, size: int) -> np.ndarray:
+    """`array` with room for `size` entries along axis -1, new entries zero.
+
+    Growing by a quarter keeps appends amortised O(1) (about 4 copies per entry) while
+    capping the unused tail at 25% of the postings, the index's main memory.
+    """
+    capacity = array.shape[-1]
+    if size <= capacity:
+        return array
+    new = np.zeros(array.shape[:-1] + (max(size, capacity + capacity // 4, 8),), dtype=array.dtype)
+    new[..., :capacity] = array
+    return new
+
+
+class BM25Index:
+    """Inverted BM25 index over caller-chosen integer doc ids (e.g. chunk positions)."""
+
+    def __init__(self, k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25) -> None:
+        self.k1, self.b, self.epsilon = k1, b, epsilon
+        self._vocab: dict[str, int] = {}
+        # Per term id: postings as int32 (2, capacity) = (doc ids, term freqs) and counters.
+        self._postings: list[np.ndarray] = []
+        self._used = np.zeros(0, dtype=np.int64)  # postings slots in use, dead included
+        self._df = np.zeros(0, dtype=np.int64)  # live documents containing the term
+        self._dead = np.zeros(0, dtype=np.int64)  # tombstoned postings still stored
+        # Per doc id.
+        self._alive = np.zeros(0, dtype=bool)
+        self._doc_len = np.zeros(0, dtype=np.int64)
+        self._stale = np.zeros(0, dtype=bool)  # removed, postings maybe not yet compacted
+        self._fwd_start = np.zeros(0, dtype=np.int64)
+        self._fwd_count = np.zeros(0, dtype=np.int64)
+        # Forward lists: unique term ids of each doc, concatenated.
+        self._fwd = np.zeros(0, dtype=np.int32)
+        self._fwd_used = 0
+        self._fwd_live = 0
+        self._n_docs = 0
+        self._total_len = 0
+        self._version = 0
+        self._stats_cache: _Stats | None = None
+
+    def __len__(self) -> int:
+        return self._n_docs
+
+    def __contains__(self, doc_id: int) -> bool:
+        return 0 <= doc_id < len(self._alive) and bool(self._alive[doc_id])
+
+    def doc_freq(self, term: str) -> int:
+        """Live documents containing `term` (the n in its idf)."""
+        term_id = self._vocab.get(term)
+        return 0 if term_id is None else int(self._df[term_id])
+
+    # ---------------------------------------------------------------- writes
+
+    def add(self, doc_id: int, tokens: Sequence[str]) -> None:
+        """Index one document; `doc_id` must not be live (remove it first to replace)."""
+        self.add_many([doc_id], [tokens])
+
+    def add_many(self, doc_ids: Iterable[int], token_lists: Iterable[Sequence[str]]) -> None:
+        """Index a batch in one pass: vectorised, so bulk loads are not Python per posting."""
+        ids = np.fromiter((int(d) for d in doc_ids), dtype=np.int64)
+        token_lists = list(token_lists)
+        if len(ids) != len(token_lists):
+            raise ValueError("doc_ids and token_lists differ in length")
+        if len(ids) == 0:
+            return
+        self._check_new_ids(ids)
+        lengths = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=len(ids))
+        term_ids = self._term_ids(token_lists, int(lengths.sum()))
+        self._ensure_docs(int(ids.max()) + 1)
+        self._purge_stale(ids)
+
+        # Unique (term, batch position) pairs, sorted by term, with their term frequency.
+        owner = np.repeat(np.arange(len(ids), dtype=np.int64), lengths)
+        pairs, tfs = np.unique((term_ids << 32) | owner, return_counts=True)
+        pair_terms, pair_owner = pairs >> 32, pairs & 0xFFFFFFFF
+        self._append_postings(pair_terms, ids[pair_owner].astype(np.int32), tfs.astype(np.int32))
+        self._append_forward(ids, pair_terms, pair_owner)
+
+        self._alive[ids] = True
+        self._doc_len[ids] = lengths
+        self._n_docs += len(ids)
+        self._total_len += int(lengths.sum())
+        self._version += 1
+
+    def remove(self, doc_id: int) -> None:
+        """Tombstone a live document; its statistics leave the index immediately."""
+        if doc_id not in self:
+            raise KeyError(f"doc id {doc_id} is not in the index")
+        start, count = int(self._fwd_start[doc_id]), int(self._fwd_count[doc_id])
+        terms = self._fwd[start : start + count].astype(np.int64)
+        self._alive[doc_id] = False
+        self._stale[doc_id] = count > 0
+        self._n_docs -= 1
+        self._total_len -= int(self._doc_len[doc_id])
+        self._doc_len[doc_id] = 0
+        self._df[terms] -= 1
+        self._dead[terms] += 1
+        self._fwd_live -= count
+        for term in terms[self._dead[terms] > _DEAD_SHARE * self._used[terms]]:
+            self._compact_term(int(term))
+        if self._fwd_used - self._fwd_live > max(self._fwd_live, _FWD_MIN_COMPACT):
+            self._compact_forward()
+        self._version += 1
+
+    def _check_new_ids(self, ids: np.ndarray) -> None:
+        if ids.min() < 0 or ids.max() > _MAX_DOC_ID:
+            raise ValueError(f"doc ids must be in 0..{_MAX_DOC_ID}")
+        if len(np.unique(ids)) != len(ids):
+            raise ValueError("duplicate doc ids in one batch")
+        known = ids[ids < len(self._alive)]
+        if self._alive[known].any():
+            raise ValueError(f"doc id {int(known[self._alive[known]][0])} is already indexed")
+
+    def _term_ids(self, token_lists: list[Sequence[str]], total: int) -> np.ndarray:
+        """Term ids of every token in order, new terms getting the next ids."""
+        vocab = self._vocab
+        # New terms get ids in first-seen order (deterministic); Python steps per distinct token only.
+        for token in dict.fromkeys(chain.from_iterable(token_lists)):
+            vocab.setdefault(token, len(vocab))
+        term_ids = np.fromiter(map(vocab.__getitem__, chain.from_iterable(token_lists)), dtype=np.int64, count=total)
+        n_terms = len(vocab)
+        self._used = _grown(self._used, n_terms)
+        self._df = _grown(self._df, n_terms)
+        self._dead = _grown(self._dead, n_terms)
+        self._postings.extend([_EMPTY_POSTINGS] * (n_terms - len(self._postings)))
+        return term_ids
+
+    def _ensure_docs(self, size: int) -> None:
+        self._alive = _grown(self._alive, size)
+        self._doc_len = _grown(self._doc_len, size)
+        self._stale = _grown(self._stale, size)
+        self._fwd_start = _grown(self._fwd_start, size)
+        self._fwd_count = _grown(self._fwd_count, size)
+
+    def _purge_stale(self, ids: np.ndarray) -> None:
+        """Drop the dead postings of reused ids, so a stored posting of a live id is current."""
+        for doc_id in ids[self._stale[ids]]:
+            start, count = int(self._fwd_start[doc_id]), int(self._fwd_count[doc_id])
+            for term in self._fwd[start : start + count]:
+                if self._dead[term]:
+                    self._compact_term(int(term))
+            self._stale[doc_id] = False
+
+    def _append_postings(self, terms: np.ndarray, docs: np.ndarray, tfs: np.ndarray) -> None:
+        """Append runs of postings (sorted by term); one Python step per distinct term."""
+        if len(terms) == 0:
+            return
+        starts = np.flatnonzero(np.r_[True, terms[1:] != terms[:-1]])
+        ends = np.r_[starts[1:], len(terms)]
+        run_terms = terms[starts]
+        for term, start, end in zip(run_terms.tolist(), starts.tolist(), ends.tolist()):
+            used = int(self._used[term])
+            buf = _grown(self._postings[term], used + end - start)
+            buf[0, used : used + end - start] = docs[start:end]
+            buf[1, used : used + end - start] = tfs[start:end]
+            self._postings[term] = buf
+        sizes = ends - starts
+        self._used[run_terms] += sizes
+        self._df[run_terms] += sizes
+
+    def _append_forward(self, ids: np.ndarray, pair_terms: np.ndarray, pair_owner: np.ndarray) -> None:
+        """Record each new doc's unique term ids, for removal without scanning postings."""
+        order = np.argsort(pair_owner, kind="stable")
+        counts = np.bincount(pair_owner, minlength=len(ids))
+        total = len(order)
+        self._fwd = _grown(self._fwd, self._fwd_used + total)
+        self._fwd[self._fwd_used : self._fwd_used + total] = pair_terms[order]
+        self._fwd_start[ids] = self._fwd_used + np.cumsum(counts) - counts
+        self._fwd_count[ids] = counts
+        self._fwd_used += total
+        self._fwd_live += total
+
+    def _compact_term(self, term: int) -> None:
+        used = int(self._used[term])
+        postings = self._postings[term][:, :used]
+        kept = postings[:, self._alive[postings[0]]]
+        self._postings[term] = np.ascontiguousarray(kept) if kept.shape[1] else _EMPTY_POSTINGS
+        self._used[term] = kept.shape[1]
+        self._dead[term] = 0
+
+    def _compact_forward(self) -> None:
+        """Drop removed docs' forward lists; first purge every dead posting they point to."""
+        for term in np.flatnonzero(self._dead):
+            self._compact_term(int(term))
+        self._stale[:] = False
+        live = np.flatnonzero(self._alive)
+        counts = self._fwd_count[live]
+        new_starts = np.cumsum(counts) - counts
+        gather = np.repeat(self._fwd_start[live] - new_starts, counts) + np.arange(int(counts.sum()))
+        self._fwd = self._fwd[gather]
+        self._fwd_start[:] = 0
+        self._fwd_start[live] = new_starts
+        self._fwd_count[~self._alive] = 0
+        self._fwd_used = self._fwd_live = len(self._fwd)
+
+    # ----------------------------------------------------------------- reads
+
+    def scores(self, query_tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(doc ids ascending, scores) of every live doc containing a query term.
+
+        Docs not returned score exactly 0; returned ones may score <= 0 (see module doc).
+        """
+        terms = [t for t in (self._vocab.get(q) for q in query_tokens) if t is not None and self._df[t] > 0]
+        if not terms:
+            return _NO_IDS, _NO_SCORES
+        stats = self._stats()
+        per_term: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for term in terms:
+            if term not in per_term:
+                per_term[term] = self._term_contributions(term, stats)
+        # bincount adds in input order, so each doc sums its terms in query order like rank_bm25.
+        docs = np.concatenate([per_term[t][0] for t in terms])
+        totals = np.bincount(docs, weights=np.concatenate([per_term[t][1] for t in terms]))
+        present = np.zeros(len(totals), dtype=bool)
+        present[docs] = True
+        ids = np.flatnonzero(present)
+        return ids, totals[ids]
+
+    def top_k(
+        self, query_tokens: Sequence[str], k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The k highest-scoring allowed docs among those containing a query term.
+
+        Best first, ties by lower doc id. `allowed` is a bool mask over doc ids; ids past
+        its end are not allowed (fail closed). Scores may be <= 0 (see module doc).
+        """
+        ids, scores = self.scores(query_tokens)
+        if allowed is not None:
+            allowed = np.asarray(allowed, dtype=bool)
+            inside = ids < len(allowed)
+            inside[inside] = allowed[ids[inside]]
+            ids, scores = ids[inside], scores[inside]
+        if k <= 0 or len(ids) == 0:
+            return _NO_IDS, _NO_SCORES
+        if len(ids) > k:
+            # Keep everything tied with the k-th score so ties resolve by id, not by partition order.
+            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+            keep = scores >= kth
+            ids, scores = ids[keep], scores[keep]
+        order = np.argsort(-scores, kind="stable")[:k]  # ids are ascending: stable = lower id first
+        return ids[order], scores[order]
+
+    def _stats(self) -> _Stats:
+        """Corpus statistics, recomputed once per write burst (O(vocabulary + doc ids))."""
+        cached = self._stats_cache
+        if cached is not None and cached.version == self._version:
+            return cached
+        n_docs = self._n_docs
+        df = self._df[: len(self._vocab)]
+        df = df[df > 0]
+        raw_idf = np.log(n_docs - df + 0.5) - np.log(df + 0.5)
+        floor = self.epsilon * float(raw_idf.sum()) / len(df)
+        avgdl = self._total_len / n_docs
+        # Same expression and evaluation order as rank_bm25, so denominators match bit for bit.
+        norm = self.k1 * (1 - self.b + self.b * self._doc_len / avgdl)
+        cached = _Stats(self._version, n_docs, floor, norm)
+        self._stats_cache = cached
+        return cached
+
+    def _term_contributions(self, term: int, stats: _Stats) -> tuple[np.ndarray, np.ndarray]:
+        """(doc ids, idf * tf part) over the term's live postings, vectorised."""
+        n = int(self._df[term])
+        idf = math.log(stats.n_docs - n + 0.5) - math.log(n + 0.5)
+        if idf < 0:
+            idf = stats.floor
+        postings = self._postings[term][:, : self._used[term]]
+        if self._dead[term]:
+            postings = postings[:, self._alive[postings[0]]]
+        docs, tfs = postings[0], postings[1]
+        return docs, idf * (tfs * (self.k1 + 1) / (tfs + stats.norm[docs]))
+
+    def nbytes(self) -> int:
+        """Approximate memory held: numpy buffers plus the vocabulary dict and its keys."""
+        postings = sum(sys.getsizeof(p) for p in self._postings if p is not _EMPTY_POSTINGS)
+        columns = (self._used, self._df, self._dead, self._alive, self._doc_len, self._stale,
+                   self._fwd_start, self._fwd_count, self._fwd)
+        vocab = sys.getsizeof(self._vocab) + sum(sys.getsizeof(t) for t in self._vocab)
+        return postings + sys.getsizeof(self._postings) + sum(a.nbytes for a in columns) + vocab

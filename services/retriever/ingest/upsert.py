@@ -1,0 +1,101 @@
+"""Bulk loads of chunks that already carry vectors (migrations from another vector
+store, corpora embedded elsewhere). A document's chunks arrive together in the stream
+and replace its stored chunks; documents are written and indexed in batches, each
+batch in one store transaction."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ragmesh.errors import InvalidArgument
+from ragmesh.store import Store
+from ragmesh.types import Chunk, DocumentRecord, StoredChunk
+from ragmesh.validation import check_date, check_name
+from services.retriever.index import IndexRegistry
+
+MAX_ERRORS = 100
+
+
+@dataclass
+class UpsertSummary:
+    documents: int = 0
+    chunks: int = 0
+    rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Upserter:
+    def __init__(self, store: Store, registry: IndexRegistry, batch_chunks: int = 4096) -> None:
+        self.store = store
+        self.registry = registry
+        self.batch_chunks = batch_chunks
+
+    async def upsert(self, stream: AsyncIterator[tuple[Chunk, np.ndarray]]) -> UpsertSummary:
+        summary = UpsertSummary()
+        batch: list[tuple[DocumentRecord, list[StoredChunk]]] = []
+        current: list[StoredChunk] = []
+
+        def close_document() -> None:
+            if not current:
+                return
+            try:
+                batch.append((self._record(current), list(current)))
+            except InvalidArgument as exc:
+                summary.rejected += 1
+                if len(summary.errors) < MAX_ERRORS:
+                    summary.errors.append(f"{current[0].chunk.doc_id}: {exc}")
+            current.clear()
+
+        async for chunk, vector in stream:
+            if current and _key(current[0].chunk) != _key(chunk):
+                close_document()
+                if sum(len(c) for _, c in batch) >= self.batch_chunks:
+                    await self._flush(batch, summary)
+            current.append(StoredChunk(chunk, vector))
+        close_document()
+        await self._flush(batch, summary)
+        return summary
+
+    def _record(self, chunks: list[StoredChunk]) -> DocumentRecord:
+        first = chunks[0].chunk
+        if not first.doc_id:
+            raise InvalidArgument("chunk.doc_id", "must not be empty")
+        check_name("chunk.collection", first.collection)
+        check_date("chunk.date", first.date)
+        ids = [s.chunk.chunk_id for s in chunks]
+        if not all(ids) or len(set(ids)) != len(ids):
+            raise InvalidArgument("chunk.chunk_id", "every chunk needs a chunk_id, unique within its document")
+        for s in chunks:
+            if not s.chunk.text.strip():
+                raise InvalidArgument("chunk.text", f"chunk {s.chunk.chunk_id!r} has no text")
+            if s.vector is None or len(s.vector) != self.registry.dimensions:
+                got = 0 if s.vector is None else len(s.vector)
+                raise InvalidArgument("vector", f"chunk {s.chunk.chunk_id!r} has {got} dimensions, "
+                                                f"the collection needs {self.registry.dimensions}")
+        digest = hashlib.sha256("\x1f".join(f"{s.chunk.chunk_id}\x1e{s.chunk.text}" for s in chunks).encode())
+        return DocumentRecord(
+            doc_id=first.doc_id, collection=first.collection, tenant=first.tenant,
+            content_hash=digest.hexdigest(), metadata=dict(first.metadata), date=first.date,
+            chunk_count=len(chunks),
+        )
+
+    async def _flush(self, batch: list[tuple[DocumentRecord, list[StoredChunk]]], summary: UpsertSummary) -> None:
+        if not batch:
+            return
+        await asyncio.to_thread(self.store.replace_documents, list(batch))
+        by_collection: dict[str, list] = {}
+        for record, chunks in batch:
+            by_collection.setdefault(record.collection, []).append(((record.tenant, record.doc_id), chunks))
+        for collection, changes in by_collection.items():
+            await asyncio.to_thread(self.registry.apply, collection, changes)
+        summary.documents += len(batch)
+        summary.chunks += sum(len(c) for _, c in batch)
+        batch.clear()
+
+
+def _key(chunk: Chunk) -> tuple[str, str, str]:
+    return chunk.tenant, chunk.collection, chunk.doc_id

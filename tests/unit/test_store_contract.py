@@ -1,0 +1,413 @@
+"""One contract suite for the Store interface, run against every backend.
+
+Backends: SQLite on a real file in tmp_path, always; MongoDB against a real server when the
+MONGODB_URI environment variable is set, otherwise against mongomock. mongomock stands in only
+because no MongoDB server can be installed on this machine: it keeps data in process, has no
+sessions, transactions or change streams, and is not thread-safe. So the tests of transactions,
+change streams and concurrent writers run only against a real server (concurrent writers also
+against SQLite) and are skipped with that reason otherwise.
+
+Against a real server (each test uses, then drops, its own database):
+    MONGODB_URI=mongodb://127.0.0.1:27017 \
+        .venv/bin/python -m pytest -q tests/unit/test_store_contract.py
+A replica set (`mongod --replSet rs0`, then `rs.initiate()` in mongosh) also runs the
+transaction and change-stream tests.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import bson
+import mongomock
+import numpy as np
+import pytest
+from mongomock.store import ServerStore
+from pymongo import MongoClient
+
+from ragmesh.config import Settings
+from ragmesh.store import Store, StoreUnavailable, open_store
+from ragmesh.store.mongo import MongoStore, _chunk_doc
+from ragmesh.store.sqlite import SqliteStore
+from ragmesh.types import Chunk, DocumentRecord, StoredChunk
+
+REAL_URI = os.environ.get("MONGODB_URI", "")
+MONGO = "mongodb" if REAL_URI else "mongomock"
+NEEDS_SERVER = (
+    "needs a real MongoDB server (set MONGODB_URI): mongomock has no sessions, transactions "
+    "or change streams"
+)
+NOT_THREAD_SAFE = "mongomock is not thread-safe (mongomock issue #138); SQLite and real servers are"
+
+
+@dataclass
+class Backend:
+    """Opens (and reopens) one store; `kind` is sqlite, mongomock or mongodb."""
+
+    kind: str
+    open: Callable[..., Store]
+
+
+@pytest.fixture(params=["sqlite", MONGO])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    yield from _backend(request.param, tmp_path)
+
+
+@pytest.fixture
+def mongo() -> Iterator[Backend]:
+    """MongoDB only: the versioned write and what the real server adds."""
+    yield from _backend(MONGO, None)
+
+
+def _backend(kind: str, tmp_path: Path | None) -> Iterator[Backend]:
+    opened: list[Store] = []
+
+    def track(factory: Callable[..., Store]) -> Callable[..., Store]:
+        def open_(**kwargs: object) -> Store:
+            opened.append(factory(**kwargs))
+            return opened[-1]
+        return open_
+
+    db_name = f"ragmesh_test_{uuid.uuid4().hex[:12]}"
+    if kind == "sqlite":
+        yield Backend("sqlite", track(lambda: SqliteStore(tmp_path / "store.sqlite3")))
+    elif kind == "mongodb":
+        yield Backend("mongodb", track(functools.partial(MongoStore, REAL_URI, db_name)))
+        MongoClient(REAL_URI).drop_database(db_name)
+    else:
+        server = ServerStore()  # shared by every client, so reopening sees the same data
+        client = functools.partial(mongomock.MongoClient, _store=server)
+        yield Backend("mongomock", track(functools.partial(
+            MongoStore, "mongodb://mongomock.invalid:27017", db_name, client_factory=client)))
+    for store in opened:
+        store.close()
+
+
+def doc(doc_id: str = "d1", n: int = 2, h: str = "h1", tenant: str = "",
+        collection: str = "notes") -> tuple[DocumentRecord, list[StoredChunk]]:
+    record = DocumentRecord(
+        doc_id, collection, tenant, h, f"Title {doc_id}", {"fund_name": "K"}, "2024-01-02", n
+    )
+    chunks = [
+        StoredChunk(
+            Chunk(f"{tenant}/{collection}/{doc_id}#{i}", doc_id, collection, f"{h} text {i}",
+                  {"fund_name": "K", "i": str(i)}, "2024-01-02", tenant, "", i),
+            np.full(4, i + 0.5, np.float32),
+        )
+        for i in range(n)
+    ]
+    return record, chunks
+
+
+def ids(store: Store, collection: str | None = None) -> list[str]:
+    return [s.chunk.chunk_id for s in store.iter_chunks(collection)]
+
+
+# -- corpus ------------------------------------------------------------------------------------
+def test_replace_is_whole_versioned_and_survives_reopen(backend: Backend) -> None:
+    store = backend.open()
+    assert store.version() == 0 and store.get_document("", "notes", "d1") is None
+    assert list(store.iter_chunks()) == [] and store.collections() == []
+    v1 = store.replace_document(*doc(n=3))
+    v2 = store.replace_document(*doc(n=1, h="h2"))
+    assert 0 < v1 < v2 == store.version()
+    store.close()
+
+    store = backend.open()
+    assert ids(store) == ["/notes/d1#0"]
+    assert store.get_document("", "notes", "d1") == DocumentRecord(
+        "d1", "notes", "", "h2", "Title d1", {"fund_name": "K"}, "2024-01-02", 1)
+    assert store.version() == v2
+
+
+def test_chunks_round_trip_in_insertion_order(backend: Backend) -> None:
+    store = backend.open()
+    record, chunks = doc("d1", 3)
+    chunks[2].chunk.parent_chunk_id = chunks[0].chunk.chunk_id
+    chunks[0].vector = None  # parents are stored but not indexed
+    store.replace_document(record, chunks)
+    store.replace_document(*doc("d2", 2))
+    store.replace_document(*doc("f1", 1, collection="factsheets"))
+    got = list(store.iter_chunks("notes"))
+    assert [s.chunk for s in got] == [c.chunk for c in chunks] + [c.chunk for c in doc("d2", 2)[1]]
+    assert got[0].vector is None
+    assert ids(store, "factsheets") == ["/factsheets/f1#0"]
+    assert len(ids(store)) == 6 and ids(store, "missing") == []
+
+
+def test_vectors_round_trip_as_float32_exactly(backend: Backend) -> None:
+    store = backend.open()
+    rng = np.random.default_rng(7)
+    special = np.array([0.0, -0.0, 1e-45, -3.4028235e38, np.pi, 1 / 3], np.float32)
+    vectors = [rng.standard_normal(384).astype(np.float32), special]
+    record, chunks = doc(n=2)
+    for stored, vector in zip(chunks, vectors):
+        stored.vector = vector
+    store.replace_document(record, chunks)
+    for stored, vector in zip(store.iter_chunks(), vectors):
+        assert stored.vector.dtype == np.float32 and stored.vector.shape == vector.shape
+        assert stored.vector.tobytes() == vector.tobytes()  # bit for bit, -0.0 and denormals too
+
+
+def test_a_failed_replace_leaves_the_old_version(backend: Backend) -> None:
+    store = backend.open()
+    version = store.replace_document(*doc(n=2))
+    record, chunks = doc(n=2, h="h2")
+    chunks.append(chunks[0])  # duplicate chunk id: the insert fails halfway
+    with pytest.raises(Exception):
+        store.replace_document(record, chunks)
+    assert ids(store) == ["/notes/d1#0", "/notes/d1#1"]
+    assert [s.chunk.text for s in store.iter_chunks()] == ["h1 text 0", "h1 text 1"]
+    assert store.get_document("", "notes", "d1").content_hash == "h1"
+    assert store.version() == version
+
+
+def test_replace_documents_is_one_write(backend: Backend) -> None:
+    store = backend.open()
+    before = store.replace_document(*doc("d1", 2))
+    batch = [doc("d1", 1, h="h2"), doc("d2", 2, h="h2"), doc("f1", 1, h="h2", collection="factsheets")]
+    version = store.replace_documents(batch)
+    assert version > before and store.version() == version
+    assert [s.chunk.text for s in store.iter_chunks("notes")] == ["h2 text 0"] * 2 + ["h2 text 1"]
+    assert [(c.name, c.documents, c.chunks) for c in store.collections()] == [
+        ("factsheets", 1, 1), ("notes", 2, 3)]
+    failing = [doc("d1", 2, h="h3"), doc("d3", 2, h="h3")]
+    failing[1][1].append(failing[1][1][0])  # the second document's insert fails
+    with pytest.raises(Exception):
+        store.replace_documents(failing)
+    assert store.get_document("", "notes", "d1").content_hash == "h2"  # no document flipped
+    assert store.get_document("", "notes", "d3") is None
+    assert [s.chunk.text for s in store.iter_chunks("notes")] == ["h2 text 0"] * 2 + ["h2 text 1"]
+    assert store.version() == version
+
+
+def test_delete_and_collection_counts(backend: Backend) -> None:
+    store = backend.open()
+    store.replace_document(*doc("d1", 2))
+    store.replace_document(*doc("d2", 3))
+    version = store.replace_document(*doc("f1", 1, collection="factsheets"))
+    stats = [(c.name, c.documents, c.chunks) for c in store.collections()]
+    assert stats == [("factsheets", 1, 1), ("notes", 2, 5)]
+    assert store.delete_documents("", "notes", ["missing"]) == (0, 0)
+    assert store.delete_documents("", "notes", []) == (0, 0)
+    assert store.version() == version  # nothing removed, nothing to re-index
+    assert store.delete_documents("", "notes", ["d1", "missing"]) == (1, 2)
+    assert store.version() > version
+    assert store.get_document("", "notes", "d1") is None
+    assert ids(store, "notes") == ["/notes/d2#0", "/notes/d2#1", "/notes/d2#2"]
+    assert store.delete_documents("", "factsheets", ["f1"]) == (1, 1)
+    assert [(c.name, c.documents, c.chunks) for c in store.collections()] == [("notes", 1, 3)]
+
+
+def test_tenants_are_isolated(backend: Backend) -> None:
+    store = backend.open()
+    store.replace_document(*doc("d1", 2, h="a", tenant="acme"))
+    store.replace_document(*doc("d1", 1, h="b", tenant="bank"))
+    assert store.get_document("acme", "notes", "d1").content_hash == "a"
+    assert store.get_document("bank", "notes", "d1").content_hash == "b"
+    assert store.get_document("", "notes", "d1") is None
+    assert store.delete_documents("other", "notes", ["d1"]) == (0, 0)
+    assert store.delete_documents("acme", "notes", ["d1"]) == (1, 2)
+    left = [(s.chunk.tenant, s.chunk.chunk_id) for s in store.iter_chunks()]
+    assert left == [("bank", "bank/notes/d1#0")]
+
+    store.ensure_conversation("acme", "u1", "c1")
+    store.ensure_conversation("bank", "u2", "c1")  # someone else's id: the first owner keeps it
+    assert store.conversation_exists("acme", "c1") and not store.conversation_exists("bank", "c1")
+    store.add_message("c1", "user", "hi", {})
+    assert not store.delete_conversation("bank", "c1")
+    assert [m.content for m in store.messages("c1")] == ["hi"]
+
+
+# -- conversations -----------------------------------------------------------------------------
+def test_messages_keep_order_limit_and_edits(backend: Backend) -> None:
+    store = backend.open()
+    store.ensure_conversation("t1", "u", "c1")
+    store.ensure_conversation("t1", "u", "c1")  # idempotent
+    roles = ["user", "assistant"] * 3
+    ids_ = [
+        store.add_message("c1", role, f"m{i}", {"i": i, "cites": [{"n": 1}]})
+        for i, role in enumerate(roles)
+    ]
+    assert len(set(ids_)) == 6
+    store.update_message(ids_[-1], "edited", {"i": 99})
+    messages = store.messages("c1")
+    assert [m.content for m in messages] == ["m0", "m1", "m2", "m3", "m4", "edited"]
+    assert [m.role for m in messages] == roles
+    assert [m.message_id for m in messages] == ids_
+    assert messages[0].meta == {"i": 0, "cites": [{"n": 1}]} and messages[-1].meta == {"i": 99}
+    assert all(m.conversation_id == "c1" for m in messages)
+    assert time.strptime(messages[0].created_at, "%Y-%m-%dT%H:%M:%SZ")
+    assert [m.content for m in store.messages("c1", limit=2)] == ["m4", "edited"]
+    assert len(store.messages("c1", limit=50)) == 6 and store.messages("c1", limit=0) == []
+    assert store.messages("other") == []
+
+
+def test_conversations_exist_and_delete_with_their_messages(backend: Backend) -> None:
+    store = backend.open()
+    assert not store.conversation_exists("t1", "c1")
+    store.ensure_conversation("t1", "u", "c1")
+    store.ensure_conversation("t1", "u", "c2")
+    store.add_message("c1", "user", "q", {})
+    store.add_message("c2", "user", "other", {})
+    assert store.conversation_exists("t1", "c1")
+    assert store.delete_conversation("t1", "c1") and not store.delete_conversation("t1", "c1")
+    assert not store.conversation_exists("t1", "c1") and store.messages("c1") == []
+    assert [m.content for m in store.messages("c2")] == ["other"]
+    store.close()
+    store = backend.open()
+    assert store.conversation_exists("t1", "c2") and not store.conversation_exists("t1", "c1")
+
+
+def test_concurrent_writers_get_distinct_sequence_numbers(backend: Backend) -> None:
+    if backend.kind == "mongomock":
+        pytest.skip(NOT_THREAD_SAFE)
+    stores = [backend.open(), backend.open()]  # two processes' worth of writers on one store
+    stores[0].ensure_conversation("t", "u", "c")
+
+    def write(k: int) -> None:
+        for i in range(25):
+            stores[k % 2].add_message("c", "user", f"{k}-{i}", {})
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    messages = stores[0].messages("c")
+    assert len(messages) == 200 and len({m.content for m in messages}) == 200
+    for k in range(8):  # each writer's messages stay in its own order
+        mine = [m.content for m in messages if m.content.startswith(f"{k}-")]
+        assert mine == [f"{k}-{i}" for i in range(25)]
+
+
+# -- MongoDB: the versioned write --------------------------------------------------------------
+def test_a_crash_before_the_flip_keeps_the_old_version_and_start_removes_orphans(
+    mongo: Backend,
+) -> None:
+    store = mongo.open()
+    version = store.replace_document(*doc("d1", 2))
+    record, chunks = doc("d1", 3, h="h2")
+    store._insert_version([(record, chunks)], None)  # step 1 of a replacement, then the "crash"
+    store._insert_version([doc("new", 2)], None)  # a new document that never got its header
+    assert ids(store) == ["/notes/d1#0", "/notes/d1#1"]
+    assert [(c.documents, c.chunks) for c in store.collections()] == [(1, 2)]
+    assert store.get_document("", "notes", "new") is None
+
+    young = mongo.open()  # orphans this young may be a live writer's first step: kept
+    assert young._chunks.count_documents({}) == 7
+
+    store = mongo.open(orphan_grace_s=0)
+    assert store._chunks.count_documents({}) == 2
+    assert ids(store) == ["/notes/d1#0", "/notes/d1#1"]
+    assert store.get_document("", "notes", "d1").content_hash == "h1"
+    assert store.version() > version  # recovery makes indexes look again
+    store.replace_document(record, chunks)  # the retried write goes through
+    assert ids(store) == ["/notes/d1#0", "/notes/d1#1", "/notes/d1#2"]
+
+
+def test_a_crash_after_the_flip_shows_the_new_version_only(mongo: Backend) -> None:
+    store = mongo.open()
+    store.replace_document(*doc("d1", 2))
+    record, chunks = doc("d1", 1, h="h2")
+    tag = store._insert_version([(record, chunks)], None)
+    store._flip(record, tag, len(chunks), None)  # crash before the bump and the old chunks' delete
+    assert [s.chunk.text for s in store.iter_chunks()] == ["h2 text 0"]
+    assert [(c.documents, c.chunks) for c in store.collections()] == [(1, 1)]
+    version = store.version()
+    store = mongo.open(orphan_grace_s=0)
+    assert store._chunks.count_documents({}) == 1
+    assert store.version() > version
+
+
+def test_vectors_are_stored_as_bson_binary_float32(mongo: Backend) -> None:
+    store = mongo.open()
+    record, chunks = doc(n=1)
+    store.replace_document(record, chunks)
+    raw = store._chunks.find_one({})["vector"]
+    # pymongo decodes subtype 0 as bytes, mongomock keeps the Binary it was given.
+    assert isinstance(raw, bytes) and getattr(raw, "subtype", 0) == 0
+    assert bytes(raw) == chunks[0].vector.astype("<f4").tobytes()
+    # Through real BSON too, which mongomock skips: binary subtype 0, not an array of doubles.
+    decoded = bson.decode(bson.encode(_chunk_doc(chunks[0], bson.ObjectId())))
+    assert type(decoded["vector"]) is bytes and len(decoded["vector"]) == 4 * 4
+
+
+# -- MongoDB: connection handling --------------------------------------------------------------
+def test_an_unreachable_server_is_a_clear_error_without_the_password() -> None:
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as err:
+        MongoStore("mongodb://admin:s3cret@127.0.0.1:1/?authSource=admin",
+                   server_selection_timeout_ms=200)
+    assert time.monotonic() - started < 10
+    assert "127.0.0.1:1" in str(err.value) and "s3cret" not in str(err.value)
+    assert err.value.code == "UNAVAILABLE"
+
+
+@pytest.mark.parametrize("uri", [
+    "postgres://admin:s3cret@db:5432",
+    "mongodb://admin:s3/cret@db:27017/x",  # unescaped "/" in the password
+    "mongodb://admin:s3cret@db:port",
+])
+def test_an_invalid_uri_is_a_clear_error_without_the_password(uri: str) -> None:
+    with pytest.raises(StoreUnavailable) as err:
+        MongoStore(uri, server_selection_timeout_ms=200)
+    assert "invalid" in str(err.value) and "db" in str(err.value)
+    assert "s3" not in str(err.value) and "cret" not in str(err.value)
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+
+
+def test_open_store_picks_the_backend_from_settings(tmp_path: Path) -> None:
+    store = open_store(Settings(data_dir=tmp_path, mongodb_uri=""))
+    assert isinstance(store, SqliteStore)
+    store.close()
+    with pytest.raises(StoreUnavailable):
+        open_store(Settings(data_dir=tmp_path, mongodb_uri="mongodb://127.0.0.1:1",
+                            mongodb_timeout_ms=200))
+    with pytest.raises(ValueError, match="MONGODB_TRANSACTIONS"):
+        open_store(Settings(data_dir=tmp_path, mongodb_uri="mongodb://x", mongodb_transactions="maybe"))
+    described = Settings(mongodb_uri="mongodb+srv://u:s3cret@cluster0.example.net/db?w=1").describe()
+    assert described["mongodb_uri"] == "mongodb+srv://cluster0.example.net"
+
+
+# -- MongoDB: what only a real server has ------------------------------------------------------
+def _replica_set(mongo: Backend) -> MongoStore:
+    if mongo.kind != "mongodb":
+        pytest.skip(NEEDS_SERVER)
+    store = mongo.open()
+    if not store.transactions:
+        pytest.skip("the server at MONGODB_URI is standalone: no transactions or change streams")
+    return store
+
+
+def test_a_failed_replace_in_a_transaction_leaves_no_orphans(mongo: Backend) -> None:
+    store = _replica_set(mongo)
+    store.replace_document(*doc(n=2))
+    record, chunks = doc(n=2, h="h2")
+    chunks.append(chunks[0])
+    with pytest.raises(Exception):
+        store.replace_document(record, chunks)
+    assert store._chunks.count_documents({}) == 2  # rolled back, not merely hidden
+    assert [s.chunk.text for s in store.iter_chunks()] == ["h1 text 0", "h1 text 1"]
+
+
+def test_a_replacement_reaches_a_change_stream_as_one_transaction(mongo: Backend) -> None:
+    store = _replica_set(mongo)
+    store.replace_document(*doc(n=2))
+    with store._chunks.watch(max_await_time_ms=500) as stream:
+        store.replace_document(*doc(n=1, h="h2"))
+        events = []
+        deadline = time.monotonic() + 10
+        while len(events) < 3 and time.monotonic() < deadline:
+            change = stream.try_next()
+            if change is not None:
+                events.append(change)
+    assert sorted(e["operationType"] for e in events) == ["delete", "delete", "insert"]
+    assert len({(e.get("txnNumber"), str(e.get("lsid"))) for e in events}) == 1
+    assert events[0]["fullDocument"]["text"] == "h2 text 0"
