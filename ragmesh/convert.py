@@ -44,6 +44,7 @@ def hit_to_proto(h: t.Hit) -> retriever_pb2.Hit:
     return retriever_pb2.Hit(
         chunk=chunk_to_proto(h.chunk), score=h.score, dense_rank=h.dense_rank,
         sparse_rank=h.sparse_rank, dense_score=h.dense_score, sparse_score=h.sparse_score,
+        fused_score=h.fused_score, boosts=h.boosts, parent_text=h.parent_text,
     )
 
 
@@ -51,6 +52,7 @@ def hit_from_proto(p: retriever_pb2.Hit) -> t.Hit:
     return t.Hit(
         chunk=chunk_from_proto(p.chunk), score=p.score, dense_rank=p.dense_rank,
         sparse_rank=p.sparse_rank, dense_score=p.dense_score, sparse_score=p.sparse_score,
+        fused_score=p.fused_score, boosts=list(p.boosts), parent_text=p.parent_text,
     )
 
 

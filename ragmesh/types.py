@@ -66,12 +66,17 @@ class SearchFilter:
 
 @dataclass
 class Hit:
+    """A ranked chunk that explains itself: each list's rank and score, the fused score, the boosts."""
+
     chunk: Chunk
     score: float
     dense_rank: int = 0
     sparse_rank: int = 0
     dense_score: float = 0.0
     sparse_score: float = 0.0
+    fused_score: float = 0.0
+    boosts: list[str] = field(default_factory=list)
+    parent_text: str = ""
 
 
 @dataclass

@@ -8,6 +8,11 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Fusion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FUSION_RRF: _ClassVar[Fusion]
+    FUSION_LINEAR: _ClassVar[Fusion]
+
 class IngestStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     INGEST_STAGE_UNSPECIFIED: _ClassVar[IngestStage]
@@ -17,6 +22,8 @@ class IngestStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INDEXED: _ClassVar[IngestStage]
     UNCHANGED: _ClassVar[IngestStage]
     FAILED: _ClassVar[IngestStage]
+FUSION_RRF: Fusion
+FUSION_LINEAR: Fusion
 INGEST_STAGE_UNSPECIFIED: IngestStage
 PARSED: IngestStage
 CHUNKED: IngestStage
@@ -26,7 +33,7 @@ UNCHANGED: IngestStage
 FAILED: IngestStage
 
 class SearchRequest(_message.Message):
-    __slots__ = ("query", "collections", "filter", "top_k", "query_vector", "dense_weight", "sparse_weight", "rrf_k")
+    __slots__ = ("query", "collections", "filter", "top_k", "query_vector", "dense_weight", "sparse_weight", "rrf_k", "variants", "fusion", "boosters", "recency_weight")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     COLLECTIONS_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +42,10 @@ class SearchRequest(_message.Message):
     DENSE_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     SPARSE_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     RRF_K_FIELD_NUMBER: _ClassVar[int]
+    VARIANTS_FIELD_NUMBER: _ClassVar[int]
+    FUSION_FIELD_NUMBER: _ClassVar[int]
+    BOOSTERS_FIELD_NUMBER: _ClassVar[int]
+    RECENCY_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     query: str
     collections: _containers.RepeatedScalarFieldContainer[str]
     filter: _common_pb2.Filter
@@ -43,23 +54,63 @@ class SearchRequest(_message.Message):
     dense_weight: float
     sparse_weight: float
     rrf_k: int
-    def __init__(self, query: _Optional[str] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., top_k: _Optional[int] = ..., query_vector: _Optional[_Iterable[float]] = ..., dense_weight: _Optional[float] = ..., sparse_weight: _Optional[float] = ..., rrf_k: _Optional[int] = ...) -> None: ...
+    variants: _containers.RepeatedScalarFieldContainer[str]
+    fusion: Fusion
+    boosters: Boosters
+    recency_weight: float
+    def __init__(self, query: _Optional[str] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., top_k: _Optional[int] = ..., query_vector: _Optional[_Iterable[float]] = ..., dense_weight: _Optional[float] = ..., sparse_weight: _Optional[float] = ..., rrf_k: _Optional[int] = ..., variants: _Optional[_Iterable[str]] = ..., fusion: _Optional[_Union[Fusion, str]] = ..., boosters: _Optional[_Union[Boosters, _Mapping]] = ..., recency_weight: _Optional[float] = ...) -> None: ...
+
+class Boosters(_message.Message):
+    __slots__ = ("time_window", "half_life_days", "decay_floor", "recent_boost", "recent_days", "conversation_id", "same_conversation_boost", "tag_boost", "prefer_authoritative", "min_similarity", "fallback_similarity", "expand_parents", "now")
+    TIME_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    HALF_LIFE_DAYS_FIELD_NUMBER: _ClassVar[int]
+    DECAY_FLOOR_FIELD_NUMBER: _ClassVar[int]
+    RECENT_BOOST_FIELD_NUMBER: _ClassVar[int]
+    RECENT_DAYS_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SAME_CONVERSATION_BOOST_FIELD_NUMBER: _ClassVar[int]
+    TAG_BOOST_FIELD_NUMBER: _ClassVar[int]
+    PREFER_AUTHORITATIVE_FIELD_NUMBER: _ClassVar[int]
+    MIN_SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    EXPAND_PARENTS_FIELD_NUMBER: _ClassVar[int]
+    NOW_FIELD_NUMBER: _ClassVar[int]
+    time_window: str
+    half_life_days: float
+    decay_floor: float
+    recent_boost: float
+    recent_days: int
+    conversation_id: str
+    same_conversation_boost: float
+    tag_boost: float
+    prefer_authoritative: bool
+    min_similarity: float
+    fallback_similarity: float
+    expand_parents: bool
+    now: str
+    def __init__(self, time_window: _Optional[str] = ..., half_life_days: _Optional[float] = ..., decay_floor: _Optional[float] = ..., recent_boost: _Optional[float] = ..., recent_days: _Optional[int] = ..., conversation_id: _Optional[str] = ..., same_conversation_boost: _Optional[float] = ..., tag_boost: _Optional[float] = ..., prefer_authoritative: _Optional[bool] = ..., min_similarity: _Optional[float] = ..., fallback_similarity: _Optional[float] = ..., expand_parents: _Optional[bool] = ..., now: _Optional[str] = ...) -> None: ...
 
 class Hit(_message.Message):
-    __slots__ = ("chunk", "score", "dense_rank", "sparse_rank", "dense_score", "sparse_score")
+    __slots__ = ("chunk", "score", "dense_rank", "sparse_rank", "dense_score", "sparse_score", "fused_score", "boosts", "parent_text")
     CHUNK_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     DENSE_RANK_FIELD_NUMBER: _ClassVar[int]
     SPARSE_RANK_FIELD_NUMBER: _ClassVar[int]
     DENSE_SCORE_FIELD_NUMBER: _ClassVar[int]
     SPARSE_SCORE_FIELD_NUMBER: _ClassVar[int]
+    FUSED_SCORE_FIELD_NUMBER: _ClassVar[int]
+    BOOSTS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_TEXT_FIELD_NUMBER: _ClassVar[int]
     chunk: _common_pb2.Chunk
     score: float
     dense_rank: int
     sparse_rank: int
     dense_score: float
     sparse_score: float
-    def __init__(self, chunk: _Optional[_Union[_common_pb2.Chunk, _Mapping]] = ..., score: _Optional[float] = ..., dense_rank: _Optional[int] = ..., sparse_rank: _Optional[int] = ..., dense_score: _Optional[float] = ..., sparse_score: _Optional[float] = ...) -> None: ...
+    fused_score: float
+    boosts: _containers.RepeatedScalarFieldContainer[str]
+    parent_text: str
+    def __init__(self, chunk: _Optional[_Union[_common_pb2.Chunk, _Mapping]] = ..., score: _Optional[float] = ..., dense_rank: _Optional[int] = ..., sparse_rank: _Optional[int] = ..., dense_score: _Optional[float] = ..., sparse_score: _Optional[float] = ..., fused_score: _Optional[float] = ..., boosts: _Optional[_Iterable[str]] = ..., parent_text: _Optional[str] = ...) -> None: ...
 
 class Timings(_message.Message):
     __slots__ = ("embed_ms", "dense_ms", "sparse_ms", "fusion_ms", "total_ms")
@@ -76,16 +127,18 @@ class Timings(_message.Message):
     def __init__(self, embed_ms: _Optional[float] = ..., dense_ms: _Optional[float] = ..., sparse_ms: _Optional[float] = ..., fusion_ms: _Optional[float] = ..., total_ms: _Optional[float] = ...) -> None: ...
 
 class SearchResponse(_message.Message):
-    __slots__ = ("hits", "timings", "candidate_count", "dense_skipped")
+    __slots__ = ("hits", "timings", "candidate_count", "dense_skipped", "threshold_layer")
     HITS_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_COUNT_FIELD_NUMBER: _ClassVar[int]
     DENSE_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_LAYER_FIELD_NUMBER: _ClassVar[int]
     hits: _containers.RepeatedCompositeFieldContainer[Hit]
     timings: Timings
     candidate_count: int
     dense_skipped: bool
-    def __init__(self, hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., candidate_count: _Optional[int] = ..., dense_skipped: _Optional[bool] = ...) -> None: ...
+    threshold_layer: int
+    def __init__(self, hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., candidate_count: _Optional[int] = ..., dense_skipped: _Optional[bool] = ..., threshold_layer: _Optional[int] = ...) -> None: ...
 
 class Document(_message.Message):
     __slots__ = ("doc_id", "collection", "text", "metadata", "date", "tenant", "title")

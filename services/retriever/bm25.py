@@ -15,13 +15,15 @@ Exactness. For the same token lists the scores equal
   repeated tokens adding again; tokens absent from the live vocabulary add nothing.
 The per-posting arithmetic is the same float64 expression in the same order, and each
 document sums its contributions in query order, so scores match rank_bm25 bit for bit
-except the epsilon floor, whose mean is summed in a different order (1e-15 relative).
+except the epsilon floor: its mean is summed in another order with numpy's log (1e-15
+relative). Rankings are therefore identical except among docs whose rank_bm25 scores
+differ by rounding only, e.g. when the mean idf is 0 up to rounding and the floor is noise.
 
 Because the floor can make idf negative (epsilon * a negative mean) and an idf can be
 exactly 0, a document containing a query term can score <= 0. Every document that
 contains no query term scores exactly 0 in rank_bm25; those are never returned.
 
-Writes. `add` appends to per-term growable buffers (amortised doubling). `remove` marks a
+Writes. `add` appends to per-term growable buffers (amortised, 25% headroom). `remove` marks a
 tombstone: N, document frequencies and total length change at once, dead postings are
 skipped at query time and a term's postings are compacted when more than a quarter are
 dead. A per-document forward list of term ids (flat int32 buffer) makes removal touch
@@ -264,15 +266,15 @@ class BM25Index:
         if not terms:
             return _NO_IDS, _NO_SCORES
         stats = self._stats()
+        totals = np.zeros(len(self._alive))
+        present = np.zeros(len(self._alive), dtype=bool)
         per_term: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for term in terms:
+        for term in terms:  # in query order, repeats included, so sums round like rank_bm25's
             if term not in per_term:
                 per_term[term] = self._term_contributions(term, stats)
-        # bincount adds in input order, so each doc sums its terms in query order like rank_bm25.
-        docs = np.concatenate([per_term[t][0] for t in terms])
-        totals = np.bincount(docs, weights=np.concatenate([per_term[t][1] for t in terms]))
-        present = np.zeros(len(totals), dtype=bool)
-        present[docs] = True
+                present[per_term[term][0]] = True
+            docs, contributions = per_term[term]
+            totals[docs] += contributions  # a term lists a doc once: no lost updates
         ids = np.flatnonzero(present)
         return ids, totals[ids]
 
@@ -309,7 +311,7 @@ class BM25Index:
         df = self._df[: len(self._vocab)]
         df = df[df > 0]
         raw_idf = np.log(n_docs - df + 0.5) - np.log(df + 0.5)
-        floor = self.epsilon * float(raw_idf.sum()) / len(df)
+        floor = self.epsilon * (float(raw_idf.sum()) / len(df))  # eps * average_idf, as rank_bm25
         avgdl = self._total_len / n_docs
         # Same expression and evaluation order as rank_bm25, so denominators match bit for bit.
         norm = self.k1 * (1 - self.b + self.b * self._doc_len / avgdl)

@@ -1,39 +1,200 @@
-"""Weighted Reciprocal Rank Fusion: score = sum over lists of weight / (k + rank), rank from 1.
+"""From ranked lists to explained hits: fusion (weighted RRF or linear), then boosters
+and thresholds, in the order the seeds apply them: time decay, recency and
+same-conversation boosts, tag boost, authoritative tie-break, relevance threshold
+with fallback layers, parent expansion.
 
-No score normalisation is needed, and each fused hit keeps its rank and score in
-every list so anyone can see why it ranked where it did."""
+Fused scores are normalised to 0..1 before boosting, so an additive boost such as
+"+0.1 for recent" means the same under either fusion."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import datetime as dt
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-import numpy as np
+from ragmesh.errors import InvalidArgument
+from ragmesh.types import Chunk, Hit
+from ragmesh.validation import check_date
+from services.retriever.index import Retrieved
+
+RRF, LINEAR = "RRF", "LINEAR"
+TIME_WINDOWS = {"24h": 1, "48h": 2, "1w": 7, "all": 0, "": 0}
+LINEAR_DEFAULTS = (0.6, 0.25, 0.15)  # vector, keyword, recency (002)
+DEFAULT_HALF_LIFE_DAYS = 30.0
+TIE = 1e-4  # scores closer than this are a tie for the authoritative preference
 
 
 @dataclass
-class Fused:
-    position: int
-    score: float
+class Boosters:
+    time_window: str = ""
+    half_life_days: float = 0.0
+    decay_floor: float = 0.3
+    recent_boost: float = 0.0
+    recent_days: int = 7
+    conversation_id: str = ""
+    same_conversation_boost: float = 0.0
+    tag_boost: float = 0.0
+    prefer_authoritative: bool = False
+    min_similarity: float = 0.0
+    fallback_similarity: float = 0.0
+    expand_parents: bool = False
+    now: str = ""
+
+    def validate(self) -> None:
+        if self.time_window not in TIME_WINDOWS:
+            raise InvalidArgument("boosters.time_window", f"must be one of 24h, 48h, 1w, all; got {self.time_window!r}")
+        check_date("boosters.now", self.now)
+        for name in ("half_life_days", "decay_floor", "recent_boost", "recent_days", "same_conversation_boost",
+                     "tag_boost", "min_similarity", "fallback_similarity"):
+            if getattr(self, name) < 0:
+                raise InvalidArgument(f"boosters.{name}", f"must not be negative, got {getattr(self, name)}")
+
+    @property
+    def today(self) -> dt.date:
+        return dt.date.fromisoformat(self.now) if self.now else dt.datetime.now(dt.timezone.utc).date()
+
+    def window(self) -> tuple[str, str]:
+        """The time window as (start, end) dates, ("", "") for none: it filters, it does not just rank."""
+        days = TIME_WINDOWS[self.time_window]
+        if not days:
+            return "", ""
+        return (self.today - dt.timedelta(days=days)).isoformat(), self.today.isoformat()
+
+
+@dataclass
+class Candidate:
+    slot: int
+    chunk: Chunk
     dense_rank: int = 0
-    sparse_rank: int = 0
     dense_score: float = 0.0
+    sparse_rank: int = 0
     sparse_score: float = 0.0
+    fused: float = 0.0
+    score: float = 0.0
+    boosts: list[str] = field(default_factory=list)
+    similarity: float | None = None  # cosine to the query, for thresholds
+
+    def hit(self, parent_text: str = "") -> Hit:
+        return Hit(self.chunk, self.score, self.dense_rank, self.sparse_rank, self.dense_score, self.sparse_score,
+                   self.fused, self.boosts, parent_text)
 
 
-def weighted_rrf(
-    dense: tuple[np.ndarray, np.ndarray],
-    sparse: tuple[np.ndarray, np.ndarray],
-    dense_weight: float = 0.5,
-    sparse_weight: float = 0.5,
-    k: int = 60,
-) -> list[Fused]:
-    """Fuses two ranked lists of positions; best first, ties broken by position."""
-    fused: dict[int, Fused] = {}
-    for rank, (pos, score) in enumerate(zip(*dense), start=1):
-        item = fused.setdefault(int(pos), Fused(int(pos), 0.0))
-        item.score += dense_weight / (k + rank)
-        item.dense_rank, item.dense_score = rank, float(score)
-    for rank, (pos, score) in enumerate(zip(*sparse), start=1):
-        item = fused.setdefault(int(pos), Fused(int(pos), 0.0))
-        item.score += sparse_weight / (k + rank)
-        item.sparse_rank, item.sparse_score = rank, float(score)
-    return sorted(fused.values(), key=lambda f: (-f.score, f.position))
+def _candidates(r: Retrieved) -> dict[int, Candidate]:
+    """Every slot of every list, with its best rank (and the score there) in each kind of list."""
+    out: dict[int, Candidate] = {}
+    for kind, lists in (("dense", r.dense), ("sparse", r.sparse)):
+        for slots, scores in lists:
+            for rank, (slot, score) in enumerate(zip(slots.tolist(), scores.tolist()), start=1):
+                c = out.setdefault(slot, Candidate(slot, r.chunks[slot], similarity=r.similarity.get(slot)))
+                best = getattr(c, f"{kind}_rank")
+                if not best or rank < best:
+                    setattr(c, f"{kind}_rank", rank)
+                    setattr(c, f"{kind}_score", score)
+    return out
+
+
+def fuse_rrf(r: Retrieved, dense_weight: float, sparse_weight: float, k: int) -> list[Candidate]:
+    """Weighted RRF summed over every variant's lists, divided by its maximum possible value."""
+    cands = _candidates(r)
+    for weight, lists in ((dense_weight, r.dense), (sparse_weight, r.sparse)):
+        for slots, _ in lists:
+            for rank, slot in enumerate(slots.tolist(), start=1):
+                cands[slot].fused += weight / (k + rank)
+    best = (dense_weight * len(r.dense) + sparse_weight * len(r.sparse)) / (k + 1) or 1.0
+    for c in cands.values():
+        c.fused /= best
+    return list(cands.values())
+
+
+def _age_days(chunk: Chunk, today: dt.date) -> float | None:
+    try:
+        return max(0.0, (today - dt.date.fromisoformat(chunk.date)).days)
+    except ValueError:
+        return None
+
+
+def fuse_linear(r: Retrieved, weights: tuple[float, float, float], b: Boosters) -> list[Candidate]:
+    """vector * cosine + keyword * BM25 / max BM25 + recency * exp(-age / half-life), each part 0..1."""
+    cands = _candidates(r)
+    w_vec, w_kw, w_rec = weights
+    top_kw = max((c.sparse_score for c in cands.values()), default=0.0) or 1.0
+    half_life = b.half_life_days or DEFAULT_HALF_LIFE_DAYS
+    today = b.today
+    for c in cands.values():
+        vector = max(0.0, c.similarity if c.similarity is not None else c.dense_score)
+        age = _age_days(c.chunk, today)
+        recency = math.exp(-age / half_life) if age is not None else 0.0
+        c.fused = (w_vec * vector + w_kw * max(0.0, c.sparse_score) / top_kw + w_rec * recency) / (sum(weights) or 1)
+    return list(cands.values())
+
+
+def _tag_overlap(chunk: Chunk, query_tokens: set[str], analyze: Callable[[str], list[str]]) -> int:
+    """Transcript tags (comma-separated) that share a term with the query, both analysed alike."""
+    if chunk.metadata.get("type") != "transcript":
+        return 0
+    tags = [set(analyze(t)) for t in chunk.metadata.get("tags", "").split(",")]
+    return sum(1 for terms in tags if terms & query_tokens)
+
+
+def boost(cands: list[Candidate], b: Boosters, query: str, analyze: Callable[[str], list[str]], linear: bool) -> None:
+    """Applies the boosters in place, recording each change on the candidate."""
+    query_tokens = set(analyze(query))
+    today = b.today
+    for c in cands:
+        c.score = c.fused
+        age = _age_days(c.chunk, today)
+        if b.half_life_days and not linear and age is not None:  # linear fusion already weighs recency
+            factor = max(b.decay_floor, math.exp(-age / b.half_life_days))
+            c.score *= factor
+            c.boosts.append(f"recency x{factor:.2f}")
+        if b.recent_boost and age is not None and age <= b.recent_days:
+            c.score += b.recent_boost
+            c.boosts.append(f"+{b.recent_boost:g} recent ({age:.0f} days)")
+        if b.same_conversation_boost and b.conversation_id and c.chunk.metadata.get("conversation_id") == b.conversation_id:
+            c.score += b.same_conversation_boost
+            c.boosts.append(f"+{b.same_conversation_boost:g} same conversation")
+        overlap = _tag_overlap(c.chunk, query_tokens, analyze) if b.tag_boost else 0
+        if overlap:
+            factor = 1 + min(1.0, b.tag_boost * overlap)
+            c.score *= factor
+            c.boosts.append(f"tags x{factor:.2f} ({overlap} matching)")
+
+
+def order(cands: list[Candidate], prefer_authoritative: bool) -> list[Candidate]:
+    """Best first; with the preference, near-ties put documents before transcripts (003 step 7)."""
+    def key(c: Candidate) -> tuple:
+        transcript = prefer_authoritative and c.chunk.metadata.get("type") == "transcript"
+        return (-round(c.score / TIE) if prefer_authoritative else -c.score, transcript, -c.score, c.slot)
+
+    ranked = sorted(cands, key=key)
+    if prefer_authoritative:
+        for c in ranked:
+            if c.chunk.metadata.get("type") != "transcript":
+                c.boosts.append("authoritative")
+    return ranked
+
+
+def threshold(cands: list[Candidate], b: Boosters) -> tuple[list[Candidate], int]:
+    """004's layers: min similarity, then the fallback similarity, then any hits. Returns the layer used."""
+    if not b.min_similarity:
+        return cands, 0
+    for layer, floor in ((1, b.min_similarity), (2, b.fallback_similarity)):
+        if floor:
+            kept = [c for c in cands if c.similarity is not None and c.similarity >= floor]
+            if kept:
+                return kept, layer
+    return cands, 3
+
+
+def expand_parents(cands: list[Candidate], parents: dict[str, str]) -> list[Hit]:
+    """The first child of each parent carries the parent's text; later children do not repeat it."""
+    seen: set[str] = set()
+    hits = []
+    for c in cands:
+        pid = c.chunk.parent_chunk_id
+        text = parents.get(pid, "") if pid and pid not in seen else ""
+        if text:
+            seen.add(pid)
+        hits.append(c.hit(text))
+    return hits
+

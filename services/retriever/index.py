@@ -50,12 +50,17 @@ class CollectionOptions:
 
 
 @dataclass
-class Lists:
-    """One search's ranked lists over one collection, and what they were ranked among."""
+class Retrieved:
+    """What one search took from a collection under its read lock: per query variant a dense and
+    a sparse ranked list of slots, and everything later steps need about those slots, copied out
+    so ranking runs without the lock while writers go on."""
 
-    dense: Ranked
-    sparse: Ranked
+    dense: list[Ranked]
+    sparse: list[Ranked]
     admitted: int
+    chunks: dict[int, Chunk] = field(default_factory=dict)
+    similarity: dict[int, float] = field(default_factory=dict)  # cosine to the first query vector
+    parents: dict[str, str] = field(default_factory=dict)  # parent chunk id -> text
     dense_ms: float = 0.0
     sparse_ms: float = 0.0
 
@@ -78,6 +83,9 @@ class CollectionIndex:
         self.chunks: list[Chunk | None] = []
         self.alive = np.zeros(0, dtype=bool)
         self.by_doc: dict[DocKey, list[int]] = {}
+        # Parent chunks (stored without vectors) are not searched, only shown with their children.
+        self.parents: dict[str, Chunk] = {}
+        self.parents_by_doc: dict[DocKey, list[str]] = {}
         self.lock = RWLock()
 
     def __len__(self) -> int:
@@ -98,12 +106,18 @@ class CollectionIndex:
     def apply(self, changes: list[tuple[DocKey, list[StoredChunk]]]) -> None:
         """Replaces each document's chunks (an empty list deletes it) in one step for readers."""
         prepared = [
-            (key, [(s.chunk, s.vector, self.analyzer.analyze(s.chunk.text)) for s in chunks if s.vector is not None])
+            (key, [(s.chunk, s.vector, self.analyzer.analyze(s.chunk.text)) for s in chunks if s.vector is not None],
+             [s.chunk for s in chunks if s.vector is None])
             for key, chunks in changes
         ]
-        vectors = [v for _, items in prepared for _, v, _ in items]
+        vectors = [v for _, items, _ in prepared for _, v, _ in items]
         with self.lock.write():
-            for key, items in prepared:
+            for key, items, parents in prepared:
+                for parent_id in self.parents_by_doc.pop(key, []):
+                    self.parents.pop(parent_id, None)
+                if parents:
+                    self.parents.update((p.chunk_id, p) for p in parents)
+                    self.parents_by_doc[key] = [p.chunk_id for p in parents]
                 for slot in self.by_doc.pop(key, []):
                     self.alive[slot] = False
                     self.chunks[slot] = None
@@ -130,24 +144,39 @@ class CollectionIndex:
         """A copy holding only live slots; built under the read lock, so searches go on."""
         fresh = CollectionIndex(self.name, self.dimensions, self.options)
         with self.lock.read():
-            fresh.apply([(key, self.stored_chunks(key)) for key in self.by_doc])
+            fresh.apply([(key, self.stored_chunks(key)) for key in self.by_doc.keys() | self.parents_by_doc.keys()])
         return fresh
 
     def stored_chunks(self, key: DocKey) -> list[StoredChunk]:
-        """A document's indexed chunks with their vectors, as the store would give them."""
+        """A document's chunks with their vectors (parents without), as the store would give them."""
         vectors = self.dense.vectors()
-        return [StoredChunk(self.chunk(s), vectors[s].copy()) for s in self.by_doc.get(key, [])]
+        parents = [StoredChunk(self.parents[p], None) for p in self.parents_by_doc.get(key, [])]
+        return parents + [StoredChunk(self.chunk(s), vectors[s].copy()) for s in self.by_doc.get(key, [])]
 
-    def search(self, query: str, vector: np.ndarray | None, depth: int, f: SearchFilter) -> Lists:
-        """Dense and sparse side by side under one compiled mask."""
-        tokens = self.analyzer.analyze(query)
+    def search(self, queries: list[str], vectors: np.ndarray | None, depth: int, f: SearchFilter,
+               with_parents: bool = False) -> Retrieved:
+        """Each query variant's dense and sparse lists, side by side under one compiled mask."""
+        token_lists = [self.analyzer.analyze(q) for q in queries]
+        empty: Ranked = (np.zeros(0, np.int64), np.zeros(0, np.float32))
         with self.lock.read():
-            n = len(self.chunks)
-            mask = self.columns.mask(f, self.alive[:n])
-            dense_job = _DENSE_POOL.submit(_timed, self.dense.search, vector, depth, mask) if vector is not None else None
-            sparse, sparse_ms = _timed(self.sparse.top_k, tokens, depth, mask)
-            dense, dense_ms = dense_job.result() if dense_job else ((np.zeros(0, np.int64), np.zeros(0, np.float32)), 0.0)
-            return Lists(dense, sparse, int(mask.sum()), dense_ms, sparse_ms)
+            mask = self.columns.mask(f, self.alive[: len(self.chunks)])
+            out = Retrieved([], [], int(mask.sum()))
+            for i, tokens in enumerate(token_lists):
+                job = _DENSE_POOL.submit(_timed, self.dense.search, vectors[i], depth, mask) if vectors is not None else None
+                sparse, sparse_ms = _timed(self.sparse.top_k, tokens, depth, mask)
+                dense, dense_ms = job.result() if job else (empty, 0.0)
+                out.dense.append(dense)
+                out.sparse.append(sparse)
+                out.dense_ms += dense_ms
+                out.sparse_ms += sparse_ms
+            slots = np.unique(np.concatenate([r[0] for r in out.dense + out.sparse] or [np.zeros(0, np.int64)]))
+            out.chunks = {int(s): self.chunk(int(s)) for s in slots}
+            if vectors is not None and len(slots):
+                out.similarity = dict(zip(slots.tolist(), (self.dense.vectors()[slots] @ vectors[0]).tolist()))
+            if with_parents:
+                ids = {c.parent_chunk_id for c in out.chunks.values() if c.parent_chunk_id}
+                out.parents = {pid: self.parents[pid].text for pid in ids if pid in self.parents}
+            return out
 
     def chunk(self, slot: int) -> Chunk:
         chunk = self.chunks[slot]
@@ -211,14 +240,12 @@ class IndexRegistry:
                 self._indexes = {**self._indexes, collection: index.compacted()}
 
     def rebuild(self, store: Store, batch: int = 2048) -> int:
-        """Builds every collection's index from the store; returns the chunks indexed."""
+        """Builds every collection's index from the store; returns the chunks read."""
         with self._writer:
             self._indexes = {}
             pending: dict[str, dict[DocKey, list[StoredChunk]]] = defaultdict(lambda: defaultdict(list))
             count = 0
             for stored in store.iter_chunks():
-                if stored.vector is None:
-                    continue
                 self._check_dimensions(stored)
                 c = stored.chunk
                 pending[c.collection][(c.tenant, c.doc_id)].append(stored)
@@ -233,7 +260,7 @@ class IndexRegistry:
             index = self._collection(name)
             changes = []
             for key, chunks in docs.items():
-                if key in index.by_doc:  # a document whose chunks the store returned apart
+                if key in index.by_doc or key in index.parents_by_doc:  # chunks the store returned apart
                     chunks = index.stored_chunks(key) + chunks
                 changes.append((key, chunks))
             index.apply(changes)

@@ -1,8 +1,10 @@
-"""Hybrid search over one or more collections: dense and sparse side by side under
-one compiled filter, fused per collection with weighted RRF, merged by fused score."""
+"""Hybrid search over one or more collections: every query variant's dense and sparse
+lists under one compiled filter, fused (weighted RRF or linear), boosted, thresholded,
+and merged across collections on their normalised scores."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -14,12 +16,14 @@ from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.types import Hit, SearchFilter
 from ragmesh.validation import check_top_k
 from services.retriever import filters
-from services.retriever.fusion import weighted_rrf
-from services.retriever.index import CollectionIndex, IndexRegistry
+from services.retriever import fusion as ranking
+from services.retriever.index import IndexRegistry
+from services.retriever.fusion import LINEAR, LINEAR_DEFAULTS, RRF, Boosters, Candidate
 
 log = logging.getLogger(__name__)
 
 EmbedFn = Callable[[list[str], str], Awaitable[np.ndarray]]
+MAX_VARIANTS = 4
 
 
 @dataclass
@@ -28,20 +32,37 @@ class SearchQuery:
     collections: list[str] = field(default_factory=list)
     filter: SearchFilter = field(default_factory=SearchFilter)
     top_k: int = 50
-    dense_weight: float = 0.5
-    sparse_weight: float = 0.5
+    dense_weight: float | None = None  # default 0.5 (RRF) or 0.6 (LINEAR)
+    sparse_weight: float | None = None  # default 0.5 (RRF) or 0.25 (LINEAR)
+    recency_weight: float | None = None  # LINEAR only, default 0.15
     rrf_k: int = 60
     vector: np.ndarray | None = None
+    variants: list[str] = field(default_factory=list)
+    fusion: str = RRF
+    boosters: Boosters = field(default_factory=Boosters)
 
     def validate(self) -> None:
         if not self.query.strip() and self.vector is None:
             raise InvalidArgument("query", "must not be empty")
         check_top_k(self.top_k)
-        if self.dense_weight < 0 or self.sparse_weight < 0 or self.dense_weight + self.sparse_weight == 0:
-            raise InvalidArgument("dense_weight", "weights must be >= 0 and not both 0")
+        for name in ("dense_weight", "sparse_weight", "recency_weight"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise InvalidArgument(name, f"must not be negative, got {value}")
         if self.rrf_k < 1:
             raise InvalidArgument("rrf_k", f"must be at least 1, got {self.rrf_k}")
+        if len(self.variants) > MAX_VARIANTS:
+            raise InvalidArgument("variants", f"at most {MAX_VARIANTS}, got {len(self.variants)}")
         filters.validate(self.filter)
+        self.boosters.validate()
+
+    def weights(self) -> tuple[float, float, float]:
+        vec, kw, rec = LINEAR_DEFAULTS if self.fusion == LINEAR else (0.5, 0.5, 0.0)
+        pick = lambda given, default: default if given is None else given  # noqa: E731
+        weights = pick(self.dense_weight, vec), pick(self.sparse_weight, kw), pick(self.recency_weight, rec)
+        if not any(weights):
+            raise InvalidArgument("dense_weight", "the weights must not all be 0")
+        return weights
 
 
 @dataclass
@@ -50,6 +71,7 @@ class SearchOutcome:
     candidate_count: int
     timings: dict[str, float]
     dense_skipped: bool = False
+    threshold_layer: int = 0
 
 
 class SearchEngine:
@@ -60,43 +82,61 @@ class SearchEngine:
 
     async def search(self, q: SearchQuery) -> SearchOutcome:
         q.validate()
+        weights = q.weights()
         self.searches += 1
         started = time.perf_counter()
         names = q.collections or self.registry.names()
         indexes = [ix for ix in (self.registry.get(n) for n in names) if ix is not None and len(ix)]
         timings = {"embed_ms": 0.0, "dense_ms": 0.0, "sparse_ms": 0.0, "fusion_ms": 0.0}
-        vector, dense_skipped = q.vector, False
-        if vector is None and indexes:
+        queries = [q.query] + [v for v in dict.fromkeys(q.variants) if v.strip() and v != q.query]
+        vectors, dense_skipped = None, False
+        if indexes and weights[0] > 0:
             t0 = time.perf_counter()
             try:
-                vector = (await self.embed([q.query], "QUERY"))[0]
+                vectors = await self._vectors(q, queries)
             except RagmeshError as exc:  # embedder down: keyword search still answers
                 log.warning("embedder unavailable, sparse-only search", extra={"error": str(exc)})
                 dense_skipped = True
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
-        hits: list[Hit] = []
-        candidates = 0
-        for ix in indexes:
-            found, admitted = await self._search_collection(q, ix, vector, timings)
-            hits += found
-            candidates += admitted
-        hits.sort(key=lambda h: -h.score)
-        hits = hits[: q.top_k]
-        timings["total_ms"] = (time.perf_counter() - started) * 1000
-        return SearchOutcome(hits, candidates, timings, dense_skipped)
 
-    async def _search_collection(
-        self, q: SearchQuery, ix: CollectionIndex, vector: np.ndarray | None, timings: dict[str, float]
-    ) -> tuple[list[Hit], int]:
+        search_filter = q.filter
+        start, end = q.boosters.window()
+        if start:  # narrow the caller's date range to the window, never widen it
+            search_filter = dataclasses.replace(
+                search_filter, start_date=max(start, search_filter.start_date),
+                end_date=min(end, search_filter.end_date or end),
+            )
+        candidates: list[Candidate] = []
+        parents: dict[str, str] = {}
+        admitted = 0
         depth = max(q.top_k * 2, 100)
-        lists = await asyncio.to_thread(ix.search, q.query, vector, depth, q.filter)
-        t1 = time.perf_counter()
-        weights = (0.0 if vector is None else q.dense_weight, q.sparse_weight)
-        hits = [
-            Hit(ix.chunk(f.position), f.score, f.dense_rank, f.sparse_rank, f.dense_score, f.sparse_score)
-            for f in weighted_rrf(lists.dense, lists.sparse, *weights, k=q.rrf_k)[: q.top_k]
-        ]
-        timings["dense_ms"] += lists.dense_ms
-        timings["sparse_ms"] += lists.sparse_ms
-        timings["fusion_ms"] += (time.perf_counter() - t1) * 1000
-        return hits, lists.admitted
+        for ix in indexes:
+            retrieved = await asyncio.to_thread(
+                ix.search, queries, vectors, depth, search_filter, q.boosters.expand_parents
+            )
+            t0 = time.perf_counter()
+            if q.fusion == LINEAR:
+                found = ranking.fuse_linear(retrieved, weights, q.boosters)
+            else:
+                found = ranking.fuse_rrf(retrieved, weights[0] if vectors is not None else 0.0, weights[1], q.rrf_k)
+            ranking.boost(found, q.boosters, " ".join(queries), ix.analyzer.analyze, linear=q.fusion == LINEAR)
+            candidates += found
+            parents |= retrieved.parents
+            admitted += retrieved.admitted
+            timings["dense_ms"] += retrieved.dense_ms
+            timings["sparse_ms"] += retrieved.sparse_ms
+            timings["fusion_ms"] += (time.perf_counter() - t0) * 1000
+        ranked = ranking.order(candidates, q.boosters.prefer_authoritative)
+        kept, layer = ranking.threshold(ranked, q.boosters)
+        hits = ranking.expand_parents(kept[: q.top_k], parents)
+        timings["total_ms"] = (time.perf_counter() - started) * 1000
+        return SearchOutcome(hits, admitted, timings, dense_skipped, layer)
+
+    async def _vectors(self, q: SearchQuery, queries: list[str]) -> np.ndarray:
+        """One vector per query variant; the caller's vector, if given, stands for the first."""
+        if q.vector is None:
+            return await self.embed(queries, "QUERY")
+        given = q.vector.reshape(1, -1).astype(np.float32)
+        if len(queries) == 1:
+            return given
+        return np.concatenate([given, await self.embed(queries[1:], "QUERY")])

@@ -9,6 +9,7 @@ import numpy as np
 from ragmesh import convert
 from ragmesh.store import Store
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
+from services.retriever.fusion import Boosters
 from services.retriever.index import field_values
 from services.retriever.ingest.pipeline import Ingestor
 from services.retriever.ingest.upsert import Upserter
@@ -27,15 +28,26 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         self.store = store
 
     async def Search(self, request: retriever_pb2.SearchRequest, context: grpc.aio.ServicerContext):
+        b = request.boosters
         query = SearchQuery(
             query=request.query,
             collections=list(request.collections),
             filter=convert.filter_from_proto(request.filter),
             top_k=_opt(request, "top_k", 50),
-            dense_weight=_opt(request, "dense_weight", 0.5),
-            sparse_weight=_opt(request, "sparse_weight", 0.5),
+            dense_weight=_opt(request, "dense_weight", None),
+            sparse_weight=_opt(request, "sparse_weight", None),
+            recency_weight=_opt(request, "recency_weight", None),
             rrf_k=_opt(request, "rrf_k", 60),
             vector=np.asarray(request.query_vector, np.float32) if request.query_vector else None,
+            variants=list(request.variants),
+            fusion=retriever_pb2.Fusion.Name(request.fusion).removeprefix("FUSION_"),
+            boosters=Boosters(
+                time_window=b.time_window, half_life_days=b.half_life_days, decay_floor=_opt(b, "decay_floor", 0.3),
+                recent_boost=b.recent_boost, recent_days=b.recent_days or 7, conversation_id=b.conversation_id,
+                same_conversation_boost=b.same_conversation_boost, tag_boost=b.tag_boost,
+                prefer_authoritative=b.prefer_authoritative, min_similarity=b.min_similarity,
+                fallback_similarity=b.fallback_similarity, expand_parents=b.expand_parents, now=b.now,
+            ),
         )
         outcome = await self.engine.search(query)
         return retriever_pb2.SearchResponse(
@@ -43,6 +55,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
             timings=retriever_pb2.Timings(**outcome.timings),
             candidate_count=outcome.candidate_count,
             dense_skipped=outcome.dense_skipped,
+            threshold_layer=outcome.threshold_layer,
         )
 
     async def Ingest(
@@ -63,7 +76,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     ) -> retriever_pb2.UpsertResponse:
         async def chunks():
             async for r in request_iterator:
-                yield convert.chunk_from_proto(r.chunk), np.asarray(r.vector, dtype=np.float32)
+                yield convert.chunk_from_proto(r.chunk), np.asarray(r.vector, np.float32) if r.vector else None
 
         s = await self.upserter.upsert(chunks())
         return retriever_pb2.UpsertResponse(documents=s.documents, chunks=s.chunks, rejected=s.rejected,

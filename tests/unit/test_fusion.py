@@ -1,27 +1,103 @@
+"""Fusion and boosters on hand-made ranked lists: every number is checked by hand."""
 import numpy as np
 import pytest
 
-from services.retriever.fusion import weighted_rrf
+from ragmesh.types import Chunk
+from services.retriever.fusion import (
+    Boosters, boost, expand_parents, fuse_linear, fuse_rrf, order, threshold,
+)
+from services.retriever.index import Retrieved
 
 
-def lists(*positions: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    pos = np.array(positions[0], dtype=np.int64)
-    return pos, np.linspace(1.0, 0.5, len(pos)).astype(np.float32)
+def ranked(*slots: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.array(slots, dtype=np.int64), np.linspace(1.0, 0.5, len(slots)).astype(np.float32)
 
 
-def test_rrf_scores_are_weighted_reciprocal_ranks() -> None:
-    fused = weighted_rrf(lists([7, 3]), lists([3, 9]), 0.5, 0.5, k=60)
-    by_pos = {f.position: f for f in fused}
-    assert by_pos[3].score == pytest.approx(0.5 / 62 + 0.5 / 61)
-    assert by_pos[7].score == pytest.approx(0.5 / 61)
-    assert by_pos[9].score == pytest.approx(0.5 / 62)
-    assert [f.position for f in fused] == [3, 7, 9]
-    assert (by_pos[3].dense_rank, by_pos[3].sparse_rank) == (2, 1)
-    assert (by_pos[9].dense_rank, by_pos[9].sparse_rank) == (0, 2)
+def chunk(i: int, **meta: str) -> Chunk:
+    date = meta.pop("date", "2024-01-01")
+    parent = meta.pop("parent", "")
+    return Chunk(f"c{i}", f"d{i}", "col", f"text {i}", meta, date, parent_chunk_id=parent)
 
 
-def test_weights_and_k_change_the_order() -> None:
-    dense_first = weighted_rrf(lists([1]), lists([2]), 0.9, 0.1, k=60)
-    sparse_first = weighted_rrf(lists([1]), lists([2]), 0.1, 0.9, k=60)
-    assert dense_first[0].position == 1 and sparse_first[0].position == 2
-    assert weighted_rrf(lists([1]), lists([]), 1.0, 1.0, k=1)[0].score == pytest.approx(0.5)
+def retrieved(dense: list, sparse: list, n: int = 12, **kw) -> Retrieved:
+    return Retrieved(dense, sparse, n, chunks={i: chunk(i) for i in range(n)}, **kw)
+
+
+def by_slot(cands) -> dict:
+    return {c.slot: c for c in cands}
+
+
+def test_rrf_is_weighted_reciprocal_rank_normalised_to_one() -> None:
+    cands = by_slot(fuse_rrf(retrieved([ranked(7, 3)], [ranked(3, 9)]), 0.5, 0.5, k=60))
+    best = 1.0 / 61  # both lists at rank 1
+    assert cands[3].fused == pytest.approx((0.5 / 62 + 0.5 / 61) / best)
+    assert cands[7].fused == pytest.approx((0.5 / 61) / best)
+    assert (cands[3].dense_rank, cands[3].sparse_rank) == (2, 1)
+    assert (cands[9].dense_rank, cands[9].sparse_rank) == (0, 2)
+
+
+def test_query_variants_are_fused_together_keeping_the_best_rank() -> None:
+    r = retrieved([ranked(1, 2), ranked(2, 5)], [ranked(2), ranked(5)])
+    cands = by_slot(fuse_rrf(r, 0.5, 0.5, k=60))
+    assert cands[2].dense_rank == 1 and cands[2].sparse_rank == 1
+    assert cands[2].fused > cands[1].fused and cands[5].fused > cands[1].fused
+
+
+def test_linear_fusion_weighs_vector_keyword_and_recency() -> None:
+    r = retrieved([ranked(1, 2)], [ranked(2)], similarity={1: 0.9, 2: 0.4})
+    r.chunks[1] = chunk(1, date="2024-01-01")
+    r.chunks[2] = chunk(2, date="2024-01-31")
+    cands = by_slot(fuse_linear(r, (0.6, 0.25, 0.15), Boosters(half_life_days=30, now="2024-01-31")))
+    assert cands[1].fused == pytest.approx(0.6 * 0.9 + 0 + 0.15 * np.exp(-30 / 30))
+    assert cands[2].fused == pytest.approx(0.6 * 0.4 + 0.25 * 1.0 + 0.15 * 1.0)
+
+
+def test_boosters_explain_themselves() -> None:
+    r = retrieved([ranked(0, 1, 2, 3)], [])
+    r.chunks.update({
+        0: chunk(0, date="2020-01-01"),
+        1: chunk(1, date="2024-06-28"),
+        2: chunk(2, conversation_id="conv-1"),
+        3: chunk(3, type="transcript", tags="budget, hiring"),
+    })
+    cands = fuse_rrf(r, 1.0, 0.0, k=60)
+    b = Boosters(half_life_days=10, decay_floor=0.3, recent_boost=0.1, recent_days=7, conversation_id="conv-1",
+                 same_conversation_boost=0.2, tag_boost=0.25, now="2024-06-30")
+    boost(cands, b, "hiring plan", str.split, linear=False)
+    c = by_slot(cands)
+    assert c[0].boosts == ["recency x0.30"], "the floor keeps old chunks in play"
+    assert "+0.1 recent (2 days)" in c[1].boosts
+    assert "+0.2 same conversation" in c[2].boosts
+    assert "tags x1.25 (1 matching)" in c[3].boosts
+    assert c[2].score == pytest.approx(c[2].fused * 0.3 + 0.2), "decayed to the floor, then boosted"
+
+
+def test_authoritative_documents_win_near_ties() -> None:
+    r = retrieved([ranked(0)], [ranked(1)])
+    r.chunks[0] = chunk(0, type="transcript")
+    cands = fuse_rrf(r, 0.5, 0.5, k=60)  # equal scores
+    assert [c.slot for c in order(cands, prefer_authoritative=True)] == [1, 0]
+
+
+def test_threshold_layers_fall_back_then_give_any_hits() -> None:
+    r = retrieved([ranked(0, 1)], [], similarity={0: 0.45, 1: 0.2})
+    cands = fuse_rrf(r, 1.0, 0.0, k=60)
+    kept, layer = threshold(cands, Boosters(min_similarity=0.7, fallback_similarity=0.3))
+    assert layer == 2 and [c.slot for c in kept] == [0]
+    kept, layer = threshold(cands, Boosters(min_similarity=0.7, fallback_similarity=0.5))
+    assert layer == 3 and len(kept) == 2
+    assert threshold(cands, Boosters())[1] == 0
+
+
+def test_parent_text_comes_once_per_parent() -> None:
+    r = retrieved([ranked(0, 1, 2)], [])
+    for i in range(3):
+        r.chunks[i] = chunk(i, parent="p1" if i < 2 else "p2")
+    hits = expand_parents(order(fuse_rrf(r, 1.0, 0.0, 60), False), {"p1": "PARENT ONE", "p2": "PARENT TWO"})
+    assert [h.parent_text for h in hits] == ["PARENT ONE", "", "PARENT TWO"]
+
+
+def test_time_window_is_a_date_range_ending_now() -> None:
+    assert Boosters(time_window="1w", now="2024-03-10").window() == ("2024-03-03", "2024-03-10")
+    assert Boosters(time_window="24h", now="2024-03-10").window() == ("2024-03-09", "2024-03-10")
+    assert Boosters(time_window="all").window() == ("", "")

@@ -30,13 +30,13 @@ def test_search_during_replace_never_returns_a_mix() -> None:
     searches = [0]
 
     def reader() -> None:
-        query = np.ones(DIM, np.float32)
+        query = np.ones((1, DIM), np.float32)
         while not stop.is_set():
-            ix = registry.get("c")
-            lists = ix.search("shared words", query, 50, SearchFilter())
-            versions = {ix.chunk(int(s)).metadata["v"] for s in np.concatenate([lists.dense[0], lists.sparse[0]])
-                        if ix.chunk(int(s)).doc_id == "doc"}
-            chunks_seen = {ix.chunk(int(s)).chunk_id for s in lists.sparse[0] if ix.chunk(int(s)).doc_id == "doc"}
+            found = registry.get("c").search(["shared words"], query, 50, SearchFilter())
+            doc_chunks = [c for c in found.chunks.values() if c.doc_id == "doc"]
+            versions = {c.metadata["v"] for c in doc_chunks}
+            chunks_seen = {found.chunks[int(s)].chunk_id for s in found.sparse[0][0]
+                           if found.chunks[int(s)].doc_id == "doc"}
             if len(versions) > 1 or len(chunks_seen) not in (0, 4, 6):
                 mixes.append(versions)
             searches[0] += 1
@@ -64,8 +64,9 @@ def test_deletes_tombstone_and_compaction_keeps_results() -> None:
     after = registry.get("c")
     assert after is not before, "mostly-dead collection should have been compacted"
     assert len(after) == after.live == 3
-    lists = after.search("kept", query, 10, SearchFilter(tenant="t1"))
-    assert {after.chunk(int(s)).doc_id for s in lists.dense[0]} == {"keep"}
-    assert after.chunk(int(lists.dense[0][0])).chunk_id == "keep#0"
-    assert len(lists.sparse[0]) == 3
-    assert after.search("kept", query, 10, SearchFilter()).admitted == 0, "tenant scope always applies"
+    found = after.search(["kept"], query.reshape(1, -1), 10, SearchFilter(tenant="t1"))
+    dense_slots = found.dense[0][0]
+    assert {found.chunks[int(s)].doc_id for s in dense_slots} == {"keep"}
+    assert found.chunks[int(dense_slots[0])].chunk_id == "keep#0"
+    assert len(found.sparse[0][0]) == 3
+    assert after.search(["kept"], query.reshape(1, -1), 10, SearchFilter()).admitted == 0, "tenant scope applies"

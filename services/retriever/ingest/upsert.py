@@ -34,7 +34,7 @@ class Upserter:
         self.registry = registry
         self.batch_chunks = batch_chunks
 
-    async def upsert(self, stream: AsyncIterator[tuple[Chunk, np.ndarray]]) -> UpsertSummary:
+    async def upsert(self, stream: AsyncIterator[tuple[Chunk, np.ndarray | None]]) -> UpsertSummary:
         summary = UpsertSummary()
         batch: list[tuple[DocumentRecord, list[StoredChunk]]] = []
         current: list[StoredChunk] = []
@@ -69,13 +69,16 @@ class Upserter:
         ids = [s.chunk.chunk_id for s in chunks]
         if not all(ids) or len(set(ids)) != len(ids):
             raise InvalidArgument("chunk.chunk_id", "every chunk needs a chunk_id, unique within its document")
+        parents = {s.chunk.parent_chunk_id for s in chunks if s.chunk.parent_chunk_id}
         for s in chunks:
             if not s.chunk.text.strip():
                 raise InvalidArgument("chunk.text", f"chunk {s.chunk.chunk_id!r} has no text")
-            if s.vector is None or len(s.vector) != self.registry.dimensions:
-                got = 0 if s.vector is None else len(s.vector)
-                raise InvalidArgument("vector", f"chunk {s.chunk.chunk_id!r} has {got} dimensions, "
+            if s.vector is not None and len(s.vector) != self.registry.dimensions:
+                raise InvalidArgument("vector", f"chunk {s.chunk.chunk_id!r} has {len(s.vector)} dimensions, "
                                                 f"the collection needs {self.registry.dimensions}")
+            if s.vector is None and s.chunk.chunk_id not in parents:
+                raise InvalidArgument("vector", f"chunk {s.chunk.chunk_id!r} has no vector and is no "
+                                                "chunk's parent (parents are stored, not searched)")
         digest = hashlib.sha256("\x1f".join(f"{s.chunk.chunk_id}\x1e{s.chunk.text}" for s in chunks).encode())
         return DocumentRecord(
             doc_id=first.doc_id, collection=first.collection, tenant=first.tenant,

@@ -1,0 +1,151 @@
+"""Retriever.Search over gRPC on a hand-built collection (vectors given with Upsert), so
+every expectation can be computed independently: exact filtered dense search, tenant
+scope, fail-closed filters, fusion modes, variants, boosters, thresholds, parents."""
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+
+from ragmesh.v1 import common_pb2, retriever_pb2, retriever_pb2_grpc
+from tests.stack import Stack
+
+DIM = 384
+FUNDS = ["Alpha", "Beta", "Gamma", "Delta", "Epsilon"]
+N_DOCS = 200
+
+
+def unit(rng: np.random.Generator) -> np.ndarray:
+    v = rng.standard_normal(DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def corpus() -> list[tuple[common_pb2.Chunk, np.ndarray | None]]:
+    rng = np.random.default_rng(11)
+    words = ["growth", "drawdown", "hedge", "credit", "rates", "equity", "volatility", "liquidity"]
+    out = []
+    for d in range(N_DOCS):
+        tenant = "acme" if d % 10 == 0 else ""
+        fund = FUNDS[d % len(FUNDS)]
+        date = f"2024-{1 + d % 12:02d}-{1 + d % 28:02d}"
+        for i in range(2):
+            text = f"{fund} note {d} part {i} about {words[(d + i) % 8]} and {words[(d * 3 + i) % 8]}"
+            meta = {"fund_name": fund}
+            if d % 7 == 0:
+                meta |= {"type": "transcript", "tags": "hiring, budget"}
+            out.append((common_pb2.Chunk(chunk_id=f"t/{tenant}/d{d}#{i}", doc_id=f"d{d}", collection="searchtest",
+                                         text=text, metadata=meta, date=date, tenant=tenant), unit(rng)))
+    parent = common_pb2.Chunk(chunk_id="book#p", doc_id="book", collection="searchtest",
+                              text="The whole chapter about zeppelins and their history.", date="2024-06-01")
+    out.append((parent, None))
+    for i in range(2):
+        out.append((common_pb2.Chunk(chunk_id=f"book#c{i}", doc_id="book", collection="searchtest",
+                                     text=f"zeppelins section {i}", parent_chunk_id="book#p", date="2024-06-01"),
+                    unit(rng)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def retriever(stack: Stack) -> retriever_pb2_grpc.RetrieverStub:
+    channel = grpc.insecure_channel(stack.address("retriever"))
+    stub = retriever_pb2_grpc.RetrieverStub(channel)
+    requests = (retriever_pb2.UpsertRequest(chunk=c, vector=[] if v is None else v.tolist()) for c, v in corpus())
+    reply = stub.Upsert(requests, timeout=60)
+    assert (reply.documents, reply.rejected) == (N_DOCS + 1, 0), reply.errors
+    yield stub
+    channel.close()
+
+
+def search(stub, query: str, vector: np.ndarray | None = None, **kw) -> retriever_pb2.SearchResponse:
+    request = retriever_pb2.SearchRequest(query=query, collections=["searchtest"], **kw)
+    if vector is not None:
+        request.query_vector.extend(vector.tolist())
+    return stub.Search(request, timeout=10)
+
+
+def fund_filter(*funds: str, tenant: str = "") -> common_pb2.Filter:
+    f = common_pb2.Filter(tenant=tenant)
+    getattr(f, "in")["fund_name"].values.extend(funds)
+    return f
+
+
+def test_filtered_dense_search_is_exact_and_both_sides_obey_the_filter(retriever) -> None:
+    items = [(c, v) for c, v in corpus() if v is not None]
+    query = items[3][1] + 0.3 * items[8][1]
+    reply = search(retriever, "drawdown hedge", query, top_k=200, filter=fund_filter("Beta", "Gamma"),
+                   dense_weight=1.0, sparse_weight=0.0)
+    admitted = [(c, v) for c, v in items if c.metadata["fund_name"] in ("Beta", "Gamma") and not c.tenant]
+    assert reply.candidate_count == len(admitted)
+    expected = sorted(admitted, key=lambda cv: -float(cv[1] @ query))[:10]
+    dense_top = sorted((h for h in reply.hits if h.dense_rank), key=lambda h: h.dense_rank)[:10]
+    assert [h.chunk.chunk_id for h in dense_top] == [c.chunk_id for c, _ in expected]
+    both = search(retriever, "drawdown hedge", query, top_k=200, filter=fund_filter("Beta", "Gamma"))
+    assert any(h.sparse_rank for h in both.hits) and any(h.dense_rank for h in both.hits)
+    assert {h.chunk.metadata["fund_name"] for h in both.hits} <= {"Beta", "Gamma"}
+
+
+def test_tenant_scope_is_always_applied(retriever) -> None:
+    everyone = search(retriever, "growth credit", top_k=200)
+    acme = search(retriever, "growth credit", top_k=200, filter=common_pb2.Filter(tenant="acme"))
+    assert everyone.hits and acme.hits
+    assert all(h.chunk.tenant == "" for h in everyone.hits)
+    assert all(h.chunk.tenant == "acme" for h in acme.hits)
+
+
+@pytest.mark.parametrize("f", [
+    fund_filter("NoSuchFund"),
+    common_pb2.Filter(equals={"unknown_field": "x"}),
+    common_pb2.Filter(start_date="2031-01-01"),
+    fund_filter("Alpha", tenant="nobody"),
+])
+def test_filters_fail_closed(retriever, f: common_pb2.Filter) -> None:
+    reply = search(retriever, "growth", top_k=50, filter=f)
+    assert reply.candidate_count == 0 and list(reply.hits) == []
+
+
+def test_hits_explain_their_ranks_and_linear_fusion_scores_in_unit_range(retriever) -> None:
+    rrf = search(retriever, "volatility liquidity", top_k=20)
+    top = rrf.hits[0]
+    assert top.dense_rank or top.sparse_rank
+    assert top.fused_score == pytest.approx(top.score)
+    linear = search(retriever, "volatility liquidity", top_k=20, fusion=retriever_pb2.FUSION_LINEAR)
+    assert all(0.0 <= h.score <= 1.0 for h in linear.hits)
+    assert [h.chunk.chunk_id for h in linear.hits] != [h.chunk.chunk_id for h in rrf.hits]
+
+
+def test_a_variant_brings_in_what_only_it_matches(retriever) -> None:
+    plain = search(retriever, "zeppelins", top_k=5, dense_weight=0.0)
+    assert {h.chunk.doc_id for h in plain.hits} == {"book"}
+    with_variant = search(retriever, "unrelatedword", top_k=5, dense_weight=0.0, variants=["zeppelins"])
+    assert {h.chunk.doc_id for h in with_variant.hits} == {"book"}
+
+
+def test_parent_text_is_returned_once(retriever) -> None:
+    reply = search(retriever, "zeppelins section", top_k=5, dense_weight=0.0,
+                   boosters=retriever_pb2.Boosters(expand_parents=True))
+    book = [h for h in reply.hits if h.chunk.doc_id == "book"]
+    assert len(book) == 2
+    assert [bool(h.parent_text) for h in book] == [True, False]
+    assert "whole chapter" in book[0].parent_text
+
+
+def test_boosters_time_window_and_threshold_layers(retriever) -> None:
+    recent = search(retriever, "growth", top_k=200, boosters=retriever_pb2.Boosters(time_window="1w", now="2024-12-10"))
+    assert recent.hits and all("2024-12-03" <= h.chunk.date <= "2024-12-10" for h in recent.hits)
+    boosted = search(retriever, "budget hiring growth", top_k=50,
+                     boosters=retriever_pb2.Boosters(tag_boost=0.25, half_life_days=30, now="2024-12-31"))
+    assert any(b.startswith("tags x1.50") for h in boosted.hits for b in h.boosts)
+    assert all(any(b.startswith("recency x") for b in h.boosts) for h in boosted.hits)
+    strict = search(retriever, "growth", top_k=10, boosters=retriever_pb2.Boosters(min_similarity=0.99, fallback_similarity=0.98))
+    assert strict.threshold_layer == 3 and len(strict.hits) == 10
+
+
+def test_upsert_rejects_bad_documents_and_keeps_the_rest(retriever) -> None:
+    good = common_pb2.Chunk(chunk_id="ok#0", doc_id="ok", collection="searchtest", text="fine")
+    bad = common_pb2.Chunk(chunk_id="bad#0", doc_id="bad", collection="searchtest", text="short vector")
+    reply = retriever.Upsert(iter([
+        retriever_pb2.UpsertRequest(chunk=bad, vector=[0.1, 0.2]),
+        retriever_pb2.UpsertRequest(chunk=good, vector=[0.0] * DIM),
+    ]), timeout=10)
+    assert (reply.documents, reply.rejected) == (1, 1)
+    assert reply.errors[0].startswith("bad: vector:") and "384" in reply.errors[0]
