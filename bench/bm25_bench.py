@@ -8,6 +8,7 @@ after stopword removal. rank_bm25 scores every document per query, so it only ru
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from typing import Any
 
@@ -40,7 +41,7 @@ def make_queries(n: int, probs: np.ndarray, words: list[str], rng: np.random.Gen
 
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def build_index(corpus: list[list[str]]) -> tuple[BM25Index, float, int]:
@@ -67,7 +68,9 @@ def timed_ms(fn: Any, *args: Any) -> tuple[Any, float]:
     return result, (time.perf_counter() - start) * 1000
 
 
-def measure_index(index: BM25Index, corpus: list[list[str]], queries: list[list[str]]) -> tuple[dict[str, Any], np.ndarray]:
+def measure_index(
+    index: BM25Index, corpus: list[list[str]], queries: list[list[str]]
+) -> tuple[dict[str, Any], np.ndarray]:
     """Query latencies of the built index (ms), including the first query after a write."""
     _, first_ms = timed_ms(index.top_k, queries[0], 10)  # pays the per-write statistics refresh
     index_ms = np.array([timed_ms(index.top_k, q, 10)[1] for q in queries])

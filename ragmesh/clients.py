@@ -14,7 +14,7 @@ import numpy as np
 
 from ragmesh import convert
 from ragmesh import types as t
-from ragmesh.errors import InvalidArgument, NotFound, RagmeshError, ResourceExhausted, Unavailable
+from ragmesh.errors import InvalidArgument, NotFound, RagmeshError, ResourceExhausted, Unauthenticated, Unavailable
 from ragmesh.logging import request_id_var
 from ragmesh.serving import REQUEST_ID_HEADER, deadline_var
 from ragmesh.v1 import (
@@ -49,6 +49,7 @@ _ERRORS: dict[grpc.StatusCode, type[RagmeshError]] = {
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
 }
 
 

@@ -32,3 +32,10 @@ class Unavailable(RagmeshError):
 class ResourceExhausted(RagmeshError):
     code = "RESOURCE_EXHAUSTED"
     http_status = 429
+
+
+class Unauthenticated(RagmeshError):
+    """A provider rejected our credentials: retrying cannot help until an operator fixes the key."""
+
+    code = "UNAUTHENTICATED"
+    http_status = 401

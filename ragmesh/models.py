@@ -4,7 +4,8 @@ from __future__ import annotations
 
 EXTRACTIVE = "extractive"
 GEMINI_MODELS = ("gemini-2.5-flash", "gemini-2.5-pro", "gemini-3-low-thinking", "gemini-3-high-thinking")
-KNOWN_MODELS = (EXTRACTIVE, *GEMINI_MODELS)
+OPENAI = "openai"  # whatever model OPENAI_MODEL names on the OPENAI_BASE_URL server
+KNOWN_MODELS = (EXTRACTIVE, *GEMINI_MODELS, OPENAI)
 
 
 def default_model(configured: str, gemini_key: str) -> str:

@@ -38,6 +38,20 @@ class MessageRecord:
     created_at: str = ""
 
 
+@dataclass
+class CorrectionRecord:
+    """A user's statement that an answer was wrong, and what is right (004 active learning)."""
+
+    correction_id: str
+    tenant: str
+    user_id: str
+    question: str
+    wrong_answer: str
+    correction: str
+    conversation_id: str = ""
+    created_at: str = ""
+
+
 class Store(Protocol):
     # Corpus
     def get_document(self, tenant: str, collection: str, doc_id: str) -> DocumentRecord | None: ...
@@ -71,6 +85,22 @@ class Store(Protocol):
         """The conversation's messages, oldest first; with limit, the newest `limit` of them."""
 
     def delete_conversation(self, tenant: str, conversation_id: str) -> bool: ...
+
+    def conversation_summary(self, conversation_id: str) -> str:
+        """The running summary of a long conversation ("" when none yet)."""
+
+    def set_conversation_summary(self, conversation_id: str, summary: str) -> None: ...
+
+    # Corrections and usage (per tenant and user)
+    def add_correction(self, record: CorrectionRecord) -> str: ...
+
+    def corrections(self, tenant: str, user_id: str, limit: int = 200) -> list[CorrectionRecord]:
+        """The user's corrections, newest first."""
+
+    def add_usage(self, tenant: str, user_id: str, month: str, messages: int, tokens: int) -> tuple[int, int]:
+        """Adds to the month's counters (month = YYYY-MM); returns the new (messages, tokens)."""
+
+    def usage(self, tenant: str, user_id: str, month: str) -> tuple[int, int]: ...
 
     def close(self) -> None: ...
 

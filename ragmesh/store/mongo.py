@@ -25,7 +25,7 @@ from pymongo.client_session import ClientSession
 from pymongo.errors import DuplicateKeyError, InvalidURI, PyMongoError
 
 from ragmesh.config import redact_uri
-from ragmesh.store import CollectionStats, MessageRecord, StoreUnavailable
+from ragmesh.store import CollectionStats, CorrectionRecord, MessageRecord, StoreUnavailable
 from ragmesh.types import Chunk, DocumentRecord, StoredChunk
 
 T = TypeVar("T")
@@ -84,6 +84,7 @@ class MongoStore:
             db = self._client[db_name]
             self._docs, self._chunks, self._meta = db["documents"], db["chunks"], db["meta"]
             self._convs, self._msgs = db["conversations"], db["messages"]
+            self._summaries, self._corrections, self._usage = db["summaries"], db["corrections"], db["usage"]
             self._create_indexes()
             self._remove_orphans(orphan_grace_s)
         except PyMongoError as exc:
@@ -123,6 +124,9 @@ class MongoStore:
         self._msgs.create_indexes([
             IndexModel([("conversation_id", ASCENDING), ("seq", ASCENDING)], unique=True,
                        name="conversation_seq"),
+        ])
+        self._corrections.create_indexes([
+            IndexModel([("tenant", ASCENDING), ("user_id", ASCENDING), ("order", DESCENDING)], name="user_order"),
         ])
         self._meta.update_one({"_id": "version"}, {"$setOnInsert": {"value": 0}}, upsert=True)
 
@@ -327,6 +331,46 @@ class MongoStore:
             return True
 
         return self._atomic(steps)
+
+    def conversation_summary(self, conversation_id: str) -> str:
+        found = self._summaries.find_one({"_id": conversation_id}, {"summary": 1})
+        return found["summary"] if found else ""
+
+    def set_conversation_summary(self, conversation_id: str, summary: str) -> None:
+        self._summaries.replace_one({"_id": conversation_id},
+                                    {"summary": summary, "updated_at": _now()}, upsert=True)
+
+    def add_correction(self, record: CorrectionRecord) -> str:
+        correction_id = record.correction_id or uuid.uuid4().hex
+        self._corrections.insert_one({
+            "_id": correction_id, "tenant": record.tenant, "user_id": record.user_id,
+            "question": record.question, "wrong_answer": record.wrong_answer, "correction": record.correction,
+            "conversation_id": record.conversation_id, "created_at": _now(),
+            "order": time.time_ns(),  # created_at has millisecond ties; this keeps newest-first exact
+        })
+        return correction_id
+
+    def corrections(self, tenant: str, user_id: str, limit: int = 200) -> list[CorrectionRecord]:
+        if limit <= 0:
+            return []
+        cursor = self._corrections.find({"tenant": tenant, "user_id": user_id}).sort("order", DESCENDING).limit(limit)
+        return [
+            CorrectionRecord(d["_id"], tenant, user_id, d["question"], d["wrong_answer"], d["correction"],
+                             d["conversation_id"], d["created_at"].strftime("%Y-%m-%dT%H:%M:%SZ"))
+            for d in cursor
+        ]
+
+    def add_usage(self, tenant: str, user_id: str, month: str, messages: int, tokens: int) -> tuple[int, int]:
+        found = self._usage.find_one_and_update(
+            {"_id": f"{tenant}\x1f{user_id}\x1f{month}"},
+            {"$inc": {"messages": messages, "tokens": tokens}},
+            upsert=True, return_document=ReturnDocument.AFTER,
+        )
+        return int(found["messages"]), int(found["tokens"])
+
+    def usage(self, tenant: str, user_id: str, month: str) -> tuple[int, int]:
+        found = self._usage.find_one({"_id": f"{tenant}\x1f{user_id}\x1f{month}"})
+        return (int(found["messages"]), int(found["tokens"])) if found else (0, 0)
 
     def close(self) -> None:
         self._client.close()

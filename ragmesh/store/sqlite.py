@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ragmesh.errors import InvalidArgument
-from ragmesh.store import CollectionStats, MessageRecord
+from ragmesh.store import CollectionStats, CorrectionRecord, MessageRecord
 from ragmesh.types import Chunk, DocumentRecord, StoredChunk
 
 _SCHEMA = """
@@ -40,6 +40,18 @@ CREATE TABLE IF NOT EXISTS messages (
   role TEXT NOT NULL, content TEXT NOT NULL, meta TEXT NOT NULL, created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, seq);
+CREATE TABLE IF NOT EXISTS conversation_summaries (
+  conversation_id TEXT PRIMARY KEY, summary TEXT NOT NULL, updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS corrections (
+  correction_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, user_id TEXT NOT NULL, question TEXT NOT NULL,
+  wrong_answer TEXT NOT NULL, correction TEXT NOT NULL, conversation_id TEXT NOT NULL, created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS corrections_by_user ON corrections (tenant, user_id, created_at);
+CREATE TABLE IF NOT EXISTS usage (
+  tenant TEXT NOT NULL, user_id TEXT NOT NULL, month TEXT NOT NULL,
+  messages INTEGER NOT NULL, tokens INTEGER NOT NULL, PRIMARY KEY (tenant, user_id, month)
+);
 """
 
 
@@ -238,6 +250,54 @@ class SqliteStore:
             if found:
                 db.execute("DELETE FROM messages WHERE conversation_id = ?", (conversation_id,))
             return bool(found)
+
+    def conversation_summary(self, conversation_id: str) -> str:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT summary FROM conversation_summaries WHERE conversation_id = ?", (conversation_id,)
+            ).fetchone()
+        return row[0] if row else ""
+
+    def set_conversation_summary(self, conversation_id: str, summary: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO conversation_summaries VALUES (?,?,?)",
+                       (conversation_id, summary, time.time()))
+
+    def add_correction(self, record: CorrectionRecord) -> str:
+        correction_id = record.correction_id or uuid.uuid4().hex
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO corrections VALUES (?,?,?,?,?,?,?,?)",
+                (correction_id, record.tenant, record.user_id, record.question, record.wrong_answer,
+                 record.correction, record.conversation_id, time.time()),
+            )
+        return correction_id
+
+    def corrections(self, tenant: str, user_id: str, limit: int = 200) -> list[CorrectionRecord]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT correction_id, question, wrong_answer, correction, conversation_id, created_at "
+                "FROM corrections WHERE tenant = ? AND user_id = ? ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                (tenant, user_id, limit),
+            ).fetchall()
+        return [CorrectionRecord(r[0], tenant, user_id, r[1], r[2], r[3], r[4], _iso(r[5])) for r in rows]
+
+    def add_usage(self, tenant: str, user_id: str, month: str, messages: int, tokens: int) -> tuple[int, int]:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO usage VALUES (?,?,?,?,?) ON CONFLICT (tenant, user_id, month) DO UPDATE SET "
+                "messages = messages + excluded.messages, tokens = tokens + excluded.tokens",
+                (tenant, user_id, month, messages, tokens),
+            )
+            row = db.execute("SELECT messages, tokens FROM usage WHERE tenant = ? AND user_id = ? AND month = ?",
+                             (tenant, user_id, month)).fetchone()
+        return int(row[0]), int(row[1])
+
+    def usage(self, tenant: str, user_id: str, month: str) -> tuple[int, int]:
+        with self._lock:
+            row = self._db.execute("SELECT messages, tokens FROM usage WHERE tenant = ? AND user_id = ? AND month = ?",
+                                   (tenant, user_id, month)).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def close(self) -> None:
         with self._lock:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import grpc
 
 from ragmesh.config import Settings
-from ragmesh.models import EXTRACTIVE, default_model
+from ragmesh.models import EXTRACTIVE, GEMINI_MODELS, OPENAI, default_model
 from ragmesh.serving import ServiceApp
 from ragmesh.v1 import generator_pb2_grpc
 from services.generator.backends import GenerationBackend
@@ -13,12 +13,34 @@ from services.generator.service import GenerationService
 from services.generator.servicer import GeneratorServicer
 
 
+def build_backends(settings: Settings) -> dict[str, GenerationBackend]:
+    """Model name -> backend. Vendor SDKs are imported only when their backend is configured."""
+    backends: dict[str, GenerationBackend] = {EXTRACTIVE: ExtractiveBackend(settings.extractive_delay_ms)}
+    if settings.gemini_api_key:
+        from services.generator.backends.gemini import GeminiGenerator
+
+        gemini = GeminiGenerator(settings.gemini_api_key, settings.gemini_base_url)
+        backends.update(dict.fromkeys(GEMINI_MODELS, gemini))
+    if settings.openai_base_url:
+        from services.generator.backends.openai_compat import OpenAICompatGenerator
+
+        backends[OPENAI] = OpenAICompatGenerator(
+            settings.openai_base_url, settings.openai_api_key, settings.openai_model
+        )
+    return backends
+
+
 class GeneratorApp(ServiceApp):
     service_name = "ragmesh.v1.Generator"
 
     def __init__(self, settings: Settings) -> None:
-        backends: dict[str, GenerationBackend] = {EXTRACTIVE: ExtractiveBackend(settings.extractive_delay_ms)}
-        self.service = GenerationService(backends, default_model(settings.default_model, settings.gemini_api_key))
+        self.backends = build_backends(settings)
+        self.service = GenerationService(self.backends, default_model(settings.default_model, settings.gemini_api_key))
 
     def register(self, server: grpc.aio.Server) -> None:
         generator_pb2_grpc.add_GeneratorServicer_to_server(GeneratorServicer(self.service), server)
+
+    async def close(self) -> None:
+        """Closes the HTTP clients of the LLM backends (one per backend, shared by its model names)."""
+        for backend in {id(b): b for b in self.backends.values()}.values():
+            await backend.close()

@@ -1,14 +1,17 @@
-"""Picks the backend for a model name and keeps the counts operators read from Stats."""
+"""Picks the backend for a model name, checks the citations of every backend's answer
+while it streams, and keeps the counts operators read from Stats."""
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 from ragmesh.errors import InvalidArgument
 from ragmesh.models import EXTRACTIVE, KNOWN_MODELS
 from ragmesh.types import GenEvent
 from services.generator.backends import GenerationBackend, GenerationRequest
+from services.generator.citations import checked
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +37,9 @@ class GenerationService:
         backend = self.backend_for(request.model)
         self.started += 1
         try:
-            async for event in backend.stream(request):
-                yield event
+            async with aclosing(checked(backend.stream(request), {b.index for b in request.blocks})) as events:
+                async for event in events:
+                    yield event
             self.completed += 1
         except (asyncio.CancelledError, GeneratorExit):
             self.cancelled += 1

@@ -1,6 +1,8 @@
 """Generator gRPC servicer: protobuf to a GenerationRequest, events back to protobuf."""
 from __future__ import annotations
 
+from contextlib import aclosing
+
 import grpc
 
 from ragmesh import convert
@@ -25,8 +27,10 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServicer):
             web_search=request.web_search,
             temperature=request.temperature if request.HasField("temperature") else None,
         )
-        async for event in self.service.generate(domain):
-            yield convert.gen_event_to_proto(event)
+        # Closed explicitly when the call ends early, so the provider's stream closes now, not at GC.
+        async with aclosing(self.service.generate(domain)) as events:
+            async for event in events:
+                yield convert.gen_event_to_proto(event)
 
     async def Stats(self, request, context: grpc.aio.ServicerContext):
         s = self.service

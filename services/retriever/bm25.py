@@ -106,6 +106,10 @@ class BM25Index:
     def __contains__(self, doc_id: int) -> bool:
         return 0 <= doc_id < len(self._alive) and bool(self._alive[doc_id])
 
+    def __getstate__(self) -> dict:
+        """Pickle without the statistics cache: it is derived and as large as the doc ids."""
+        return {**self.__dict__, "_stats_cache": None}
+
     def doc_freq(self, term: str) -> int:
         """Live documents containing `term` (the n in its idf)."""
         term_id = self._vocab.get(term)

@@ -111,6 +111,8 @@ class CollectionIndex:
             for key, chunks in changes
         ]
         vectors = [v for _, items, _ in prepared for _, v, _ in items]
+        new_slots: list[int] = []
+        new_tokens: list[list[str]] = []
         with self.lock.write():
             for key, items, parents in prepared:
                 for parent_id in self.parents_by_doc.pop(key, []):
@@ -126,13 +128,15 @@ class CollectionIndex:
                 start = len(self.chunks)
                 self._reserve(start + len(items))
                 slots = list(range(start, start + len(items)))
-                for slot, (chunk, _, tokens) in zip(slots, items):
+                for slot, (chunk, _, _) in zip(slots, items):
                     self.chunks.append(chunk)
                     self.columns.set(slot, chunk)
-                    self.sparse.add(slot, tokens)
                     self.alive[slot] = True
                 if slots:
+                    new_slots += slots
+                    new_tokens += [tokens for _, _, tokens in items]
                     self.by_doc[key] = slots
+            self.sparse.add_many(new_slots, new_tokens)  # one bulk insert for the whole batch
             if vectors:
                 self.dense.add(np.stack(vectors))
 

@@ -1,11 +1,13 @@
 """BM25Index against rank_bm25 itself, and the analyzer that feeds it."""
 from __future__ import annotations
 
+import pickle
+from concurrent.futures import ThreadPoolExecutor
 from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
@@ -42,6 +44,18 @@ def reference(corpus: list[list[str]], query: list[str]) -> tuple[np.ndarray, np
     return scores, candidates[np.lexsort((candidates, -scores[candidates]))]
 
 
+def assert_same_ranking(ids: np.ndarray, ref_scores: np.ndarray, ref_order: np.ndarray) -> None:
+    """Same ids in the same order, except where rank_bm25's own scores differ by rounding only.
+
+    When the mean idf is 0 up to rounding, the epsilon floor is float noise whose sign depends
+    on summation order; rank_bm25's order among the floored docs is then that noise.
+    """
+    expected = ref_order[: len(ids)]
+    assert len(ids) == min(10, len(ref_order))
+    noise_tie = np.abs(ref_scores[ids] - ref_scores[expected]) <= 1e-9
+    assert ((ids == expected) | noise_tie).all(), (ids.tolist(), expected.tolist())
+
+
 def dense_scores(index: BM25Index, query: list[str], size: int) -> np.ndarray:
     ids, scores = index.scores(query)
     dense = np.zeros(size)
@@ -55,15 +69,21 @@ def built(corpus: list[list[str]]) -> BM25Index:
     return index
 
 
+# The mean idf here is exactly 0, so the floor (and every score for "w0") is rounding noise.
+ZERO_MEAN_IDF = ([["w0", "w1"], ["w0", "w1", "w2", "w3", "w4"], ["w2", "w7"], ["w0", "w1", "w2", "w3"],
+                  ["w0", "w1", "w2", "w3", "w4", "w5", "w6"]], ["w0"])
+
+
 @SETTINGS
 @given(corpus_and_query())
+@example(ZERO_MEAN_IDF)
 def test_scores_and_top10_equal_rank_bm25(case: tuple[list[list[str]], list[str]]) -> None:
     corpus, query = case
     ref_scores, ref_order = reference(corpus, query)
     index = built(corpus)
     np.testing.assert_allclose(dense_scores(index, query, len(corpus)), ref_scores, rtol=0, atol=1e-6)
     ids, scores = index.top_k(query, 10)
-    assert ids.tolist() == ref_order[:10].tolist()
+    assert_same_ranking(ids, ref_scores, ref_order)
     np.testing.assert_allclose(scores, ref_scores[ids], rtol=0, atol=1e-6)
 
 
@@ -126,7 +146,7 @@ def test_adds_and_removes_equal_a_fresh_build(forward_compaction_floor: int) -> 
         dense[mapped] = scores
         np.testing.assert_allclose(dense, ref_scores, rtol=0, atol=1e-6)
         top_ids, _ = index.top_k(query, 10)
-        assert [position[i] for i in top_ids.tolist()] == ref_order[:10].tolist()
+        assert_same_ranking(np.array([position[i] for i in top_ids.tolist()], dtype=np.int64), ref_scores, ref_order)
 
     with mock.patch.object(bm25, "_FWD_MIN_COMPACT", forward_compaction_floor):
         check()
@@ -140,9 +160,10 @@ def test_allowed_mask_filters_before_taking_k(case: tuple[list[list[str]], list[
     mask_len = data.draw(st.integers(min_value=0, max_value=len(corpus) + 2))  # short masks fail closed
     allowed = np.array(data.draw(st.lists(st.booleans(), min_size=mask_len, max_size=mask_len)), dtype=bool)
     k = data.draw(st.integers(min_value=1, max_value=12))
-    expected = [i for i in ref_order.tolist() if i < mask_len and allowed[i]][:k]
+    expected = np.array([i for i in ref_order.tolist() if i < mask_len and allowed[i]][:k], dtype=np.int64)
     ids, scores = built(corpus).top_k(query, k, allowed)
-    assert ids.tolist() == expected
+    assert len(ids) == len(expected)
+    assert ((ids == expected) | (np.abs(ref_scores[ids] - ref_scores[expected]) <= 1e-9)).all()
     np.testing.assert_allclose(scores, ref_scores[ids], rtol=0, atol=1e-6)
 
 
@@ -206,3 +227,21 @@ def test_analyzer_options_round_trip() -> None:
         Analyzer.from_options({"stemmer": "porter"})
     with pytest.raises(ValueError):
         Analyzer.from_options({"min_token_len": 0})
+
+
+def test_analyzer_is_safe_across_threads() -> None:
+    texts = [f"Running studies {i} of generously funded hedging strategies" for i in range(200)]
+    expected = [Analyzer().analyze(t) for t in texts]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert list(pool.map(Analyzer().analyze, texts * 5)) == expected * 5
+
+
+def test_pickled_index_scores_the_same() -> None:
+    corpus = [["a", "b"], ["b", "c", "c"], [], ["a"]]
+    index = built(corpus)
+    index.remove(1)
+    index.top_k(["a"], 3)  # fills the statistics cache, which the pickle leaves out
+    copy = pickle.loads(pickle.dumps(index))
+    assert copy._stats_cache is None
+    for query in (["a"], ["b", "c"], ["c", "c", "a"]):
+        assert [a.tolist() for a in copy.top_k(query, 3)] == [a.tolist() for a in index.top_k(query, 3)]

@@ -32,7 +32,7 @@ from mongomock.store import ServerStore
 from pymongo import MongoClient
 
 from ragmesh.config import Settings
-from ragmesh.store import Store, StoreUnavailable, open_store
+from ragmesh.store import CorrectionRecord, Store, StoreUnavailable, open_store
 from ragmesh.store.mongo import MongoStore, _chunk_doc
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import Chunk, DocumentRecord, StoredChunk
@@ -263,6 +263,32 @@ def test_conversations_exist_and_delete_with_their_messages(backend: Backend) ->
     store.close()
     store = backend.open()
     assert store.conversation_exists("t1", "c2") and not store.conversation_exists("t1", "c1")
+
+
+def test_conversation_summaries_corrections_and_usage(backend: Backend) -> None:
+    store = backend.open()
+    assert store.conversation_summary("c1") == ""
+    store.set_conversation_summary("c1", "first")
+    store.set_conversation_summary("c1", "second")
+    assert store.conversation_summary("c1") == "second"
+
+    for i in range(3):
+        store.add_correction(CorrectionRecord("", "t1", "u1", f"q{i}", f"wrong{i}", f"right{i}", "c1"))
+    store.add_correction(CorrectionRecord("", "t2", "u1", "q", "w", "other tenant"))
+    mine = store.corrections("t1", "u1")
+    assert [c.correction for c in mine] == ["right2", "right1", "right0"], "newest first"
+    assert [c.correction for c in store.corrections("t1", "u1", limit=1)] == ["right2"]
+    assert [c.correction for c in store.corrections("t2", "u1")] == ["other tenant"]
+    assert store.corrections("t1", "nobody") == []
+
+    assert store.usage("t1", "u1", "2026-11") == (0, 0)
+    assert store.add_usage("t1", "u1", "2026-11", 1, 120) == (1, 120)
+    assert store.add_usage("t1", "u1", "2026-11", 1, 30) == (2, 150)
+    assert store.usage("t1", "u1", "2026-12") == (0, 0) and store.usage("t2", "u1", "2026-11") == (0, 0)
+    store.close()
+    store = backend.open()
+    assert store.usage("t1", "u1", "2026-11") == (2, 150)
+    assert store.conversation_summary("c1") == "second"
 
 
 def test_concurrent_writers_get_distinct_sequence_numbers(backend: Backend) -> None:

@@ -25,4 +25,8 @@ def create(settings: Settings) -> EmbeddingBackend:
         from services.embedder.backends.local import SentenceTransformersEmbedder
 
         return SentenceTransformersEmbedder(batch_size=settings.embed_batch_size)
-    raise ValueError(f"EMBED_BACKEND must be 'local', got {settings.embed_backend!r}")
+    if settings.embed_backend == "gemini":
+        from services.embedder.backends.gemini import GeminiEmbedder
+
+        return GeminiEmbedder(settings.gemini_api_key, settings.gemini_base_url)
+    raise ValueError(f"EMBED_BACKEND must be 'local' or 'gemini', got {settings.embed_backend!r}")

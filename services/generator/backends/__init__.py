@@ -25,3 +25,6 @@ class GenerationBackend(Protocol):
 
     def stream(self, request: GenerationRequest) -> AsyncIterator[GenEvent]:
         """Thinking and content events, then one done event."""
+
+    async def close(self) -> None:
+        """Releases HTTP clients when the service stops."""

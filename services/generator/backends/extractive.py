@@ -1,6 +1,8 @@
 """An offline backend that answers by quoting the context: it scores every sentence
 of the given blocks against the question, keeps the best distinct ones, and cites
-each by its block number. It can only cite blocks it was given."""
+each by its block number. It can only cite blocks it was given. When relevant
+sentences of two blocks give different figures or dates for the same thing, a
+"Conflicting information" part says so, citing both."""
 from __future__ import annotations
 
 import asyncio
@@ -11,8 +13,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from ragmesh.types import ContextBlock, GenEvent
-from services.generator.backends import GenerationRequest
 from ragmesh.text import split_sentences, tokenize
+from services.generator.backends import GenerationRequest
+from services.generator.backends.conflicts import find_conflicts
 
 NO_DATA = "There is no data in the selected sources that matches this question and these filters."
 NOTHING_RELEVANT = (
@@ -58,6 +61,9 @@ class ExtractiveBackend:
         })
         yield GenEvent("done", model=self.name, text="stop")
 
+    async def close(self) -> None:
+        """Nothing to release: no clients, no files."""
+
     def compose(self, request: GenerationRequest) -> str:
         if request.blocks:
             return self._from_blocks(request.question, request.blocks)
@@ -102,6 +108,9 @@ class ExtractiveBackend:
         for s in chosen:
             label = f"**{s.block.label}**: " if s.block.label else ""
             lines.append(f"- {label}{s.sentence} [{s.block.index}]")
+        relevant = [(s.block, s.sentence) for s in scored if s.score >= floor]
+        if conflicts := find_conflicts(relevant):
+            lines += ["", "**Conflicting information**", ""] + [f"- {c.describe()}" for c in conflicts]
         return "\n".join(lines)
 
     def _from_history(self, request: GenerationRequest) -> str:
