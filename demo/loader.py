@@ -61,7 +61,9 @@ def factsheet_documents() -> list[Document]:
                 date=r["report_date"], title=f"{r['fund_name']} Factsheet ({r['report_date']})",
                 metadata={"fund_name": r["fund_name"], "report_date": r["report_date"],
                           "section_type": section, "factsheet_id": r["factsheet_id"],
-                          "filename": r["filename"]},
+                          "filename": r["filename"],
+                          # the complete factsheet, shown once per factsheet in the context (000 step 5)
+                          "full_document": json.dumps(r, sort_keys=True, separators=(",", ":"))},
             ))
     return docs
 

@@ -106,6 +106,7 @@ class SearchResult:
     candidate_count: int
     timings: dict[str, float]
     dense_skipped: bool = False
+    threshold_layer: int = 0
 
 
 class RetrieverClient(_Client):
@@ -122,9 +123,13 @@ class RetrieverClient(_Client):
         top_k: int | None = None,
         vector: np.ndarray | None = None,
         timeout: float | None = None,
+        variants: list[str] | None = None,
+        boosters: dict | None = None,
     ) -> SearchResult:
+        """`boosters` takes the fields of ragmesh.v1.Boosters by name."""
         request = retriever_pb2.SearchRequest(
-            query=query, collections=collections, filter=convert.filter_to_proto(search_filter)
+            query=query, collections=collections, filter=convert.filter_to_proto(search_filter),
+            variants=variants or [], boosters=retriever_pb2.Boosters(**(boosters or {})),
         )
         if vector is not None:
             request.query_vector.extend(vector.tolist())
@@ -141,6 +146,7 @@ class RetrieverClient(_Client):
                 "fusion_ms": tm.fusion_ms, "total_ms": tm.total_ms,
             },
             dense_skipped=reply.dense_skipped,
+            threshold_layer=reply.threshold_layer,
         )
 
     async def ingest(

@@ -75,6 +75,18 @@ class Settings:
     # Retriever
     chunk_min_chars: int = field(default_factory=lambda: _int("CHUNK_MIN_CHARS", 400))
     chunk_max_chars: int = field(default_factory=lambda: _int("CHUNK_MAX_CHARS", 800))
+    # Ingest: files over this size are refused (per file, with a clear error).
+    ingest_max_bytes: int = field(default_factory=lambda: _int("INGEST_MAX_BYTES", 50 * 1024 * 1024))
+    # Embedding calls at ingest: a transient failure is retried this often, waiting base, 2x base, ...
+    embed_retries: int = field(default_factory=lambda: _int("EMBED_RETRIES", 4))
+    embed_retry_base_s: float = field(default_factory=lambda: _float("EMBED_RETRY_BASE_S", 0.5))
+    # Summaries at ingest (004 Path B) for documents of at least SUMMARY_MIN_CHARS, unless a
+    # request says otherwise; SUMMARY_MODEL empty = the generator's default model.
+    ingest_summaries: bool = field(
+        default_factory=lambda: _env("INGEST_SUMMARIES", "true").lower() in ("1", "true", "yes", "on")
+    )
+    summary_min_chars: int = field(default_factory=lambda: _int("SUMMARY_MIN_CHARS", 3000))
+    summary_model: str = field(default_factory=lambda: _env("SUMMARY_MODEL", ""))
 
     # Gateway
     scope_cache_ttl_s: float = field(default_factory=lambda: _float("SCOPE_CACHE_TTL_S", 900.0))
@@ -82,8 +94,15 @@ class Settings:
     same_topic_threshold: float = field(
         default_factory=lambda: _float("SAME_TOPIC_THRESHOLD", 0.5)
     )
-    context_top_k: int = field(default_factory=lambda: _int("CONTEXT_TOP_K", 8))
     history_turns: int = field(default_factory=lambda: _int("HISTORY_TURNS", 3))
+    context_char_budget: int = field(default_factory=lambda: _int("CONTEXT_CHAR_BUDGET", 4000))
+    retrieval_timeout_s: float = field(default_factory=lambda: _float("RETRIEVAL_TIMEOUT_S", 3.5))
+    scope_llm_check: bool = field(default_factory=lambda: _env("SCOPE_LLM_CHECK", "false").lower() == "true")
+    scope_llm_timeout_s: float = field(default_factory=lambda: _float("SCOPE_LLM_TIMEOUT_S", 0.8))
+    reasoning_model: str = field(default_factory=lambda: _env("REASONING_MODEL", ""))
+    summary_after_turns: int = field(default_factory=lambda: _int("SUMMARY_AFTER_TURNS", 6))
+    monthly_message_limit: int = field(default_factory=lambda: _int("MONTHLY_MESSAGE_LIMIT", 0))
+    monthly_token_limit: int = field(default_factory=lambda: _int("MONTHLY_TOKEN_LIMIT", 0))
 
     # Store: MongoDB when MONGODB_URI is set, else SQLite under DATA_DIR.
     mongodb_uri: str = field(default_factory=lambda: _env("MONGODB_URI", ""))

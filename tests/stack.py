@@ -28,6 +28,7 @@ class Stack:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.hosts: dict[str, ServiceHost] = {}
+        self.extra: list[ServiceHost] = []
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 120) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -38,9 +39,23 @@ class Stack:
             self.start_service(name)
         return self
 
-    def _app(self, name: str):
+    def _app(self, name: str, settings: config.Settings | None = None):
         return {"embedder": EmbedderApp, "generator": GeneratorApp,
-                "retriever": RetrieverApp, "gateway": GatewayApp}[name](self.settings)
+                "retriever": RetrieverApp, "gateway": GatewayApp}[name](settings or self.settings)
+
+    def start_variant(self, name: str, **overrides: Any) -> ServiceHost:
+        """Another instance of a service with different settings (e.g. a generator on a fake Gemini),
+        wired to this stack's services unless the overrides say otherwise."""
+        settings = dataclasses.replace(self.settings, **overrides)
+
+        async def go() -> ServiceHost:
+            host = ServiceHost(self._app(name, settings), HOST, 0, grace=0.5)
+            await host.start()
+            return host
+
+        host = self.call(go())
+        self.extra.append(host)
+        return host
 
     def start_service(self, name: str, port: int = 0) -> ServiceHost:
         async def go() -> ServiceHost:
@@ -73,6 +88,8 @@ class Stack:
         return self.hosts[name].address
 
     def stop(self) -> None:
+        for host in self.extra:
+            self.call(host.stop())
         for name in ("gateway", "retriever", "generator", "embedder"):
             if name in self.hosts:
                 self.stop_service(name)

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AskRequest(_message.Message):
-    __slots__ = ("question", "data_sources", "start_date", "end_date", "selected_funds", "conversation_id", "model", "tenant", "user_id", "top_k")
+    __slots__ = ("question", "data_sources", "start_date", "end_date", "selected_funds", "conversation_id", "model", "tenant", "user_id", "top_k", "document_ids")
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     DATA_SOURCES_FIELD_NUMBER: _ClassVar[int]
     START_DATE_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class AskRequest(_message.Message):
     TENANT_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_IDS_FIELD_NUMBER: _ClassVar[int]
     question: str
     data_sources: _containers.RepeatedScalarFieldContainer[str]
     start_date: str
@@ -30,10 +31,11 @@ class AskRequest(_message.Message):
     tenant: str
     user_id: str
     top_k: int
-    def __init__(self, question: _Optional[str] = ..., data_sources: _Optional[_Iterable[str]] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., selected_funds: _Optional[_Iterable[str]] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., top_k: _Optional[int] = ...) -> None: ...
+    document_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, question: _Optional[str] = ..., data_sources: _Optional[_Iterable[str]] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., selected_funds: _Optional[_Iterable[str]] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., top_k: _Optional[int] = ..., document_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Strategy(_message.Message):
-    __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks")
+    __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks", "retrieval", "dense_skipped", "unavailable", "threshold_layer", "time_hint", "detected_funds", "context_chars", "corrections", "model")
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     CACHE_HIT_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +47,15 @@ class Strategy(_message.Message):
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     CACHE_KEY_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    RETRIEVAL_FIELD_NUMBER: _ClassVar[int]
+    DENSE_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_LAYER_FIELD_NUMBER: _ClassVar[int]
+    TIME_HINT_FIELD_NUMBER: _ClassVar[int]
+    DETECTED_FUNDS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    CORRECTIONS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
     route: str
     reason: str
     cache_hit: bool
@@ -56,7 +67,16 @@ class Strategy(_message.Message):
     conversation_id: str
     cache_key: str
     chunks: int
-    def __init__(self, route: _Optional[str] = ..., reason: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., k: _Optional[int] = ..., candidate_count: _Optional[int] = ..., retrieval_ms: _Optional[float] = ..., conversation_id: _Optional[str] = ..., cache_key: _Optional[str] = ..., chunks: _Optional[int] = ...) -> None: ...
+    retrieval: str
+    dense_skipped: bool
+    unavailable: _containers.RepeatedScalarFieldContainer[str]
+    threshold_layer: int
+    time_hint: str
+    detected_funds: _containers.RepeatedScalarFieldContainer[str]
+    context_chars: int
+    corrections: int
+    model: str
+    def __init__(self, route: _Optional[str] = ..., reason: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., k: _Optional[int] = ..., candidate_count: _Optional[int] = ..., retrieval_ms: _Optional[float] = ..., conversation_id: _Optional[str] = ..., cache_key: _Optional[str] = ..., chunks: _Optional[int] = ..., retrieval: _Optional[str] = ..., dense_skipped: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., threshold_layer: _Optional[int] = ..., time_hint: _Optional[str] = ..., detected_funds: _Optional[_Iterable[str]] = ..., context_chars: _Optional[int] = ..., corrections: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
 
 class ErrorInfo(_message.Message):
     __slots__ = ("code", "message")
@@ -170,3 +190,27 @@ class DeleteConversationResponse(_message.Message):
     DELETED_FIELD_NUMBER: _ClassVar[int]
     deleted: bool
     def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class CorrectionRequest(_message.Message):
+    __slots__ = ("tenant", "user_id", "conversation_id", "message_id", "question", "wrong_answer", "correction")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    WRONG_ANSWER_FIELD_NUMBER: _ClassVar[int]
+    CORRECTION_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user_id: str
+    conversation_id: str
+    message_id: str
+    question: str
+    wrong_answer: str
+    correction: str
+    def __init__(self, tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., message_id: _Optional[str] = ..., question: _Optional[str] = ..., wrong_answer: _Optional[str] = ..., correction: _Optional[str] = ...) -> None: ...
+
+class CorrectionResponse(_message.Message):
+    __slots__ = ("correction_id",)
+    CORRECTION_ID_FIELD_NUMBER: _ClassVar[int]
+    correction_id: str
+    def __init__(self, correction_id: _Optional[str] = ...) -> None: ...

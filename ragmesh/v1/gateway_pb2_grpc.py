@@ -61,6 +61,11 @@ class GatewayStub:
                 request_serializer=ragmesh_dot_v1_dot_retriever__pb2.Document.SerializeToString,
                 response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.IngestProgress.FromString,
                 _registered_method=True)
+        self.Correct = channel.unary_unary(
+                '/ragmesh.v1.Gateway/Correct',
+                request_serializer=ragmesh_dot_v1_dot_gateway__pb2.CorrectionRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_gateway__pb2.CorrectionResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -97,6 +102,14 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Correct(self, request, context):
+        """Records that an answer was wrong and what is right; the user's most relevant corrections
+        go into later system prompts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -124,6 +137,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.Ingest,
                     request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.Document.FromString,
                     response_serializer=ragmesh_dot_v1_dot_retriever__pb2.IngestProgress.SerializeToString,
+            ),
+            'Correct': grpc.unary_unary_rpc_method_handler(
+                    servicer.Correct,
+                    request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.CorrectionRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_gateway__pb2.CorrectionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -262,6 +280,33 @@ class Gateway:
             '/ragmesh.v1.Gateway/Ingest',
             ragmesh_dot_v1_dot_retriever__pb2.Document.SerializeToString,
             ragmesh_dot_v1_dot_retriever__pb2.IngestProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Correct(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/Correct',
+            ragmesh_dot_v1_dot_gateway__pb2.CorrectionRequest.SerializeToString,
+            ragmesh_dot_v1_dot_gateway__pb2.CorrectionResponse.FromString,
             options,
             channel_credentials,
             insecure,

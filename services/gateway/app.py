@@ -19,7 +19,9 @@ from ragmesh.store import open_store
 from ragmesh.v1 import gateway_pb2_grpc
 from services.gateway.history import History
 from services.gateway.http import create_app
-from services.gateway.pipeline import AskPipeline
+from services.gateway.limits import UsageLimiter
+from services.gateway.memory import Memory
+from services.gateway.pipeline import AskPipeline, PipelineSettings
 from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.scope_cache import ScopeCache
 from services.gateway.servicer import GatewayServicer
@@ -47,15 +49,20 @@ class GatewayApp(ServiceApp):
         self.embedder = EmbedderClient(s.address("embedder"), s.embed_timeout)
         self.retriever = RetrieverClient(s.address("retriever"), s.search_timeout, s.ingest_timeout)
         self.generator = GeneratorClient(s.address("generator"), s.generate_timeout)
+        self.memory = Memory(self.store, self.retriever, self.generator, self.embedder, s.summary_after_turns)
         self.pipeline = AskPipeline(
             self.history, self.retriever, self.generator, self.embedder,
-            ScopeCache(s.scope_cache_ttl_s, s.scope_cache_size),
-            default_model(s.default_model, s.gemini_api_key),
-            context_top_k=s.context_top_k, history_turns=s.history_turns,
-            same_topic_threshold=s.same_topic_threshold,
+            ScopeCache(s.scope_cache_ttl_s, s.scope_cache_size), self.memory,
+            UsageLimiter(self.store, s.monthly_message_limit, s.monthly_token_limit), self.known_funds,
+            PipelineSettings(
+                default_model=default_model(s.default_model, s.gemini_api_key), reasoning_model=s.reasoning_model,
+                history_turns=s.history_turns, same_topic_threshold=s.same_topic_threshold,
+                context_char_budget=s.context_char_budget, retrieval_timeout_s=s.retrieval_timeout_s,
+                scope_llm_check=s.scope_llm_check, scope_llm_timeout_s=s.scope_llm_timeout_s,
+            ),
         )
         gateway_pb2_grpc.add_GatewayServicer_to_server(
-            GatewayServicer(self.pipeline, self.history, self.retriever), server
+            GatewayServicer(self.pipeline, self.history, self.retriever, self.memory), server
         )
 
     async def upstream_health(self) -> dict[str, str]:
@@ -82,7 +89,7 @@ class GatewayApp(ServiceApp):
         return funds
 
     async def warm_up(self) -> None:
-        app = create_app(self.pipeline, self.history, self.upstream_health, self.known_funds)
+        app = create_app(self.pipeline, self.history, self.memory, self.upstream_health, self.known_funds)
         config = uvicorn.Config(app, host=self.settings.host, port=self.http_port, log_config=None,
                                 lifespan="off", access_log=False)
         self._http = uvicorn.Server(config)
@@ -96,6 +103,10 @@ class GatewayApp(ServiceApp):
         await self.known_funds()
 
     async def close(self) -> None:
+        try:  # background memory work finishes before the clients close
+            await asyncio.wait_for(self.memory.idle(), timeout=self.settings.grace_period)
+        except asyncio.TimeoutError:
+            log.warning("background memory work cut short by shutdown")
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             await self._http_task

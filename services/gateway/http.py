@@ -16,7 +16,9 @@ from pydantic import BaseModel, Field
 from ragmesh.errors import NotFound, RagmeshError
 from ragmesh.models import KNOWN_MODELS
 from services.gateway.events import event_json
+from ragmesh.store import CorrectionRecord
 from services.gateway.history import History
+from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
 from services.gateway.request import DATA_SOURCES, AskInput
 
@@ -34,18 +36,33 @@ class AskBody(BaseModel):
     tenant: str = ""
     user_id: str = ""
     top_k: int | None = None
+    document_ids: list[str] = Field(default_factory=list)
 
     def to_input(self) -> AskInput:
         return AskInput(
             question=self.question, data_sources=self.data_sources, start_date=self.start_date or "",
             end_date=self.end_date or "", selected_funds=self.selected_funds,
             conversation_id=self.conversation_id or "", model=self.model or "", tenant=self.tenant,
-            user_id=self.user_id, top_k=self.top_k,
+            user_id=self.user_id, top_k=self.top_k, document_ids=self.document_ids,
         )
 
 
 class StopBody(BaseModel):
     conversation_id: str
+
+
+class CorrectionBody(BaseModel):
+    correction: str
+    tenant: str = ""
+    user_id: str = ""
+    conversation_id: str = ""
+    message_id: str = ""
+    question: str = ""
+    wrong_answer: str = ""
+
+    def record(self) -> CorrectionRecord:
+        return CorrectionRecord("", self.tenant, self.user_id, self.question, self.wrong_answer, self.correction,
+                                self.conversation_id)
 
 
 def _error(exc: RagmeshError) -> JSONResponse:
@@ -55,6 +72,7 @@ def _error(exc: RagmeshError) -> JSONResponse:
 def create_app(
     pipeline: AskPipeline,
     history: History,
+    memory: Memory,
     health: Callable[[], Awaitable[dict[str, str]]],
     funds: Callable[[], Awaitable[list[str]]],
 ) -> FastAPI:
@@ -128,6 +146,11 @@ def create_app(
                      "retrieval": {"k": strategy.get("k", 0), "candidateCount": strategy.get("candidate_count", 0),
                                    "timeMs": strategy.get("retrieval_ms", 0.0)}},
         })
+
+    @app.post("/api/corrections")
+    async def correct(body: CorrectionBody) -> dict:
+        correction_id = await asyncio.to_thread(memory.record_correction, body.record(), body.message_id)
+        return {"correction_id": correction_id}
 
     @app.post("/api/chat/stop")
     async def stop(body: StopBody) -> dict:

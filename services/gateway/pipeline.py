@@ -1,38 +1,52 @@
-"""The path from question to answer, as a stream of events the gRPC servicer and
-the SSE bridge both send: searching -> strategy -> generating -> thinking/content
--> citations -> done.
+"""The path from question to answer, as a stream of events the gRPC servicer and the
+SSE bridge both send: searching -> strategy -> generating -> thinking/content ->
+citations -> done.
 
-Every decision (route, reason, cache hit, collections, filter, timings) goes out
-in the strategy event so an operator can see why an answer came out as it did.
+Every decision is in the strategy event (route, retrieval strategy and why, cache hit,
+collections, filters including those read from the question, thresholds, timings,
+fallbacks), so an operator can see why an answer came out as it did.
 """
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime as dt
 import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient
+from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient, SearchResult
 from ragmesh.errors import RagmeshError
-from ragmesh.types import ContextBlock, GenEvent, Hit, SearchFilter, Turn
-from services.gateway import context
+from ragmesh.models import EXTRACTIVE
+from ragmesh.store import CorrectionRecord
+from ragmesh.types import Citation, GenEvent, Hit, SearchFilter, Turn
+from services.gateway import context, router
+from services.gateway.answer_guard import AnswerGuard
 from services.gateway.history import History
+from services.gateway.limits import UsageLimiter
+from services.gateway.memory import MEMORY_COLLECTION, Memory, corrections_text
+from services.gateway.query_analysis import mentioned_funds, time_hint
 from services.gateway.request import AskInput
-from services.gateway.router import NO_RAG, classify_intent
 from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
 
 log = logging.getLogger(__name__)
 
-RAG_REUSE = "RAG_REUSE"
-RAG_NEW_QUERY = "RAG_NEW_QUERY"
-_MARKER = re.compile(r"\[(\d+)\]")
+RAG_REUSE, RAG_NEW_QUERY, NO_RETRIEVAL = "RAG_REUSE", "RAG_NEW_QUERY", "NO_RAG"
+SEARCH_DEPTH = 15  # hits kept per search, so any route can reuse the cached scope
+NO_MATCH = "I don't have any notes that match this question and these filters, so there is no data I can answer from."
+DIRECT_ANSWERS = (
+    (re.compile(r"\b(thanks|thank you|thx|cheers)\b", re.I), "You're welcome! Ask me anything about your meeting notes, factsheets and documents."),
+    (re.compile(r"\b(bye|goodbye)\b", re.I), "Goodbye! Your conversation is saved; come back any time."),
+    (re.compile(r"\b(name|who are you|called)\b", re.I), "I'm ragmesh, a research assistant that answers from your meeting notes, factsheets and documents, with citations."),
+)
+GREETING = "Hello! I'm ragmesh. Ask me about your funds, meetings, factsheets or documents."
 
 
 @dataclass
@@ -44,6 +58,7 @@ class Event:
 @dataclass
 class Strategy:
     route: str
+    retrieval: str
     reason: str
     conversation_id: str
     collections: list[str]
@@ -55,6 +70,13 @@ class Strategy:
     chunks: int = 0
     retrieval_ms: float = 0.0
     dense_skipped: bool = False
+    unavailable: list[str] = field(default_factory=list)  # collections whose search failed or timed out
+    threshold_layer: int = 0
+    time_hint: str = ""
+    detected_funds: list[str] = field(default_factory=list)
+    context_chars: int = 0
+    corrections: int = 0
+    model: str = ""
     hits: list[Hit] = field(default_factory=list, repr=False)
 
 
@@ -68,35 +90,44 @@ def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
 
 
+@dataclass
+class PipelineSettings:
+    default_model: str
+    reasoning_model: str = ""
+    history_turns: int = 3
+    same_topic_threshold: float = 0.5
+    context_char_budget: int = 4000
+    retrieval_timeout_s: float = 3.5
+    scope_llm_check: bool = False
+    scope_llm_timeout_s: float = 0.8
+
+
 class AskPipeline:
-    def __init__(
-        self,
-        history: History,
-        retriever: RetrieverClient,
-        generator: GeneratorClient,
-        embedder: EmbedderClient,
-        cache: ScopeCache,
-        default_model: str,
-        context_top_k: int = 8,
-        history_turns: int = 3,
-        same_topic_threshold: float = 0.5,
-    ) -> None:
+    def __init__(self, history: History, retriever: RetrieverClient, generator: GeneratorClient,
+                 embedder: EmbedderClient, cache: ScopeCache, memory: Memory, limits: UsageLimiter,
+                 known_funds: Callable[[], Awaitable[list[str]]], settings: PipelineSettings,
+                 today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.timezone.utc).date()) -> None:
         self.history = history
         self.retriever = retriever
         self.generator = generator
         self.embedder = embedder
         self.cache = cache
-        self.default_model = default_model
-        self.context_top_k = context_top_k
-        self.history_turns = history_turns
-        self.same_topic_threshold = same_topic_threshold
+        self.memory = memory
+        self.limits = limits
+        self.known_funds = known_funds
+        self.settings = settings
+        self.today = today
         self._running: dict[str, asyncio.Event] = {}
 
+    @property
+    def default_model(self) -> str:
+        return self.settings.default_model
+
     def prepare(self, ask: AskInput) -> AskInput:
-        """Validates (raising InvalidArgument before anything is written) and fills defaults."""
+        """Validates and checks usage limits (raising before anything is written); fills defaults."""
         ask.validate()
+        self.limits.check(ask.tenant, ask.user_id)
         ask.conversation_id = ask.conversation_id or uuid.uuid4().hex
-        ask.model = ask.model or self.default_model
         return ask
 
     def stop(self, conversation_id: str) -> bool:
@@ -115,10 +146,15 @@ class AskPipeline:
             yield Event("searching", True)
             turns = await asyncio.to_thread(self.history.turns, conv)
             strategy = await self._strategy(ask, turns)
+            ctx = context.build(strategy.hits, self.settings.context_char_budget)
+            strategy.context_chars = len(ctx.text)
+            corrections = [] if strategy.route == router.DIRECT else \
+                await self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question)
+            strategy.corrections = len(corrections)
             yield Event("searching", False)
             yield Event("strategy", strategy)
-            await asyncio.to_thread(self.history.save_question, ask.tenant, ask.user_id, conv, ask.question)
-            async for event in self._answer(ask, strategy, turns[-self.history_turns :], stop):
+            question_id = await asyncio.to_thread(self.history.save_question, ask.tenant, ask.user_id, conv, ask.question)
+            async for event in self._answer(ask, strategy, turns, stop, question_id, ctx, corrections):
                 yield event
         except RagmeshError as exc:
             log.warning("ask failed", extra={"error": str(exc), "conversation_id": conv})
@@ -128,97 +164,220 @@ class AskPipeline:
 
     # -- strategy and retrieval -------------------------------------------------------------
     async def _strategy(self, ask: AskInput, turns: list[Turn]) -> Strategy:
-        search_filter = SearchFilter(
-            tenant=ask.tenant, start_date=ask.start_date, end_date=ask.end_date,
-            any_of={"fund_name": sorted(ask.selected_funds)} if ask.selected_funds else {},
-        )
-        key = scope_key(ask.start_date, ask.end_date, ask.selected_funds)
-        s = Strategy("", "", ask.conversation_id, ask.collections, search_filter, key,
-                     k=ask.top_k or self.context_top_k)
-        intent, reason = classify_intent(ask.question, len(turns))
-        if intent == NO_RAG:
-            s.route, s.reason = NO_RAG, reason
+        rt = router.route(ask.question, len(turns), len(ask.document_ids))
+        if ask.top_k and rt.retrieves:
+            rt = dataclasses.replace(rt, k=ask.top_k)
+        search_filter = SearchFilter(tenant=ask.tenant, start_date=ask.start_date, end_date=ask.end_date,
+                                     any_of={"fund_name": sorted(ask.selected_funds)} if ask.selected_funds else {})
+        s = Strategy(rt.name, NO_RETRIEVAL, rt.reason, ask.conversation_id, ask.collections, search_filter, "",
+                     k=rt.k, model=self._model(ask, rt))
+        if not rt.retrieves:
             return s
+        await self._read_question(ask, s)
+        s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []))
         started = time.perf_counter()
         vector = await self._embed_question(ask.question)
         cached = self.cache.get(ask.tenant, ask.conversation_id)
         if cached is None:
-            s.route, s.reason = RAG_NEW_QUERY, "no cached scope for this conversation"
-        elif cached.key != key or cached.collections != s.collections:
-            s.route, s.reason = RAG_NEW_QUERY, f"filters changed ({cached.key} -> {key})"
+            s.retrieval, why = RAG_NEW_QUERY, "no cached scope for this conversation"
+        elif cached.key != s.cache_key or cached.collections != s.collections:
+            s.retrieval, why = RAG_NEW_QUERY, f"filters changed ({cached.key} -> {s.cache_key})"
         else:
-            similarity = cosine(cached.question_vector, vector)
-            if similarity is not None and similarity >= self.same_topic_threshold:
-                s.route, s.cache_hit = RAG_REUSE, True
-                s.reason = f"same filters and topic (similarity {similarity:.2f})"
+            same, note = await self._same_topic(cached, ask, vector, s.model)
+            if same:
+                s.retrieval, s.cache_hit, why = RAG_REUSE, True, f"same filters and topic {note}"
                 s.hits, s.candidate_count = cached.hits, cached.candidate_count
             else:
-                shown = "unknown" if similarity is None else f"{similarity:.2f}"
-                s.route, s.reason = RAG_NEW_QUERY, f"same filters, different topic (similarity {shown})"
-        if s.route == RAG_NEW_QUERY:
-            result = await self.retriever.search(ask.question, s.collections, search_filter, s.k, vector=vector)
-            s.hits, s.candidate_count, s.dense_skipped = result.hits, result.candidate_count, result.dense_skipped
-            self.cache.put(ask.tenant, ask.conversation_id,
-                           ScopeEntry(key, s.collections, ask.question, vector, s.hits, s.candidate_count))
+                s.retrieval, why = RAG_NEW_QUERY, f"same filters, different topic {note}"
+        s.reason = f"{rt.reason}; {why}"
+        if s.retrieval == RAG_NEW_QUERY:
+            await self._search(ask, rt, s, vector)
+            if not s.unavailable:
+                self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
+                    s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count))
         s.hits = s.hits[: s.k]
         s.chunks = len(s.hits)
         s.retrieval_ms = (time.perf_counter() - started) * 1000
-        log.info("retrieval", extra={"route": s.route, "chunks": s.chunks, "retrieval_ms": round(s.retrieval_ms, 1),
-                                     "candidates": s.candidate_count, "cache_hit": s.cache_hit})
+        log.info("retrieval", extra={"route": s.route, "retrieval": s.retrieval, "chunks": s.chunks,
+                                     "retrieval_ms": round(s.retrieval_ms, 1), "candidates": s.candidate_count,
+                                     "cache_hit": s.cache_hit, "unavailable": s.unavailable})
         return s
 
+    def _model(self, ask: AskInput, rt: router.Route) -> str:
+        if ask.model:
+            return ask.model
+        if rt.name == router.DEEP and self.settings.reasoning_model:
+            return self.settings.reasoning_model
+        return self.settings.default_model
+
+    async def _read_question(self, ask: AskInput, s: Strategy) -> None:
+        """Time hints and fund names in the question narrow the search when the user set no filter."""
+        if not (ask.start_date or ask.end_date) and (hint := time_hint(ask.question, self.today())):
+            s.filter = dataclasses.replace(s.filter, start_date=hint.start, end_date=hint.end)
+            s.time_hint = hint.phrase
+        if not ask.selected_funds and (funds := mentioned_funds(ask.question, await self.known_funds())):
+            s.filter = dataclasses.replace(s.filter, any_of={"fund_name": funds})
+            s.detected_funds = funds
+
     async def _embed_question(self, question: str) -> np.ndarray | None:
-        """The question's vector, for the topic check and the dense search; None if the embedder is down."""
+        """The question's vector for the topic check and the dense search; None if the embedder is down."""
         try:
             return (await self.embedder.embed([question], "QUERY"))[0]
         except RagmeshError as exc:
             log.warning("embedder unavailable for the question", extra={"error": str(exc)})
             return None
 
+    async def _same_topic(self, cached: ScopeEntry, ask: AskInput, vector: np.ndarray | None,
+                          model: str) -> tuple[bool, str]:
+        """000's slow path: embedding similarity first (milliseconds, no model); an LLM verdict with a
+        bounded wait confirms it when enabled, falling back to the similarity verdict."""
+        similarity = cosine(cached.question_vector, vector)
+        verdict = similarity is not None and similarity >= self.settings.same_topic_threshold
+        note = f"(similarity {'unknown' if similarity is None else f'{similarity:.2f}'}"
+        if self.settings.scope_llm_check and model != EXTRACTIVE:
+            try:
+                answer = await asyncio.wait_for(self._llm_topic(cached.question, ask.question, model),
+                                                self.settings.scope_llm_timeout_s)
+                if answer:
+                    verdict = answer == "SAME"
+                    note += f", model says {answer}"
+            except (asyncio.TimeoutError, RagmeshError):
+                note += ", model check timed out"
+        return verdict, note + ")"
+
+    async def _llm_topic(self, previous: str, current: str, model: str) -> str:
+        prompt = f"Previous: {previous}\nCurrent: {current}\nAre these SAME or DIFFERENT topics? Answer with one word."
+        text = "".join([e.text async for e in self.generator.generate(
+            model=model, question=prompt, blocks=[], history=[], system_instruction="Classify topics.",
+            prompt=prompt) if e.kind == "content"]).upper()
+        return "DIFFERENT" if "DIFFERENT" in text else "SAME" if "SAME" in text else ""
+
+    def _filter_for(self, collection: str, s: Strategy, ask: AskInput) -> SearchFilter:
+        if collection == MEMORY_COLLECTION:  # past messages: the user's own, whatever the fund or date filter
+            return SearchFilter(tenant=ask.tenant, equals={"user_id": ask.user_id})
+        return s.filter
+
+    async def _search(self, ask: AskInput, rt: router.Route, s: Strategy, vector: np.ndarray | None) -> None:
+        """One search per collection side by side under the retrieval deadline; whatever arrives in time is used."""
+        boosters = {"min_similarity": rt.min_similarity, "fallback_similarity": router.FALLBACK_SIMILARITY,
+                    "expand_parents": True, "conversation_id": ask.conversation_id,
+                    "same_conversation_boost": 0.2, "recent_boost": 0.1, "recent_days": 7}
+        variants = [v for n in rt.question_numbers for v in (f"question {n}", f"problem {n}", f"{n}.")]
+
+        async def one(collection: str) -> SearchResult:
+            f = self._filter_for(collection, s, ask)
+            if rt.question_numbers:  # 001 strategy 1: the numbered item itself first
+                exact = dataclasses.replace(f, any_of={**f.any_of, "question_number": list(rt.question_numbers)})
+                found = await self.retriever.search(ask.question, [collection], exact, max(rt.k, SEARCH_DEPTH),
+                                                    vector, self.settings.retrieval_timeout_s, variants, boosters)
+                if found.hits:
+                    return found
+            return await self.retriever.search(ask.question, [collection], f, max(rt.k, SEARCH_DEPTH), vector,
+                                               self.settings.retrieval_timeout_s, variants, boosters)
+
+        results = await asyncio.gather(*(one(c) for c in s.collections), return_exceptions=True)
+        hits: list[Hit] = []
+        for collection, result in zip(s.collections, results):
+            if isinstance(result, RagmeshError):
+                s.unavailable.append(collection)
+                log.warning("search failed", extra={"collection": collection, "error": str(result)})
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            hits += result.hits
+            s.candidate_count += result.candidate_count
+            s.dense_skipped |= result.dense_skipped
+            s.threshold_layer = max(s.threshold_layer, result.threshold_layer)
+        if s.unavailable:
+            s.reason += f"; no answer in time from {', '.join(s.unavailable)}: using what arrived"
+        if s.dense_skipped:
+            s.reason += "; embedder unavailable: keyword search only"
+        s.hits = sorted(hits, key=lambda h: -h.score)
+
     # -- generation -------------------------------------------------------------------------
-    async def _answer(
-        self, ask: AskInput, s: Strategy, turns: list[Turn], stop: asyncio.Event
-    ) -> AsyncIterator[Event]:
-        blocks = context.blocks_from_hits(s.hits)
-        prompt = context.build_prompt(ask.question, turns, blocks, s.hits, ask.sources)
+    async def _answer(self, ask: AskInput, s: Strategy, turns: list[Turn], stop: asyncio.Event, question_id: str,
+                      ctx: context.Context, corrections: list[CorrectionRecord]) -> AsyncIterator[Event]:
         parts: list[str] = []
-        model, usage, stopped, finished = ask.model, {}, False, False
+        web: list[Citation] = []
+        usage: dict[str, int] = {}
+        model, stopped, finished = s.model, False, False
         yield Event("generating", True)
         try:
-            stream = self.generator.generate(
-                model=ask.model, question=ask.question, blocks=blocks, history=turns,
-                system_instruction=context.SYSTEM_INSTRUCTION, prompt=prompt, web_search=ask.web_search,
-            )
-            async with aclosing(_until(stream, stop)) as events:
-                try:
-                    async for ev in events:
-                        if ev.kind in ("thinking", "content"):
+            if s.route == router.DIRECT or (s.retrieval != NO_RETRIEVAL and not ctx.blocks):
+                canned = _direct_answer(ask.question) if s.route == router.DIRECT else NO_MATCH
+                parts.append(canned)
+                model = "direct_response" if s.route == router.DIRECT else "no_context_response"
+                yield Event("content", canned)
+            else:
+                stream = await self._generation(ask, s, turns, ctx, corrections)
+                guard = AnswerGuard({b.index for b in ctx.blocks}, enforce=bool(ctx.blocks))
+                async with aclosing(_until(stream, stop)) as events:
+                    try:
+                        async for ev in events:
                             if ev.kind == "content":
                                 parts.append(ev.text)
-                            yield Event(ev.kind, ev.text)
-                        elif ev.kind == "usage":
-                            usage = ev.usage
-                        elif ev.kind == "done":
-                            model = ev.model or model
-                except Stopped:
-                    stopped = True
+                                if shown := guard.feed(ev.text):
+                                    yield Event("content", shown)
+                            elif ev.kind == "thinking":
+                                yield Event("thinking", ev.text)
+                            elif ev.kind == "grounding":
+                                web += ev.citations
+                            elif ev.kind == "usage":
+                                usage = ev.usage
+                            elif ev.kind == "done":
+                                model = ev.model or model
+                    except Stopped:
+                        stopped = True
+                if not stopped:
+                    tail, replaced = guard.finish()
+                    if replaced:
+                        parts = [tail]
+                        yield Event("content", tail)
             answer = "".join(parts)
-            citations = _citations(answer, blocks)
+            citations = _citations(answer, ctx.blocks) + _web_citations(web, len(ctx.blocks))
             meta = {
-                "model": model, "route": s.route, "usage": usage,
-                "chunk_ids": [h.chunk.chunk_id for h in s.hits],
-                "citations": {c.ref: c.chunk_id for c in citations},
+                "model": model, "route": s.route, "retrieval": s.retrieval, "usage": usage,
+                "chunk_ids": [h.chunk.chunk_id for h in ctx.hits_used],
+                "sources": sorted({b.label for b in ctx.blocks}),
+                "chunk_map": {c.ref: c.chunk_id for c in citations if c.chunk_id},
+                "citations": [dataclasses.asdict(c) for c in citations],
             }
-            message_id = await asyncio.to_thread(self.history.save_answer, ask.conversation_id, answer, meta, stopped)
+            answer_id = await asyncio.to_thread(self.history.save_answer, ask.conversation_id, answer, meta, stopped)
             finished = True
+            tokens = usage.get("total_tokens") or len(answer.split())
+            await asyncio.to_thread(self.limits.record, ask.tenant, ask.user_id, tokens)
+            self.memory.after_turn(ask.tenant, ask.user_id, ask.conversation_id, len(turns) + 1, s.model,
+                                   [(question_id, "user", ask.question), (answer_id, "assistant", answer)])
             yield Event("citations", citations)
-            yield Event("done", {"conversation_id": ask.conversation_id, "message_id": message_id,
+            yield Event("done", {"conversation_id": ask.conversation_id, "message_id": answer_id,
                                  "model": model, "stopped": stopped, "usage": usage})
         finally:
             if not finished:
                 # Client gone or failure mid-answer: keep what was said, marked as stopped.
                 self.history.save_answer(ask.conversation_id, "".join(parts), {"model": model, "route": s.route},
                                          stopped=True)
+
+    async def _generation(self, ask: AskInput, s: Strategy, turns: list[Turn], ctx: context.Context,
+                          corrections: list[CorrectionRecord]) -> AsyncIterator[GenEvent]:
+        summary = ""
+        recent = turns[-self.settings.history_turns:]
+        if len(turns) > self.settings.history_turns:
+            summary = await asyncio.to_thread(self.history.store.conversation_summary, ask.conversation_id)
+            if summary:  # a long conversation: its summary stands in for all but the last turn
+                recent = turns[-1:]
+        route_prompt = {router.DEEP: "deep_reasoner"}.get(s.route, "fund_research")
+        system, prompt = context.build_prompt(route_prompt, ask.question, recent, summary, ctx, ask.sources)
+        if corrections:
+            system = f"{corrections_text(corrections)}\n\n{system}"
+        return self.generator.generate(model=s.model, question=ask.question, blocks=ctx.blocks, history=recent,
+                                       system_instruction=system, prompt=prompt, web_search=ask.web_search)
+
+
+def _direct_answer(question: str) -> str:
+    for pattern, answer in DIRECT_ANSWERS:
+        if pattern.search(question):
+            return answer
+    return GREETING
 
 
 async def _until(stream: AsyncIterator[GenEvent], stop: asyncio.Event) -> AsyncIterator[GenEvent]:
@@ -250,7 +409,15 @@ async def _until(stream: AsyncIterator[GenEvent], stop: asyncio.Event) -> AsyncI
             await stream.aclose()
 
 
-def _citations(answer: str, blocks: list[ContextBlock]) -> list:
+_MARKER = re.compile(r"\[(\d+)\]")
+
+
+def _citations(answer: str, blocks: list) -> list[Citation]:
     by_index = {b.index: b for b in blocks}
     cited = dict.fromkeys(int(m) for m in _MARKER.findall(answer))
     return [context.citation_for(by_index[i]) for i in cited if i in by_index]
+
+
+def _web_citations(web: list[Citation], offset: int) -> list[Citation]:
+    """Grounding sources (Google Search) numbered after the context blocks."""
+    return [dataclasses.replace(c, index=offset + i) for i, c in enumerate(web, start=1)]

@@ -33,6 +33,7 @@ class AskInput:
     tenant: str = ""
     user_id: str = ""
     top_k: int | None = None
+    document_ids: list[str] = field(default_factory=list)  # documents in scope; one enables SUMMARY
 
     def validate(self) -> None:
         if not self.question.strip():

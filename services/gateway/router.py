@@ -1,25 +1,79 @@
-"""Rule-based intent, no model call: a follow-up that transforms the previous answer
-("summarize that", "explain") with at least two earlier turns needs no retrieval."""
+"""Which path a question takes, decided by rules (no model call) in this order:
+
+1. DIRECT    greetings, thanks, "what is your name": answered without retrieval.
+2. NO_RAG    a follow-up that transforms earlier answers ("summarize that", "why?")
+             with two or more earlier turns: answered from the conversation (000).
+3. SUMMARY   summary keywords with a single document in scope: its pre-computed summary (004 B).
+4. DEEP      reasoning keywords: deep-reasoner prompt, reasoning model, 15 chunks, threshold 0.6 (004 C).
+5. LOOKUP    "question 6" style references: fetch that item directly (001 strategy 1).
+6. SPECIFIC  the default: 5 chunks at threshold 0.7 for pointed questions, 10 at 0.5 for general ones (004 A).
+"""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-NO_RAG = "NO_RAG"
-NEW_QUERY = "NEW_QUERY"
+from services.gateway.query_analysis import is_general, question_numbers
+
+DIRECT, NO_RAG, SUMMARY, DEEP, LOOKUP, SPECIFIC = "DIRECT", "NO_RAG", "SUMMARY", "DEEP", "LOOKUP", "SPECIFIC"
+FALLBACK_SIMILARITY = 0.3  # 004's second threshold layer
 
 TRANSFORM_PATTERNS = (
     "summarize", "summary", "list", "compare", "contrast", "tell me more", "explain",
     "elaborate", "what do you mean", "can you clarify", "in other words", "why", "how",
     "what about the", "regarding the", "about the above",
 )
-_PATTERN = re.compile(r"\b(" + "|".join(re.escape(p) for p in TRANSFORM_PATTERNS) + r")\b", re.I)
+SUMMARY_PATTERNS = (
+    "summarize", "summarise", "summary", "overview", "what is this document about", "what is the document about",
+    "what is this book about", "what is the book about", "tell me about this document", "describe this document",
+    "what does this document cover", "book summary",
+)
+REASONING_PATTERNS = (
+    "analyze", "analyse", "analysis", "compare", "comparison", "contrast", "why", "how does", "how is", "how are",
+    "what causes", "what leads to", "connect", "connection", "relationship", "relate", "correlate", "explain why",
+    "what is the relationship", "what is the connection", "difference between", "similarities between",
+    "distinguish",
+)
+_GREETING = re.compile(
+    r"^\s*(hi|hello|hey|good (morning|afternoon|evening)|thanks|thank you|thx|cheers|bye|goodbye|ok|okay|great|"
+    r"cool|nice)\b[\s!.,]*(there|you|a lot|so much|again)?[\s!.]*$", re.I)
+_NAME = re.compile(r"\b(what('s| is) your name|who are you|what are you called)\b", re.I)
 
 
-def classify_intent(question: str, history_turns: int) -> tuple[str, str]:
-    """(intent, reason)."""
-    match = _PATTERN.search(question)
-    if match and history_turns >= 2:
-        return NO_RAG, f"follow-up pattern {match.group(1).lower()!r} with {history_turns} earlier turns"
-    if match:
-        return NEW_QUERY, f"pattern {match.group(1).lower()!r} but only {history_turns} earlier turns"
-    return NEW_QUERY, "no follow-up pattern"
+def _pattern(words: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + r")\b", re.I)
+
+
+_TRANSFORM, _SUMMARY, _REASONING = _pattern(TRANSFORM_PATTERNS), _pattern(SUMMARY_PATTERNS), _pattern(REASONING_PATTERNS)
+
+
+@dataclass(frozen=True)
+class Route:
+    name: str
+    reason: str
+    k: int = 0  # chunks for the context (0: no retrieval)
+    min_similarity: float = 0.0
+    prompt: str = "fund_research"
+    question_numbers: tuple[str, ...] = ()
+
+    @property
+    def retrieves(self) -> bool:
+        return self.k > 0
+
+
+def route(question: str, history_turns: int, documents_in_scope: int, specific_k: int = 5,
+          general_k: int = 10, deep_k: int = 15) -> Route:
+    if _GREETING.match(question) or _NAME.search(question):
+        return Route(DIRECT, "greeting, thanks or a question about the assistant")
+    if (m := _TRANSFORM.search(question)) and history_turns >= 2:
+        return Route(NO_RAG, f"follow-up pattern {m.group(1).lower()!r} with {history_turns} earlier turns")
+    if (m := _SUMMARY.search(question)) and documents_in_scope == 1:
+        return Route(SUMMARY, f"summary keyword {m.group(1).lower()!r} with one document in scope")
+    if m := _REASONING.search(question):
+        return Route(DEEP, f"reasoning keyword {m.group(1).lower()!r}", deep_k, 0.6, "deep_reasoner")
+    if numbers := question_numbers(question):
+        return Route(LOOKUP, f"refers to item {', '.join(numbers)}", specific_k, 0.0, "fund_research",
+                     tuple(numbers))
+    if is_general(question):
+        return Route(SPECIFIC, "general question", general_k, 0.5)
+    return Route(SPECIFIC, "specific question", specific_k, 0.7)

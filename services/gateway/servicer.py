@@ -9,7 +9,9 @@ import grpc
 from ragmesh import convert
 from ragmesh.clients import RetrieverClient
 from ragmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, retriever_pb2
+from ragmesh.store import CorrectionRecord
 from services.gateway.history import History
+from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline, Event
 from services.gateway.request import AskInput
 
@@ -19,7 +21,7 @@ def ask_from_proto(r: gateway_pb2.AskRequest) -> AskInput:
         question=r.question, data_sources=list(r.data_sources), start_date=r.start_date,
         end_date=r.end_date, selected_funds=list(r.selected_funds), conversation_id=r.conversation_id,
         model=r.model, tenant=r.tenant, user_id=r.user_id,
-        top_k=r.top_k if r.HasField("top_k") else None,
+        top_k=r.top_k if r.HasField("top_k") else None, document_ids=list(r.document_ids),
     )
 
 
@@ -27,10 +29,14 @@ def event_to_proto(event: Event) -> gateway_pb2.ChatEvent:
     kind, value = event.kind, event.value
     if kind == "strategy":
         return gateway_pb2.ChatEvent(strategy=gateway_pb2.Strategy(
-            route=value.route, reason=value.reason, cache_hit=value.cache_hit,
+            route=value.route, retrieval=value.retrieval, reason=value.reason, cache_hit=value.cache_hit,
             collections=value.collections, filter=convert.filter_to_proto(value.filter), k=value.k,
             candidate_count=value.candidate_count, retrieval_ms=value.retrieval_ms,
             conversation_id=value.conversation_id, cache_key=value.cache_key, chunks=value.chunks,
+            dense_skipped=value.dense_skipped, unavailable=value.unavailable,
+            threshold_layer=value.threshold_layer, time_hint=value.time_hint,
+            detected_funds=value.detected_funds, context_chars=value.context_chars,
+            corrections=value.corrections, model=value.model,
         ))
     if kind == "citations":
         return gateway_pb2.ChatEvent(citations=gateway_pb2.Citations(
@@ -44,10 +50,11 @@ def event_to_proto(event: Event) -> gateway_pb2.ChatEvent:
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
-    def __init__(self, pipeline: AskPipeline, history: History, retriever: RetrieverClient) -> None:
+    def __init__(self, pipeline: AskPipeline, history: History, retriever: RetrieverClient, memory: Memory) -> None:
         self.pipeline = pipeline
         self.history = history
         self.retriever = retriever
+        self.memory = memory
 
     async def Ask(self, request: gateway_pb2.AskRequest, context: grpc.aio.ServicerContext):
         ask = self.pipeline.prepare(ask_from_proto(request))
@@ -80,3 +87,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
         async for progress in self.retriever.ingest(request_iterator):
             yield progress
+
+    async def Correct(self, request: gateway_pb2.CorrectionRequest, context: grpc.aio.ServicerContext):
+        record = CorrectionRecord("", request.tenant, request.user_id, request.question, request.wrong_answer,
+                                  request.correction, request.conversation_id)
+        correction_id = await asyncio.to_thread(self.memory.record_correction, record, request.message_id)
+        return gateway_pb2.CorrectionResponse(correction_id=correction_id)

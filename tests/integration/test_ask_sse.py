@@ -60,8 +60,9 @@ def test_the_whole_answer_as_json(stack: Stack) -> None:
     body = reply.json()
     assert "Osei" in body["answer"]
     assert body["meta"]["model"] == "extractive"
-    assert body["meta"]["strategy"]["route"] == "RAG_NEW_QUERY"
-    assert body["meta"]["retrieval"]["k"] == 8 and body["meta"]["retrieval"]["candidateCount"] > 0
+    assert body["meta"]["strategy"]["retrieval"] == "RAG_NEW_QUERY"
+    assert body["meta"]["strategy"]["route"] == "SPECIFIC"
+    assert body["meta"]["retrieval"]["k"] == 5 and body["meta"]["retrieval"]["candidateCount"] > 0
     assert body["citations"] and body["conversation_id"]
 
 

@@ -26,27 +26,27 @@ def searches(stack: Stack) -> int:
 def test_follow_ups_reuse_or_skip_retrieval_and_filter_changes_search_again(stack: Stack) -> None:
     conv = "multi-turn"
     first = one(ask(stack, "What did Kestrel do with its Brazil exposure?", conv), "strategy")
-    assert first["route"] == "RAG_NEW_QUERY"
+    assert first["retrieval"] == "RAG_NEW_QUERY"
 
     before = searches(stack)
     second = one(ask(stack, "Why did Kestrel cut the Brazil exposure?", conv), "strategy")
-    assert second["route"] == "RAG_REUSE" and second["cache_hit"], second
+    assert second["retrieval"] == "RAG_REUSE" and second["cache_hit"], second
     assert searches(stack) == before, "a reused scope must not search again"
 
     events = ask(stack, "summarize that", conv)
     third = one(events, "strategy")
-    assert third["route"] == "NO_RAG" and "2 earlier turns" in third["reason"]
+    assert third["route"] == "NO_RAG" and third["retrieval"] == "NO_RAG" and "2 earlier turns" in third["reason"]
     assert searches(stack) == before, "NO_RAG must not call the retriever"
     assert "12% to 4%" in answer_of(events)
 
     fourth = one(ask(stack, "What did Kestrel do with its Brazil exposure?", conv,
-                     selected_funds=["Kestrel Emerging Markets"]), "strategy")
-    assert fourth["route"] == "RAG_NEW_QUERY" and fourth["reason"].startswith("filters changed")
-    assert searches(stack) == before + 1
+                     selected_funds=["Northwind Global Macro Fund"]), "strategy")
+    assert fourth["retrieval"] == "RAG_NEW_QUERY" and "filters changed" in fourth["reason"]
+    assert searches(stack) > before
 
     fifth = one(ask(stack, "What were the top holdings in the healthcare portfolio?", conv,
-                    selected_funds=["Kestrel Emerging Markets"]), "strategy")
-    assert fifth["route"] == "RAG_NEW_QUERY" and "different topic" in fifth["reason"]
+                    selected_funds=["Northwind Global Macro Fund"]), "strategy")
+    assert fifth["retrieval"] == "RAG_NEW_QUERY" and "different topic" in fifth["reason"]
 
     history = httpx.get(f"{stack.http_url}/api/conversations/{conv}").json()["messages"]
     assert [m["role"] for m in history] == ["user", "assistant"] * 5

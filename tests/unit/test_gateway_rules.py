@@ -3,20 +3,33 @@ import pytest
 
 from ragmesh.errors import InvalidArgument
 from services.gateway.request import AskInput
-from services.gateway.router import NEW_QUERY, NO_RAG, classify_intent
+from services.gateway.router import DEEP, DIRECT, LOOKUP, NO_RAG, SPECIFIC, SUMMARY, route
 from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
 
 
 @pytest.mark.parametrize("question", ["Summarize that", "Can you explain the above?", "why?", "Compare them",
                                       "Tell me more", "what about the second fund"])
 def test_transform_patterns_skip_retrieval_with_two_turns(question: str) -> None:
-    assert classify_intent(question, 2)[0] == NO_RAG
-    assert classify_intent(question, 1)[0] == NEW_QUERY
+    assert route(question, 2, 0).name == NO_RAG
+    assert route(question, 1, 0).name != NO_RAG
 
 
-def test_new_questions_need_retrieval() -> None:
-    assert classify_intent("What is Kestrel's net exposure?", 5)[0] == NEW_QUERY
-    assert classify_intent("Is the fund showing growth?", 5)[0] == NEW_QUERY  # 'show' is not 'how'
+@pytest.mark.parametrize("question, turns, docs, name, k", [
+    ("hello", 0, 0, DIRECT, 0),
+    ("Thank you!", 3, 0, DIRECT, 0),
+    ("what is your name?", 0, 0, DIRECT, 0),
+    ("Summarize this document", 0, 1, SUMMARY, 0),
+    ("Summarize this document", 0, 2, SPECIFIC, 5),
+    ("Why did Kestrel cut Brazil?", 1, 0, DEEP, 15),
+    ("What is the relationship between rates and returns?", 0, 0, DEEP, 15),
+    ("Explain question 6", 0, 0, LOOKUP, 5),
+    ("What is Kestrel's net exposure?", 5, 0, SPECIFIC, 5),
+    ("Give me an overview of all funds", 0, 0, SPECIFIC, 10),
+    ("Is the fund showing growth?", 5, 0, SPECIFIC, 5),  # 'show' is not 'how'
+])
+def test_routes_in_order(question: str, turns: int, docs: int, name: str, k: int) -> None:
+    r = route(question, turns, docs)
+    assert (r.name, r.k) == (name, k), r.reason
 
 
 def test_scope_key_is_order_independent() -> None:

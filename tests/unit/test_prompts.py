@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from services.generator.prompts import NOT_ENOUGH, PROMPTS, system_instruction
+from ragmesh.prompts import NOT_ENOUGH, PROMPTS, system_instruction
 
 
 @pytest.mark.parametrize("name", sorted(PROMPTS))

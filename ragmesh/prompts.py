@@ -1,4 +1,5 @@
-"""Named prompts the gateway picks from by route: a pure module of templates, no I/O.
+"""Named prompts the gateway picks from by route (a pure module of templates, no I/O; in the
+shared library because the gateway assembles prompts and any backend may read them).
 
 Every prompt cites with block numbers in square brackets (`[2]`), the one marker the
 generator checks and the gateway turns into persistent `#chk_` citations, and every

@@ -1,0 +1,190 @@
+"""`POST /api/documents`: files (multipart/form-data) or JSON text in, the retriever's ingest
+progress out as Server-Sent Events, one JSON object per `data:` line.
+
+Multipart fields: `files` (one or more; `file` works too), `collection`, optional `tenant`,
+`metadata` (a JSON object) and/or repeated `meta` (key=value), `summarize` (true/false).
+JSON body: {"collection", "tenant"?, "metadata"?, "summarize"?, "documents": [...]}, each
+document either {"doc_id", "text", "title"?, "date"?, "metadata"?} or a record the retriever
+parses as JSON (a transcript with raw_text / refined_text / tags, a meeting note, a factsheet).
+
+Events: one per stage of each document ({"doc_id", "filename", "stage", "chunks", ...}, with
+"error" naming the file and the reason when a file fails), then {"done": true, "documents",
+"chunks", "redactions", "errors"}; {"error": {code, message}} if the retriever fails. A request
+that cannot be read gets HTTP 400 before any event."""
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
+
+from ragmesh.clients import RetrieverClient
+from ragmesh.errors import InvalidArgument, RagmeshError
+from ragmesh.v1 import retriever_pb2
+from ragmesh.validation import check_name
+
+MAX_FILES = 100
+
+
+@dataclass
+class _Batch:
+    """What one request asks to ingest: documents to send, and files refused before sending."""
+
+    collection: str
+    documents: list[retriever_pb2.Document | UploadFile] = field(default_factory=list)
+    refused: list[dict] = field(default_factory=list)
+    template: retriever_pb2.Document = field(default_factory=retriever_pb2.Document)
+
+
+def _template(collection: str, tenant: str, metadata: dict, summarize: object) -> retriever_pb2.Document:
+    """The fields every document of the request shares."""
+    check_name("collection", collection)
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise InvalidArgument("metadata", "must be an object of string values")
+    doc = retriever_pb2.Document(collection=collection, tenant=tenant, metadata=metadata)
+    if summarize is not None:
+        if not isinstance(summarize, bool):
+            raise InvalidArgument("summarize", f"must be true or false, got {summarize!r}")
+        doc.summarize = summarize
+    return doc
+
+
+async def _from_form(request: Request, max_bytes: int) -> _Batch:
+    try:
+        form = await request.form(max_files=MAX_FILES, max_fields=1000)
+    except (HTTPException, MultiPartException) as exc:
+        raise InvalidArgument("body", f"unreadable multipart form ({getattr(exc, 'detail', exc)})") from None
+    files = [f for f in form.getlist("files") + form.getlist("file") if isinstance(f, UploadFile)]
+    if not files:
+        raise InvalidArgument("files", "no file uploaded (use the multipart field `files`)")
+    try:
+        metadata = json.loads(str(form.get("metadata") or "{}"))
+    except json.JSONDecodeError:
+        raise InvalidArgument("metadata", "must be a JSON object") from None
+    for pair in form.getlist("meta"):
+        key, sep, value = str(pair).partition("=")
+        if not sep or not key.strip():
+            raise InvalidArgument("meta", f"expected key=value, got {pair!r}")
+        metadata[key.strip()] = value
+    flag = str(form.get("summarize", "")).lower()
+    if flag not in ("", "true", "false"):
+        raise InvalidArgument("summarize", f"must be true or false, got {flag!r}")
+    batch = _Batch(str(form.get("collection") or ""))
+    batch.template = _template(batch.collection, str(form.get("tenant") or ""), metadata,
+                               None if not flag else flag == "true")
+    for upload in files:
+        name = upload.filename or "upload"
+        if upload.size is not None and upload.size > max_bytes:
+            batch.refused.append({"doc_id": name, "filename": name, "collection": batch.collection, "stage": "FAILED",
+                                  "error": f"{name}: is {upload.size:,} bytes, over the limit of {max_bytes:,} bytes"})
+        else:
+            batch.documents.append(upload)
+    return batch
+
+
+async def _from_json(request: Request) -> _Batch:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InvalidArgument("body", "is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidArgument("body", "must be a JSON object")
+    items = body.get("documents")
+    if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
+        raise InvalidArgument("documents", "must be a non-empty list of objects")
+    batch = _Batch(str(body.get("collection") or ""))
+    batch.template = _template(batch.collection, str(body.get("tenant") or ""), body.get("metadata") or {},
+                               body.get("summarize"))
+    for number, item in enumerate(items, 1):
+        doc = retriever_pb2.Document()
+        doc.CopyFrom(batch.template)
+        if "text" in item:
+            if not isinstance(item["text"], str) or not str(item.get("doc_id") or ""):
+                raise InvalidArgument(f"documents[{number - 1}]", "a text document needs a string `text` and a `doc_id`")
+            extra = item.get("metadata") or {}
+            if not isinstance(extra, dict):
+                raise InvalidArgument(f"documents[{number - 1}].metadata", "must be an object")
+            doc.doc_id, doc.text = str(item["doc_id"]), item["text"]
+            doc.title, doc.date = str(item.get("title") or ""), str(item.get("date") or "")
+            doc.metadata.update({k: str(v) for k, v in extra.items()})
+        else:  # a record: the retriever's JSON parser maps its fields
+            doc.doc_id = str(item.get("doc_id") or item.get("id") or "")
+            doc.filename = f"{doc.doc_id or f'record-{number}'}.json"
+            doc.content = json.dumps(item, ensure_ascii=False).encode()
+        batch.documents.append(doc)
+    return batch
+
+
+def _event(p: retriever_pb2.IngestProgress) -> dict:
+    event = {"doc_id": p.doc_id, "collection": p.collection, "filename": p.filename,
+             "stage": retriever_pb2.IngestStage.Name(p.stage), "chunks": p.chunks}
+    if p.doc_type:
+        event |= {"doc_type": p.doc_type, "redactions": p.redactions, "sensitivity": p.sensitivity}
+    if p.stage == retriever_pb2.INDEXED:
+        event["summarized"] = p.summarized
+    if p.error:
+        event["error"] = p.error
+    return event
+
+
+def _sse(data: dict) -> str:
+    return f"data: {json.dumps(data)}\n\n"
+
+
+async def _progress(client: RetrieverClient, batch: _Batch) -> AsyncIterator[str]:
+    totals = {"documents": 0, "chunks": 0, "redactions": 0, "errors": len(batch.refused)}
+    for refused in batch.refused:
+        yield _sse(refused)
+
+    async def documents() -> AsyncIterator[retriever_pb2.Document]:
+        for item in batch.documents:
+            if isinstance(item, UploadFile):  # read one upload at a time, as it is sent
+                doc = retriever_pb2.Document()
+                doc.CopyFrom(batch.template)
+                doc.doc_id = doc.filename = item.filename or "upload"
+                doc.mime_type = item.content_type or ""
+                doc.content = await item.read()
+                await item.close()
+                item = doc
+            yield item
+
+    if batch.documents:
+        try:
+            async for p in client.ingest(documents()):
+                if p.stage in (retriever_pb2.INDEXED, retriever_pb2.UNCHANGED):
+                    totals["documents"] += 1
+                    totals["chunks"] += p.chunks
+                    totals["redactions"] += p.redactions
+                totals["errors"] += p.stage == retriever_pb2.FAILED
+                yield _sse(_event(p))
+        except RagmeshError as exc:
+            yield _sse({"error": {"code": exc.code, "message": str(exc)}})
+            return
+    yield _sse({"done": True, **totals})
+
+
+def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int) -> APIRouter:
+    """The router; `retriever` returns the gateway's client (made once its event loop runs)."""
+    router = APIRouter()
+
+    @router.post("/api/documents")
+    async def ingest_documents(request: Request):
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        try:
+            if kind == "multipart/form-data":
+                batch = await _from_form(request, max_bytes)
+            elif kind == "application/json":
+                batch = await _from_json(request)
+            else:
+                raise InvalidArgument("content-type", "send files as multipart/form-data or text as application/json")
+        except InvalidArgument as exc:
+            return JSONResponse({"error": {"code": exc.code, "message": str(exc)}}, status_code=400)
+        return StreamingResponse(_progress(retriever(), batch), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    return router

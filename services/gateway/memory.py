@@ -1,0 +1,139 @@
+"""What the gateway remembers beyond the message log, done in the background so the
+answer is never delayed: a running conversation summary (003, used in prompts when a
+conversation is long), both messages embedded into a per-user `conversations`
+collection that the "Conversation memory" source searches (001), and the user's
+corrections, the most relevant of which go into the system prompt (004)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator, Coroutine
+
+import numpy as np
+
+from ragmesh import convert
+from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient
+from ragmesh.errors import InvalidArgument, NotFound, RagmeshError
+from ragmesh.store import CorrectionRecord, Store
+from ragmesh.text import tokenize
+from ragmesh.types import ContextBlock, Document
+from ragmesh.v1 import retriever_pb2
+
+log = logging.getLogger(__name__)
+
+MEMORY_COLLECTION = "conversations"
+SUMMARY_QUESTION = "Summarize this conversation: the user's goals, the decisions made and the key facts and figures."
+_MARKERS = re.compile(r"\s*\[\d+\]")
+
+
+class Memory:
+    def __init__(self, store: Store, retriever: RetrieverClient, generator: GeneratorClient,
+                 embedder: EmbedderClient, summary_after_turns: int = 6) -> None:
+        self.store = store
+        self.retriever = retriever
+        self.generator = generator
+        self.embedder = embedder
+        self.summary_after_turns = summary_after_turns
+        self._tasks: set[asyncio.Task] = set()
+
+    def _spawn(self, work: Coroutine) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def idle(self) -> None:
+        """Waits for the background work scheduled so far (tests, graceful shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def after_turn(self, tenant: str, user_id: str, conversation_id: str, turns: int, model: str,
+                   messages: list[tuple[str, str, str]]) -> None:
+        """Schedules memory embedding, and the summary once the conversation is long.
+        `messages` are (message_id, role, text)."""
+        self._spawn(self._remember(tenant, user_id, conversation_id, messages))
+        if turns >= self.summary_after_turns:
+            self._spawn(self._summarize(conversation_id, model))
+
+    async def _remember(self, tenant: str, user_id: str, conversation_id: str,
+                        messages: list[tuple[str, str, str]]) -> None:
+        async def documents() -> AsyncIterator[retriever_pb2.Document]:
+            for message_id, role, text in messages:
+                if text.strip():
+                    yield convert.document_to_proto(Document(
+                        doc_id=message_id, collection=MEMORY_COLLECTION, text=_MARKERS.sub("", text), tenant=tenant,
+                        metadata={"user_id": user_id, "conversation_id": conversation_id, "role": role},
+                    ))
+
+        try:
+            async for progress in self.retriever.ingest(documents()):
+                if progress.error:
+                    log.warning("memory embedding failed", extra={"doc_id": progress.doc_id, "error": progress.error})
+        except RagmeshError as exc:
+            log.warning("memory embedding failed", extra={"conversation_id": conversation_id, "error": str(exc)})
+
+    async def _summarize(self, conversation_id: str, model: str) -> None:
+        from services.gateway.history import History  # the summary reads turns the way prompts do
+
+        previous = await asyncio.to_thread(self.store.conversation_summary, conversation_id)
+        turns = (await asyncio.to_thread(History(self.store).turns, conversation_id))[-self.summary_after_turns:]
+        texts = ([previous] if previous else []) + [f"User: {t.question}\n\n{_MARKERS.sub('', t.answer)}" for t in turns]
+        blocks = [ContextBlock(index=i, text=t, label="Conversation") for i, t in enumerate(texts, start=1)]
+        try:
+            parts = [e.text async for e in self.generator.generate(
+                model=model, question=SUMMARY_QUESTION, blocks=blocks, history=[],
+                system_instruction="You keep a concise running summary of a conversation.",
+                prompt=SUMMARY_QUESTION + "\n\n" + "\n\n".join(texts)) if e.kind == "content"]
+        except RagmeshError as exc:
+            log.warning("conversation summary not updated", extra={"conversation_id": conversation_id, "error": str(exc)})
+            return
+        summary = _MARKERS.sub("", "".join(parts)).strip()
+        if summary:
+            await asyncio.to_thread(self.store.set_conversation_summary, conversation_id, summary)
+            log.info("conversation summary updated", extra={"conversation_id": conversation_id, "chars": len(summary)})
+
+    # -- corrections ----------------------------------------------------------------------------
+    def record_correction(self, record: CorrectionRecord, message_id: str = "") -> str:
+        """Stores a correction; with a message id, the question and the wrong answer come from the log."""
+        if not record.correction.strip():
+            raise InvalidArgument("correction", "must say what the right answer is")
+        if message_id:
+            if not record.conversation_id:
+                raise InvalidArgument("conversation_id", "is needed with message_id")
+            messages = self.store.messages(record.conversation_id)
+            found = [i for i, m in enumerate(messages) if m.message_id == message_id and m.role == "assistant"]
+            if not found:
+                raise NotFound(f"message {message_id!r} is no answer in conversation {record.conversation_id!r}")
+            i = found[0]
+            record.wrong_answer = record.wrong_answer or messages[i].content
+            if i and not record.question:
+                record.question = messages[i - 1].content
+        if not record.question.strip():
+            raise InvalidArgument("question", "give the question, or the message_id of the wrong answer")
+        return self.store.add_correction(record)
+
+    async def relevant_corrections(self, tenant: str, user_id: str, question: str, k: int = 3) -> list[CorrectionRecord]:
+        """The user's k corrections closest to the question: by embedding, or by shared words if the embedder is down."""
+        records = await asyncio.to_thread(self.store.corrections, tenant, user_id)
+        if len(records) <= k:
+            return records
+        texts = [f"{r.question} {r.correction}" for r in records]
+        try:
+            vectors = await self.embedder.embed([question, *texts], "QUERY")
+            scores = (vectors[1:] @ vectors[0]).tolist()
+        except RagmeshError:
+            words = set(tokenize(question))
+            scores = [len(words & set(tokenize(t))) / (len(words | set(tokenize(t))) or 1) for t in texts]
+        best = np.argsort(-np.asarray(scores), kind="stable")[:k]
+        return [records[i] for i in best]
+
+
+def corrections_text(records: list[CorrectionRecord]) -> str:
+    """The corrections as the system prompt states them."""
+    if not records:
+        return ""
+    lines = ["Corrections this user made to earlier answers (apply them):"]
+    for r in records:
+        wrong = f' the answer "{r.wrong_answer[:200]}" was wrong;' if r.wrong_answer else ""
+        lines.append(f'- Asked "{r.question[:200]}":{wrong} correct is "{r.correction[:400]}"')
+    return "\n".join(lines)

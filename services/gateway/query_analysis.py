@@ -1,0 +1,122 @@
+"""What a question says about its own scope, found without a model call: time hints
+that become date filters (002), fund names that become a fund filter (000's
+ALL_FUND_NAMES), question numbers for direct lookup (001), and whether it asks
+something general or something specific (004)."""
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
+MONTHS |= {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name}
+_MONTH = "|".join(sorted(MONTHS, key=len, reverse=True))
+_QUARTER_WORDS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "1st": 1, "2nd": 2, "3rd": 3, "4th": 4}
+
+
+@dataclass(frozen=True)
+class DateRange:
+    start: str
+    end: str
+    phrase: str
+
+
+def _month_range(year: int, month: int) -> tuple[dt.date, dt.date]:
+    return dt.date(year, month, 1), dt.date(year, month, calendar.monthrange(year, month)[1])
+
+
+def _quarter_range(year: int, quarter: int) -> tuple[dt.date, dt.date]:
+    start, _ = _month_range(year, 3 * quarter - 2)
+    _, end = _month_range(year, 3 * quarter)
+    return start, end
+
+
+def _relative(text: str, today: dt.date) -> tuple[dt.date, dt.date] | None:
+    quarter = (today.month - 1) // 3 + 1
+    days = {"today": 0, "yesterday": 1, "this week": 7, "past week": 7, "last week": 14,
+            "past month": 31, "last 30 days": 30, "last 90 days": 90}
+    for phrase, n in days.items():
+        if phrase == text:
+            return today - dt.timedelta(days=n), today
+    if text == "this month":
+        return _month_range(today.year, today.month)[0], today
+    if text == "last month":
+        last = today.replace(day=1) - dt.timedelta(days=1)
+        return _month_range(last.year, last.month)
+    if text == "this quarter":
+        return _quarter_range(today.year, quarter)[0], today
+    if text == "last quarter":
+        year, q = (today.year, quarter - 1) if quarter > 1 else (today.year - 1, 4)
+        return _quarter_range(year, q)
+    if text == "this year":
+        return dt.date(today.year, 1, 1), today
+    if text == "last year":
+        return dt.date(today.year - 1, 1, 1), dt.date(today.year - 1, 12, 31)
+    return None
+
+
+_RELATIVE = re.compile(r"\b(today|yesterday|this week|past week|last week|past month|last 30 days|last 90 days|"
+                       r"this month|last month|this quarter|last quarter|this year|last year)\b", re.I)
+_MONTH_YEAR = re.compile(rf"\b(?:in |during |for )?({_MONTH})\.? (\d{{4}})\b", re.I)
+_QUARTER = re.compile(r"\b(?:q([1-4])|(first|second|third|fourth|1st|2nd|3rd|4th) quarter(?: of)?) ?(\d{4})\b", re.I)
+_YEAR = re.compile(r"\b(?:in|during|for|of) (20\d{2}|19\d{2})\b", re.I)
+_SINCE = re.compile(rf"\bsince ({_MONTH})\.? (\d{{4}})\b", re.I)
+
+
+def time_hint(question: str, today: dt.date) -> DateRange | None:
+    """The first time expression in the question as an inclusive date range."""
+    if m := _SINCE.search(question):
+        start, _ = _month_range(int(m.group(2)), MONTHS[m.group(1).lower()])
+        return DateRange(start.isoformat(), today.isoformat(), m.group(0))
+    if m := _QUARTER.search(question):
+        q = int(m.group(1)) if m.group(1) else _QUARTER_WORDS[m.group(2).lower()]
+        start, end = _quarter_range(int(m.group(3)), q)
+        return DateRange(start.isoformat(), end.isoformat(), m.group(0))
+    if m := _MONTH_YEAR.search(question):
+        start, end = _month_range(int(m.group(2)), MONTHS[m.group(1).lower()])
+        return DateRange(start.isoformat(), end.isoformat(), m.group(0).strip())
+    if m := _RELATIVE.search(question):
+        start, end = _relative(m.group(1).lower(), today)  # type: ignore[misc]
+        return DateRange(start.isoformat(), end.isoformat(), m.group(0))
+    if m := _YEAR.search(question):
+        year = int(m.group(1))
+        return DateRange(f"{year}-01-01", f"{year}-12-31", m.group(0))
+    return None
+
+
+_COMMON = {"fund", "global", "capital", "partners", "the", "credit", "equity", "macro", "value", "growth",
+           "income", "opportunities", "markets", "emerging", "long", "short", "quant", "systematic"}
+
+
+def mentioned_funds(question: str, known: list[str]) -> list[str]:
+    """Known fund names the question mentions: the full name, or a distinctive first word
+    that belongs to one fund only ("Kestrel" -> "Kestrel Emerging Markets")."""
+    text = question.lower()
+    found = [name for name in known if name.lower() in text]
+    first_words: dict[str, list[str]] = {}
+    for name in known:
+        word = re.split(r"[\s/]+", name.lower())[0]
+        if len(word) > 3 and word not in _COMMON:
+            first_words.setdefault(word, []).append(name)
+    for word, names in first_words.items():
+        if len(names) == 1 and names[0] not in found and re.search(rf"\b{re.escape(word)}\b", text):
+            found.append(names[0])
+    return sorted(found)
+
+
+_NUMBERED = re.compile(r"\b(?:question|problem|exercise|item|q)\s*(?:no\.?|number|#)?\s*(\d{1,4})\b", re.I)
+
+
+def question_numbers(question: str) -> list[str]:
+    """"explain question 6" -> ["6"] (001 strategy 1)."""
+    return list(dict.fromkeys(_NUMBERED.findall(question)))
+
+
+_GENERAL = re.compile(r"\b(overall|in general|general|overview|all|everything|tell me about|what are|"
+                      r"which funds|main|key themes|broadly)\b", re.I)
+
+
+def is_general(question: str) -> bool:
+    """A broad question (more chunks, lower threshold) rather than a pointed one (004 Path A)."""
+    return bool(_GENERAL.search(question)) and not re.search(r"\d", question)

@@ -1,0 +1,231 @@
+"""Issue 6 through the SSE endpoint with all four services on loopback and the offline
+extractive generator: routes, scope cache, question analysis, context budget, memory,
+corrections, usage limits and fallbacks. Each decision is read from the strategy event."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+import httpx
+import pytest
+
+from ragmesh.v1 import common_pb2, retriever_pb2, retriever_pb2_grpc
+from services.gateway.pipeline import NO_MATCH
+from tests.conftest import answer_of, one, sse
+from tests.stack import Stack
+
+KESTREL = "Kestrel Emerging Markets"
+
+
+def ask(stack: Stack, question: str, **extra) -> list[dict]:
+    return sse(stack.http_url + "/api/chat/ask/stream", {"question": question, **extra})
+
+
+def gateway(stack: Stack):
+    return stack.app("gateway")
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("Hello!", "Hello! I'm ragmesh"),
+    ("thanks a lot", "You're welcome"),
+    ("What is your name?", "I'm ragmesh"),
+])
+def test_direct_route_answers_without_retrieval(stack: Stack, question: str, expected: str) -> None:
+    before = stack.app("retriever").engine.searches
+    events = ask(stack, question)
+    strategy = one(events, "strategy")
+    assert (strategy["route"], strategy["retrieval"], strategy["chunks"]) == ("DIRECT", "NO_RAG", 0)
+    assert answer_of(events).startswith(expected)
+    assert one(events, "citations") == []
+    assert stack.app("retriever").engine.searches == before
+
+
+def test_deep_route_takes_fifteen_chunks_at_threshold_0_6(stack: Stack) -> None:
+    events = ask(stack, "Compare the net exposure changes at Harborview and Kestrel")
+    strategy = one(events, "strategy")
+    assert strategy["route"] == "DEEP" and strategy["k"] == 15
+    assert strategy["threshold_layer"] in (1, 2, 3)
+    assert 5 < strategy["chunks"] <= 15
+
+
+def test_specific_and_general_questions_take_5_and_10_chunks(stack: Stack) -> None:
+    specific = one(ask(stack, "What was Meridian's return in July 2024?"), "strategy")
+    general = one(ask(stack, "Give me an overview of the main themes across funds"), "strategy")
+    assert (specific["route"], specific["k"]) == ("SPECIFIC", 5)
+    assert (general["route"], general["k"]) == ("SPECIFIC", 10)
+    assert general["chunks"] == 10
+
+
+def test_lookup_route_fetches_the_numbered_item(stack: Stack) -> None:
+    stub = retriever_pb2_grpc.RetrieverStub(grpc.insecure_channel(stack.address("retriever")))
+    docs = [retriever_pb2.Document(doc_id=f"faq-{n}", collection="documents", text=text,
+                                   metadata={"question_number": str(n)})
+            for n, text in ((5, "Question 5: What is the fee? Answer: 1.5% management fee."),
+                            (6, "Question 6: What is the lock-up? Answer: a one-year soft lock-up."),
+                            (7, "Question 7: Who is the auditor? Answer: Pryor & Lane."))]
+    assert all(p.error == "" for p in stub.Ingest(iter(docs), timeout=60))
+    events = ask(stack, "Explain question 6", data_sources=["Documents"])
+    strategy = one(events, "strategy")
+    assert strategy["route"] == "LOOKUP"
+    citations = one(events, "citations")
+    assert citations and {c["doc_id"] for c in citations} == {"faq-6"}
+    assert "lock-up" in answer_of(events)
+
+
+def test_scope_cache_hit_miss_ttl_and_filter_change(stack: Stack) -> None:
+    conv = "scope-cache"
+    assert one(ask(stack, "What did Kestrel do with its Brazil exposure?", conversation_id=conv),
+               "strategy")["reason"].endswith("no cached scope for this conversation")
+    follow_up = "What did Kestrel say about the Brazil exposure cut?"  # no transform pattern: never NO_RAG
+    hit = one(ask(stack, follow_up, conversation_id=conv), "strategy")
+    assert hit["retrieval"] == "RAG_REUSE" and hit["cache_hit"]
+    cache = gateway(stack).pipeline.cache
+    real_clock = cache.clock
+    try:
+        cache.clock = lambda: real_clock() + 16 * 60  # 15-minute TTL passed
+        expired = one(ask(stack, follow_up, conversation_id=conv), "strategy")
+        assert expired["retrieval"] == "RAG_NEW_QUERY" and not expired["cache_hit"]
+        assert "no cached scope" in expired["reason"]
+    finally:
+        cache.clock = real_clock
+    changed = one(ask(stack, follow_up, conversation_id=conv,
+                      start_date="2024-01-01", end_date="2024-06-30"), "strategy")
+    assert changed["retrieval"] == "RAG_NEW_QUERY" and "filters changed" in changed["reason"]
+
+
+def test_time_hints_and_fund_names_become_filters(stack: Stack) -> None:
+    events = ask(stack, "What did Kestrel do in March 2024?")
+    strategy = one(events, "strategy")
+    assert strategy["time_hint"] == "in March 2024"
+    assert (strategy["filter"]["start_date"], strategy["filter"]["end_date"]) == ("2024-03-01", "2024-03-31")
+    assert strategy["detected_funds"] == [KESTREL] and strategy["filter"]["in"] == {"fund_name": [KESTREL]}
+    citations = one(events, "citations")
+    assert citations and all(c["metadata"]["fund_name"] == KESTREL and c["date"].startswith("2024-03")
+                             for c in citations)
+    chosen = one(ask(stack, "What did Kestrel do in March 2024?", selected_funds=["Northwind Global Macro Fund"]),
+                 "strategy")
+    assert chosen["detected_funds"] == [], "a fund the user selected wins over one read from the question"
+
+
+def test_context_budget_bounds_the_context(stack: Stack) -> None:
+    settings = gateway(stack).pipeline.settings
+    saved = settings.context_char_budget
+    try:
+        settings.context_char_budget = 900
+        small = one(ask(stack, "Give me an overview of the main themes across funds"), "strategy")
+    finally:
+        settings.context_char_budget = saved
+    large = one(ask(stack, "Give me an overview of the main themes across funds"), "strategy")
+    assert 0 < small["context_chars"] <= 900 < large["context_chars"] <= 12_000
+
+
+def test_factsheets_are_grouped_one_block_per_factsheet(stack: Stack) -> None:
+    events = ask(stack, "Kestrel factsheet performance, holdings and commentary for 2024-06-30",
+                 data_sources=["Factsheet"], selected_funds=[KESTREL])
+    citations = one(events, "citations")
+    factsheet_ids = [c["metadata"]["factsheet_id"] for c in citations]
+    assert citations and len(factsheet_ids) == len(set(factsheet_ids)), "one citation per factsheet"
+    assert all(c["title"].startswith(f"{KESTREL} Factsheet (") for c in citations)
+    assert all("full_document" not in c["metadata"] for c in citations)
+
+
+def test_background_summary_and_memory_embedding(stack: Stack) -> None:
+    gw = gateway(stack)
+    saved = gw.memory.summary_after_turns
+    conv, user = "memory-conv", "user-memory"
+    try:
+        gw.memory.summary_after_turns = 2
+        ask(stack, "What did Kestrel do with its Brazil exposure?", conversation_id=conv, user_id=user)
+        ask(stack, "Who joined Harborview as head of short research?", conversation_id=conv, user_id=user)
+        stack.call(gw.memory.idle())
+    finally:
+        gw.memory.summary_after_turns = saved
+    summary = gw.store.conversation_summary(conv)
+    assert "Brazil" in summary or "Lindgren" in summary
+    stub = retriever_pb2_grpc.RetrieverStub(grpc.insecure_channel(stack.address("retriever")))
+    mine = stub.Search(retriever_pb2.SearchRequest(query="Brazil exposure", collections=["conversations"],
+                                                   filter=common_pb2.Filter(equals={"user_id": user})), timeout=10)
+    assert {h.chunk.metadata["role"] for h in mine.hits} == {"user", "assistant"}
+    events = ask(stack, "What did I ask about Brazil?", data_sources=["Conversation memory"], user_id=user)
+    assert one(events, "strategy")["collections"] == ["conversations"]
+    citations = one(events, "citations")
+    assert citations and all(c["collection"] == "conversations" and c["metadata"]["user_id"] == user
+                             for c in citations)
+    other = one(ask(stack, "What did I ask about Brazil?", data_sources=["Conversation memory"], user_id="someone"),
+                "strategy")
+    assert other["chunks"] == 0, "memory is per user"
+
+
+def test_corrections_are_recorded_and_used(stack: Stack) -> None:
+    user = "user-corrections"
+    events = ask(stack, "Who is Kestrel's lead portfolio manager?", user_id=user)
+    done = events[-1]
+    assert done["done"] is True
+    conv, message_id = done["conversation_id"], done["message_id"]
+    reply = httpx.post(stack.http_url + "/api/corrections", json={
+        "user_id": user, "conversation_id": conv, "message_id": message_id,
+        "correction": "Kestrel's lead PM is Tomás Herrera."})
+    assert reply.status_code == 200 and reply.json()["correction_id"]
+    stored = gateway(stack).store.corrections("", user)
+    assert stored[0].question == "Who is Kestrel's lead portfolio manager?" and stored[0].wrong_answer
+    later = one(ask(stack, "Who runs Kestrel?", user_id=user), "strategy")
+    assert later["corrections"] == 1
+    assert one(ask(stack, "Who runs Kestrel?", user_id="another-user"), "strategy")["corrections"] == 0
+    bad = httpx.post(stack.http_url + "/api/corrections", json={"user_id": user, "correction": " "})
+    assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("correction")
+
+
+def test_monthly_usage_limit_is_a_429(stack: Stack) -> None:
+    limits = gateway(stack).pipeline.limits
+    saved = limits.max_messages
+    try:
+        limits.max_messages = 2
+        for _ in range(2):
+            assert one(ask(stack, "hello", user_id="heavy-user"), "done")
+        reply = httpx.post(stack.http_url + "/api/chat/ask/stream", json={"question": "hello", "user_id": "heavy-user"})
+        assert reply.status_code == 429
+        error = reply.json()["error"]
+        assert error["code"] == "RESOURCE_EXHAUSTED" and "2 of 2 messages" in error["message"]
+        assert one(ask(stack, "hello", user_id="light-user"), "done"), "limits are per user"
+    finally:
+        limits.max_messages = saved
+
+
+def test_retrieval_deadline_answers_with_what_arrived(stack: Stack) -> None:
+    settings = gateway(stack).pipeline.settings
+    engine = stack.app("retriever").engine
+    fast_search, saved = engine.search, settings.retrieval_timeout_s
+
+    async def slow_search(query):
+        await asyncio.sleep(0.5)  # a retriever that misses the gateway's deadline
+        return await fast_search(query)
+
+    try:
+        settings.retrieval_timeout_s, engine.search = 0.1, slow_search
+        events = ask(stack, "What did Kestrel do with its Brazil exposure?")
+    finally:
+        settings.retrieval_timeout_s, engine.search = saved, fast_search
+    strategy = one(events, "strategy")
+    assert set(strategy["unavailable"]) == {"meeting_notes", "factsheets"}
+    assert "using what arrived" in strategy["reason"]
+    assert answer_of(events) == NO_MATCH
+
+
+def test_no_results_says_there_are_no_notes(stack: Stack) -> None:
+    events = ask(stack, "What did Kestrel do?", start_date="2030-01-01", end_date="2030-12-31")
+    assert answer_of(events) == NO_MATCH and one(events, "citations") == []
+
+
+@pytest.mark.slow
+def test_embedder_down_means_keyword_search_flagged(stack: Stack) -> None:
+    """Last in the module: restarts the embedder."""
+    port = stack.hosts["embedder"].port
+    stack.stop_service("embedder")
+    try:
+        events = ask(stack, "What did Kestrel do with its Brazil exposure?", conversation_id=f"no-embedder-{time.time()}")
+        strategy = one(events, "strategy")
+        assert strategy["dense_skipped"] and "keyword search only" in strategy["reason"]
+        assert "12% to 4%" in answer_of(events)
+    finally:
+        stack.start_service("embedder", port)
