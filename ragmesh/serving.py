@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from ragmesh import config
 from ragmesh import logging as rlog
 from ragmesh.config import Settings
-from ragmesh.errors import RagmeshError
+from ragmesh.errors import RagmeshError, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,7 @@ class ServiceHost:
         self.server = grpc.aio.server(interceptors=[ContextInterceptor()], options=_SERVER_OPTIONS)
         self.health = health.aio.HealthServicer()
         self._stopped = asyncio.Event()
+        self._retrying: asyncio.Task | None = None
 
     @property
     def address(self) -> str:
@@ -157,6 +158,16 @@ class ServiceHost:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.server.start()
         log.info("listening", extra={"service_name": self.app.service_name, "address": self.address})
+        try:
+            await self._warm_up()
+        except Unavailable as exc:
+            # A dependency (a database, a model server) is down: stay up as NOT_SERVING and retry,
+            # rather than crash and be restarted in a loop.
+            log.error("warm-up failed; NOT_SERVING until it succeeds", extra={"error": str(exc)})
+            self._retrying = asyncio.create_task(self._warm_up_until_ready())
+        return bound
+
+    async def _warm_up(self) -> None:
         started = time.perf_counter()
         await self.app.warm_up()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
@@ -164,13 +175,25 @@ class ServiceHost:
             "serving",
             extra={"service_name": self.app.service_name, "warm_up_s": round(time.perf_counter() - started, 3)},
         )
-        return bound
+
+    async def _warm_up_until_ready(self, first_delay: float = 1.0, max_delay: float = 30.0) -> None:
+        delay = first_delay
+        while not self._stopped.is_set():
+            await asyncio.sleep(delay)
+            try:
+                await self._warm_up()
+                return
+            except Unavailable as exc:
+                delay = min(delay * 2, max_delay)
+                log.error("warm-up failed again", extra={"error": str(exc), "retry_in_s": delay})
 
     async def stop(self) -> None:
         """Refuses new calls, lets running ones finish within the grace period, then closes."""
         if self._stopped.is_set():
             return
         self._stopped.set()
+        if self._retrying is not None:
+            self._retrying.cancel()
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.server.stop(self.grace)
         await self.app.close()

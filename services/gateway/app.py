@@ -15,7 +15,7 @@ from ragmesh.config import Settings
 from ragmesh.errors import RagmeshError
 from ragmesh.models import default_model
 from ragmesh.serving import ServiceApp
-from ragmesh.store import open_store
+from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import gateway_pb2_grpc
 from services.gateway.history import History
 from services.gateway.http import create_app
@@ -36,7 +36,7 @@ class GatewayApp(ServiceApp):
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.store = open_store(settings)
+        self.store = LazyStore(settings)  # opened at warm-up: an unreachable database means NOT_SERVING
         self.history = History(self.store)
         self.http_port = settings.http_port
         self._http: uvicorn.Server | None = None
@@ -89,6 +89,9 @@ class GatewayApp(ServiceApp):
         return funds
 
     async def warm_up(self) -> None:
+        await asyncio.to_thread(self.store.connect)
+        if self._http is not None:
+            return  # a retry after the store came back: the HTTP bridge is up already
         app = create_app(self.pipeline, self.history, self.memory, self.upstream_health, self.known_funds)
         config = uvicorn.Config(app, host=self.settings.host, port=self.http_port, log_config=None,
                                 lifespan="off", access_log=False)

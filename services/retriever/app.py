@@ -12,7 +12,7 @@ from ragmesh.clients import EmbedderClient
 from ragmesh.config import Settings
 from ragmesh.errors import RagmeshError
 from ragmesh.serving import ServiceApp
-from ragmesh.store import open_store
+from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import retriever_pb2_grpc
 from services.retriever.index import IndexRegistry
 from services.retriever.ingest.pipeline import Ingestor
@@ -33,7 +33,7 @@ class RetrieverApp(ServiceApp):
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.store = open_store(settings)
+        self.store = LazyStore(settings)  # opened at warm-up: an unreachable database means NOT_SERVING
         self.registry = IndexRegistry(FALLBACK_DIMENSIONS)
         self.snapshot_dir = settings.data_dir / "index"
         self.embedder: EmbedderClient | None = None
@@ -53,7 +53,8 @@ class RetrieverApp(ServiceApp):
         )
 
     async def warm_up(self) -> None:
-        self.embedder = EmbedderClient(self.settings.address("embedder"), self.settings.embed_timeout)
+        await asyncio.to_thread(self.store.connect)
+        self.embedder = self.embedder or EmbedderClient(self.settings.address("embedder"), self.settings.embed_timeout)
         try:
             info = await self.embedder.info()
             self.registry.dimensions = info.dimensions
@@ -70,6 +71,8 @@ class RetrieverApp(ServiceApp):
 
     async def close(self) -> None:
         """After the server stopped (no writes in flight): snapshot the indexes for a fast restart."""
+        if not self.store.connected:
+            return
         try:
             await asyncio.to_thread(self.registry.save_snapshot, self.snapshot_dir, self.store.version())
         except OSError as exc:

@@ -131,3 +131,32 @@ def test_restart_uses_the_snapshot_and_a_kill_rebuilds_consistently(tmp_path: Pa
     finally:
         if retriever.proc and retriever.proc.poll() is None:
             retriever.stop(signal.SIGKILL)
+
+
+def test_an_unreachable_database_means_not_serving_not_a_crash(tmp_path: Path) -> None:
+    """MongoDB is configured but nothing listens there: the retriever stays up, reports
+    NOT_SERVING with a clear log line, keeps retrying, and still stops cleanly."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    retriever = RetrieverProcess(tmp_path)
+    retriever.env |= {"MONGODB_URI": f"mongodb://app:secret@127.0.0.1:{free_port()}/", "MONGODB_TIMEOUT_MS": "200"}
+    with open(retriever.log, "ab") as log:
+        retriever.proc = subprocess.Popen([sys.executable, "-m", "services.retriever"], env=retriever.env,
+                                          stdout=log, stderr=subprocess.STDOUT)
+    try:
+        health = health_pb2_grpc.HealthStub(grpc.insecure_channel(retriever.address))
+        status = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "warm-up failed" not in retriever.log.read_text():
+            time.sleep(0.2)
+        status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+        assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+        log = retriever.log.read_text()
+        assert "127.0.0.1" in log and "secret" not in log, "names the server, never the password"
+        time.sleep(1.5)
+        assert retriever.proc.poll() is None, "the process must not crash"
+        assert "warm-up failed again" in retriever.log.read_text(), "it keeps retrying"
+        assert retriever.stop() == 0
+    finally:
+        if retriever.proc.poll() is None:
+            retriever.stop(signal.SIGKILL)

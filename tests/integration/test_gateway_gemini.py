@@ -1,0 +1,93 @@
+"""The gateway in front of a Gemini-backed generator, where the model's input and output
+matter: the real google-genai SDK talks to the fake Gemini server in tests/fakes, and the
+tests read the prompts the SDK sent (corrections in the system prompt, factsheets grouped
+with their JSON once, the deep-reasoner prompt, the search tool) and script the replies
+(grounding sources become web citations, an uncited answer is replaced)."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from ragmesh.prompts import NOT_ENOUGH
+from tests.conftest import answer_of, one, sse
+from tests.fakes.gemini import FakeGemini, chunk, grounding, text, usage
+from tests.stack import Stack
+
+
+@pytest.fixture(scope="module")
+def gemini_gateway(stack: Stack) -> Iterator[tuple[str, FakeGemini]]:
+    fake = FakeGemini()
+    fake.server.start()
+    generator = stack.start_variant("generator", gemini_api_key="test-key", gemini_base_url=fake.url)
+    gateway = stack.start_variant("gateway", generator_addr=generator.address, gemini_api_key="test-key",
+                                  default_model="gemini-2.5-flash")
+    yield f"http://127.0.0.1:{gateway.app.http_port}", fake
+    fake.server.stop()
+
+
+def sent_prompt(fake: FakeGemini) -> tuple[str, str]:
+    """(system instruction, user prompt) of the last generateContent request."""
+    body = fake.requests("streamGenerateContent")[-1].body
+    system = "".join(p["text"] for p in body.get("systemInstruction", {}).get("parts", []))
+    user = "".join(p.get("text", "") for c in body["contents"] for p in c["parts"])
+    return system, user
+
+
+def test_corrections_go_into_the_system_prompt(gemini_gateway) -> None:
+    url, fake = gemini_gateway
+    reply = httpx.post(url + "/api/corrections", json={
+        "user_id": "analyst-7", "question": "Who manages Kestrel?", "wrong_answer": "Ana Souza",
+        "correction": "Kestrel's lead PM is Tomás Herrera."})
+    assert reply.status_code == 200
+    fake.stream(text("Tomás Herrera runs Kestrel [1]."), chunk({"text": ""}, finish_reason="STOP", usage=usage(100, 8)))
+    events = sse(url + "/api/chat/ask/stream", {"question": "Who manages the Kestrel fund?", "user_id": "analyst-7"})
+    assert one(events, "strategy")["corrections"] == 1
+    system, _ = sent_prompt(fake)
+    assert "Kestrel's lead PM is Tomás Herrera." in system and "Ana Souza" in system
+    assert events[-1]["usage"]["total_tokens"] == 108
+
+
+def test_factsheets_are_fenced_grouped_and_carry_their_json_once(gemini_gateway) -> None:
+    url, fake = gemini_gateway
+    fake.stream(text("Kestrel returned 3.67% in Q1 2024 [1]."))
+    events = sse(url + "/api/chat/ask/stream", {
+        "question": "Kestrel performance holdings and commentary in the March 2024 factsheet",
+        "data_sources": ["Factsheet"]})
+    _, prompt = sent_prompt(fake)
+    assert "<data>" in prompt and "</data>" in prompt
+    assert prompt.count('Complete Factsheet Data: {"aum_usd_bn"') == prompt.count("Matching Sections (")
+    assert "Matching Sections (3):" in prompt, "the three sections of one factsheet in one block"
+    assert "[Fund Name Factsheet (Date)]" in prompt
+    assert one(events, "citations")[0]["title"] == "Kestrel Emerging Markets Factsheet (2024-03-31)"
+
+
+def test_deep_questions_use_the_deep_reasoner_prompt(gemini_gateway) -> None:
+    url, fake = gemini_gateway
+    fake.stream(text("Comparing [1] and [2]: both cut risk."))
+    events = sse(url + "/api/chat/ask/stream",
+                 {"question": "Compare how Harborview and Kestrel managed risk in 2024"})
+    assert one(events, "strategy")["route"] == "DEEP"
+    _, prompt = sent_prompt(fake)
+    assert "DEEP REASONING MODE" in prompt and "Conflicting information" in prompt
+
+
+def test_web_search_sends_the_tool_and_grounding_becomes_web_citations(gemini_gateway) -> None:
+    url, fake = gemini_gateway
+    fake.stream(text("Internally [1]. On the web, rates rose."),
+                chunk({"text": ""}, grounding=grounding([("Rates news", "https://example.org/rates")], ["kestrel rates"])))
+    events = sse(url + "/api/chat/ask/stream", {"question": "What did Kestrel say about rates?",
+                                               "data_sources": ["Meeting Notes", "Web Search"]})
+    body = fake.requests("streamGenerateContent")[-1].body
+    assert any("googleSearch" in tool or "google_search" in tool for tool in body.get("tools", []))
+    web = [c for c in one(events, "citations") if c["url"]]
+    assert web == [{**web[0], "url": "https://example.org/rates", "title": "Rates news"}]
+
+
+def test_an_uncited_unhedged_answer_is_replaced(gemini_gateway) -> None:
+    url, fake = gemini_gateway
+    fake.stream(text("Kestrel is the best fund ever and "), text("will double next year."))
+    events = sse(url + "/api/chat/ask/stream", {"question": "What did Kestrel do with its Brazil exposure?"})
+    assert answer_of(events) == NOT_ENOUGH
+    assert one(events, "citations") == []
