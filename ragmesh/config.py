@@ -10,24 +10,22 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
-def _int(name: str, default: int) -> int:
+def _number(name: str, default: float, cast: type, kind: str):
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        return cast(raw)
     except ValueError as exc:
-        raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from exc
+        raise ValueError(f"environment variable {name} must be {kind}, got {raw!r}") from exc
+
+
+def _int(name: str, default: int) -> int:
+    return _number(name, default, int, "an integer")
 
 
 def _float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise ValueError(f"environment variable {name} must be a number, got {raw!r}") from exc
+    return _number(name, default, float, "a number")
 
 
 @dataclass(frozen=True)
