@@ -161,6 +161,12 @@ class RetrieverClient(_Client):
         with _translated("retriever"):
             return await self.stub.Stats(retriever_pb2.StatsRequest(), **self._opts())
 
+    async def get_document(self, collection: str, doc_id: str, tenant: str = "") -> t.DocumentRecord:
+        """A document's header with its summaries and outline; NotFound when there is none."""
+        request = retriever_pb2.GetDocumentRequest(collection=collection, doc_id=doc_id, tenant=tenant)
+        with _translated("retriever"):
+            return convert.document_info_from_proto(await self.stub.GetDocument(request, **self._opts()))
+
     async def field_values(self, field: str, collections: list[str], tenant: str = "") -> list[str]:
         request = retriever_pb2.FieldValuesRequest(field=field, collections=collections, tenant=tenant)
         with _translated("retriever"):

@@ -57,16 +57,39 @@ def hit_from_proto(p: retriever_pb2.Hit) -> t.Hit:
 
 
 def document_to_proto(d: t.Document) -> retriever_pb2.Document:
-    return retriever_pb2.Document(
+    msg = retriever_pb2.Document(
         doc_id=d.doc_id, collection=d.collection, text=d.text, metadata=d.metadata,
-        date=d.date, tenant=d.tenant, title=d.title,
+        date=d.date, tenant=d.tenant, title=d.title, content=d.content, filename=d.filename,
+        mime_type=d.mime_type,
     )
+    if d.summarize is not None:
+        msg.summarize = d.summarize
+    return msg
 
 
 def document_from_proto(p: retriever_pb2.Document) -> t.Document:
     return t.Document(
         doc_id=p.doc_id, collection=p.collection, text=p.text, metadata=dict(p.metadata),
-        date=p.date, tenant=p.tenant, title=p.title,
+        date=p.date, tenant=p.tenant, title=p.title, content=p.content, filename=p.filename,
+        mime_type=p.mime_type, summarize=p.summarize if p.HasField("summarize") else None,
+    )
+
+
+def document_info_to_proto(r: t.DocumentRecord) -> retriever_pb2.DocumentInfo:
+    return retriever_pb2.DocumentInfo(
+        doc_id=r.doc_id, collection=r.collection, tenant=r.tenant, title=r.title, metadata=r.metadata,
+        date=r.date, chunk_count=r.chunk_count, content_hash=r.content_hash, summary=r.summary,
+        sections=[retriever_pb2.SectionOutline(title=s.title, summary=s.summary, page=s.page)
+                  for s in r.sections],
+    )
+
+
+def document_info_from_proto(p: retriever_pb2.DocumentInfo) -> t.DocumentRecord:
+    return t.DocumentRecord(
+        doc_id=p.doc_id, collection=p.collection, tenant=p.tenant, content_hash=p.content_hash,
+        title=p.title, metadata=dict(p.metadata), date=p.date, chunk_count=p.chunk_count,
+        summary=p.summary,
+        sections=[t.SectionOutline(s.title, s.summary, s.page) for s in p.sections],
     )
 
 

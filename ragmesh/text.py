@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import re
 
-# A sentence ends at . ! or ? followed by space and an upper-case letter, digit or quote,
-# or at a blank line. Abbreviations like "e.g." followed by lower case do not end one.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[A-Z0-9\"'(\[])|\n\s*\n")
+# A sentence ends at . ! or ? (and a closing quote or bracket) followed by space and an
+# upper-case letter, digit or quote, or at a blank line. Abbreviations like "e.g." followed
+# by lower case do not end one.
+_SENTENCE_END = re.compile(r"(?<=[.!?])([\"')\]]?)\s+(?=[A-Z0-9\"'(\[])|\n\s*\n")
 _TOKEN = re.compile(r"[a-z0-9]+")
 
 STOPWORDS = frozenset(
@@ -15,9 +16,24 @@ STOPWORDS = frozenset(
 )
 
 
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence in `text`, whitespace trimmed: chunkers map them to pages."""
+    spans, start = [], 0
+    for m in _SENTENCE_END.finditer(text):
+        spans.append((start, m.start() + len(m.group(1) or "")))
+        start = m.end()
+    spans.append((start, len(text)))
+    out = []
+    for a, b in spans:
+        piece = text[a:b]
+        a, b = a + len(piece) - len(piece.lstrip()), b - (len(piece) - len(piece.rstrip()))
+        if b > a:
+            out.append((a, b))
+    return out
+
+
 def split_sentences(text: str) -> list[str]:
-    parts = (p.strip() for p in _SENTENCE_END.split(text))
-    return [" ".join(p.split()) for p in parts if p and p.strip()]
+    return [" ".join(text[a:b].split()) for a, b in sentence_spans(text)]
 
 
 def tokenize(text: str) -> list[str]:

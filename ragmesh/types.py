@@ -29,13 +29,28 @@ class StoredChunk:
 
 @dataclass
 class Document:
+    """What a client sends to ingest: text, or a file's bytes with its name (the retriever parses it)."""
+
     doc_id: str
     collection: str
-    text: str
+    text: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
     date: str = ""
     tenant: str = ""
     title: str = ""
+    content: bytes = b""
+    filename: str = ""
+    mime_type: str = ""
+    summarize: bool | None = None  # None: the retriever's setting decides
+
+
+@dataclass
+class SectionOutline:
+    """One section of a stored document: its title, concise summary and first page (0 = no pages)."""
+
+    title: str
+    summary: str = ""
+    page: int = 0
 
 
 @dataclass
@@ -50,6 +65,8 @@ class DocumentRecord:
     metadata: dict[str, str] = field(default_factory=dict)
     date: str = ""
     chunk_count: int = 0
+    summary: str = ""  # global summary made at ingest (004 Path B); "" when none
+    sections: list[SectionOutline] = field(default_factory=list)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from pymongo.errors import DuplicateKeyError, InvalidURI, PyMongoError
 
 from ragmesh.config import redact_uri
 from ragmesh.store import CollectionStats, CorrectionRecord, MessageRecord, StoreUnavailable
-from ragmesh.types import Chunk, DocumentRecord, StoredChunk
+from ragmesh.types import Chunk, DocumentRecord, SectionOutline, StoredChunk
 
 T = TypeVar("T")
 Session = ClientSession | None
@@ -179,6 +179,8 @@ class MongoStore:
         return DocumentRecord(
             doc_id=doc_id, collection=collection, tenant=tenant, content_hash=d["content_hash"],
             title=d["title"], metadata=d["metadata"], date=d["date"], chunk_count=d["chunk_count"],
+            summary=d.get("summary", ""),  # headers written before outlines existed have none
+            sections=[SectionOutline(**s) for s in d.get("sections", [])],
         )
 
     def replace_document(self, doc: DocumentRecord, chunks: list[StoredChunk]) -> int:
@@ -221,6 +223,8 @@ class MongoStore:
             {"$set": {
                 "content_hash": doc.content_hash, "title": doc.title, "metadata": doc.metadata,
                 "date": doc.date, "chunk_count": chunk_count, "current": tag, "updated_at": _now(),
+                # The outline flips with the chunks it was made from.
+                "summary": doc.summary, "sections": [asdict(s) for s in doc.sections],
             }},
             projection={"current": 1}, upsert=True, return_document=ReturnDocument.BEFORE, session=s,
         )

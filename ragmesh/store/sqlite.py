@@ -7,13 +7,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from ragmesh.errors import InvalidArgument
 from ragmesh.store import CollectionStats, CorrectionRecord, MessageRecord
-from ragmesh.types import Chunk, DocumentRecord, StoredChunk
+from ragmesh.types import Chunk, DocumentRecord, SectionOutline, StoredChunk
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -31,6 +32,11 @@ CREATE TABLE IF NOT EXISTS chunks (
 );
 CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (tenant, collection, doc_id);
 CREATE INDEX IF NOT EXISTS chunks_by_collection ON chunks (collection);
+CREATE TABLE IF NOT EXISTS outlines (
+  tenant TEXT NOT NULL, collection TEXT NOT NULL, doc_id TEXT NOT NULL,
+  summary TEXT NOT NULL, sections TEXT NOT NULL,
+  PRIMARY KEY (tenant, collection, doc_id)
+);
 CREATE TABLE IF NOT EXISTS conversations (
   conversation_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, user_id TEXT NOT NULL,
   created_at REAL NOT NULL, updated_at REAL NOT NULL
@@ -89,8 +95,9 @@ class SqliteStore:
     def get_document(self, tenant: str, collection: str, doc_id: str) -> DocumentRecord | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT content_hash, title, metadata, date, chunk_count FROM documents "
-                "WHERE tenant = ? AND collection = ? AND doc_id = ?",
+                "SELECT d.content_hash, d.title, d.metadata, d.date, d.chunk_count, o.summary, o.sections "
+                "FROM documents d LEFT JOIN outlines o USING (tenant, collection, doc_id) "
+                "WHERE d.tenant = ? AND d.collection = ? AND d.doc_id = ?",
                 (tenant, collection, doc_id),
             ).fetchone()
         if row is None:
@@ -98,6 +105,7 @@ class SqliteStore:
         return DocumentRecord(
             doc_id=doc_id, collection=collection, tenant=tenant, content_hash=row[0],
             title=row[1], metadata=json.loads(row[2]), date=row[3], chunk_count=row[4],
+            summary=row[5] or "", sections=[SectionOutline(**s) for s in json.loads(row[6] or "[]")],
         )
 
     def replace_document(self, doc: DocumentRecord, chunks: list[StoredChunk]) -> int:
@@ -135,6 +143,12 @@ class SqliteStore:
                         json.dumps(doc.metadata), doc.date, len(chunks), time.time(),
                     ),
                 )
+                key = (doc.tenant, doc.collection, doc.doc_id)
+                if doc.summary or doc.sections:
+                    sections = json.dumps([asdict(s) for s in doc.sections])
+                    db.execute("INSERT OR REPLACE INTO outlines VALUES (?,?,?,?,?)", (*key, doc.summary, sections))
+                else:  # a replacement without an outline must not keep the old version's
+                    db.execute("DELETE FROM outlines WHERE tenant = ? AND collection = ? AND doc_id = ?", key)
             return self._bump_version()
 
     def delete_documents(self, tenant: str, collection: str, doc_ids: list[str]) -> tuple[int, int]:
@@ -148,6 +162,7 @@ class SqliteStore:
                 docs += db.execute(
                     "DELETE FROM documents WHERE tenant = ? AND collection = ? AND doc_id = ?", key
                 ).rowcount
+                db.execute("DELETE FROM outlines WHERE tenant = ? AND collection = ? AND doc_id = ?", key)
             if docs or chunks:
                 self._bump_version()
             return docs, chunks

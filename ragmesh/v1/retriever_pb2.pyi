@@ -141,7 +141,7 @@ class SearchResponse(_message.Message):
     def __init__(self, hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., candidate_count: _Optional[int] = ..., dense_skipped: _Optional[bool] = ..., threshold_layer: _Optional[int] = ...) -> None: ...
 
 class Document(_message.Message):
-    __slots__ = ("doc_id", "collection", "text", "metadata", "date", "tenant", "title")
+    __slots__ = ("doc_id", "collection", "text", "metadata", "date", "tenant", "title", "content", "filename", "mime_type", "summarize")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -156,6 +156,10 @@ class Document(_message.Message):
     DATE_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     TITLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIZE_FIELD_NUMBER: _ClassVar[int]
     doc_id: str
     collection: str
     text: str
@@ -163,31 +167,47 @@ class Document(_message.Message):
     date: str
     tenant: str
     title: str
-    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., date: _Optional[str] = ..., tenant: _Optional[str] = ..., title: _Optional[str] = ...) -> None: ...
+    content: bytes
+    filename: str
+    mime_type: str
+    summarize: bool
+    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., date: _Optional[str] = ..., tenant: _Optional[str] = ..., title: _Optional[str] = ..., content: _Optional[bytes] = ..., filename: _Optional[str] = ..., mime_type: _Optional[str] = ..., summarize: _Optional[bool] = ...) -> None: ...
 
 class IngestProgress(_message.Message):
-    __slots__ = ("doc_id", "collection", "stage", "chunks", "error")
+    __slots__ = ("doc_id", "collection", "stage", "chunks", "error", "filename", "doc_type", "redactions", "sensitivity", "summarized")
     DOC_ID_FIELD_NUMBER: _ClassVar[int]
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    FILENAME_FIELD_NUMBER: _ClassVar[int]
+    DOC_TYPE_FIELD_NUMBER: _ClassVar[int]
+    REDACTIONS_FIELD_NUMBER: _ClassVar[int]
+    SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIZED_FIELD_NUMBER: _ClassVar[int]
     doc_id: str
     collection: str
     stage: IngestStage
     chunks: int
     error: str
-    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., stage: _Optional[_Union[IngestStage, str]] = ..., chunks: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    filename: str
+    doc_type: str
+    redactions: int
+    sensitivity: str
+    summarized: bool
+    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., stage: _Optional[_Union[IngestStage, str]] = ..., chunks: _Optional[int] = ..., error: _Optional[str] = ..., filename: _Optional[str] = ..., doc_type: _Optional[str] = ..., redactions: _Optional[int] = ..., sensitivity: _Optional[str] = ..., summarized: _Optional[bool] = ...) -> None: ...
 
 class DeleteRequest(_message.Message):
-    __slots__ = ("collection", "doc_ids", "tenant")
+    __slots__ = ("collection", "doc_ids", "tenant", "filter")
     COLLECTION_FIELD_NUMBER: _ClassVar[int]
     DOC_IDS_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
     collection: str
     doc_ids: _containers.RepeatedScalarFieldContainer[str]
     tenant: str
-    def __init__(self, collection: _Optional[str] = ..., doc_ids: _Optional[_Iterable[str]] = ..., tenant: _Optional[str] = ...) -> None: ...
+    filter: _common_pb2.Filter
+    def __init__(self, collection: _Optional[str] = ..., doc_ids: _Optional[_Iterable[str]] = ..., tenant: _Optional[str] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ...) -> None: ...
 
 class DeleteResponse(_message.Message):
     __slots__ = ("documents", "chunks")
@@ -272,3 +292,54 @@ class UpsertResponse(_message.Message):
     errors: _containers.RepeatedScalarFieldContainer[str]
     rejected: int
     def __init__(self, documents: _Optional[int] = ..., chunks: _Optional[int] = ..., errors: _Optional[_Iterable[str]] = ..., rejected: _Optional[int] = ...) -> None: ...
+
+class GetDocumentRequest(_message.Message):
+    __slots__ = ("collection", "doc_id", "tenant")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    doc_id: str
+    tenant: str
+    def __init__(self, collection: _Optional[str] = ..., doc_id: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class SectionOutline(_message.Message):
+    __slots__ = ("title", "summary", "page")
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_FIELD_NUMBER: _ClassVar[int]
+    title: str
+    summary: str
+    page: int
+    def __init__(self, title: _Optional[str] = ..., summary: _Optional[str] = ..., page: _Optional[int] = ...) -> None: ...
+
+class DocumentInfo(_message.Message):
+    __slots__ = ("doc_id", "collection", "tenant", "title", "metadata", "date", "chunk_count", "content_hash", "summary", "sections")
+    class MetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    DATE_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    SECTIONS_FIELD_NUMBER: _ClassVar[int]
+    doc_id: str
+    collection: str
+    tenant: str
+    title: str
+    metadata: _containers.ScalarMap[str, str]
+    date: str
+    chunk_count: int
+    content_hash: str
+    summary: str
+    sections: _containers.RepeatedCompositeFieldContainer[SectionOutline]
+    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., tenant: _Optional[str] = ..., title: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., date: _Optional[str] = ..., chunk_count: _Optional[int] = ..., content_hash: _Optional[str] = ..., summary: _Optional[str] = ..., sections: _Optional[_Iterable[_Union[SectionOutline, _Mapping]]] = ...) -> None: ...

@@ -70,6 +70,11 @@ class RetrieverStub:
                 request_serializer=ragmesh_dot_v1_dot_retriever__pb2.FieldValuesRequest.SerializeToString,
                 response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.FieldValuesResponse.FromString,
                 _registered_method=True)
+        self.GetDocument = channel.unary_unary(
+                '/ragmesh.v1.Retriever/GetDocument',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.GetDocumentRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.FromString,
+                _registered_method=True)
 
 
 class RetrieverServicer:
@@ -121,6 +126,13 @@ class RetrieverServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetDocument(self, request, context):
+        """A document's header with the summaries made at ingest and its section titles (004 Path B).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RetrieverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -158,6 +170,11 @@ def add_RetrieverServicer_to_server(servicer, server):
                     servicer.FieldValues,
                     request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.FieldValuesRequest.FromString,
                     response_serializer=ragmesh_dot_v1_dot_retriever__pb2.FieldValuesResponse.SerializeToString,
+            ),
+            'GetDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDocument,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.GetDocumentRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -350,6 +367,33 @@ class Retriever:
             '/ragmesh.v1.Retriever/FieldValues',
             ragmesh_dot_v1_dot_retriever__pb2.FieldValuesRequest.SerializeToString,
             ragmesh_dot_v1_dot_retriever__pb2.FieldValuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Retriever/GetDocument',
+            ragmesh_dot_v1_dot_retriever__pb2.GetDocumentRequest.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.FromString,
             options,
             channel_credentials,
             insecure,

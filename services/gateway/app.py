@@ -17,6 +17,7 @@ from ragmesh.models import default_model
 from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import gateway_pb2_grpc
+from services.gateway.documents import documents_router
 from services.gateway.history import History
 from services.gateway.http import create_app
 from services.gateway.limits import UsageLimiter
@@ -93,6 +94,7 @@ class GatewayApp(ServiceApp):
         if self._http is not None:
             return  # a retry after the store came back: the HTTP bridge is up already
         app = create_app(self.pipeline, self.history, self.memory, self.upstream_health, self.known_funds)
+        app.include_router(documents_router(lambda: self.retriever, self.settings.ingest_max_bytes))
         config = uvicorn.Config(app, host=self.settings.host, port=self.http_port, log_config=None,
                                 lifespan="off", access_log=False)
         self._http = uvicorn.Server(config)

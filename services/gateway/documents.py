@@ -112,9 +112,8 @@ async def _from_json(request: Request) -> _Batch:
             doc.doc_id, doc.text = str(item["doc_id"]), item["text"]
             doc.title, doc.date = str(item.get("title") or ""), str(item.get("date") or "")
             doc.metadata.update({k: str(v) for k, v in extra.items()})
-        else:  # a record: the retriever's JSON parser maps its fields
-            doc.doc_id = str(item.get("doc_id") or item.get("id") or "")
-            doc.filename = f"{doc.doc_id or f'record-{number}'}.json"
+        else:  # a record: the retriever's JSON parser maps its fields and finds its id
+            doc.filename = f"record-{number}.json"
             doc.content = json.dumps(item, ensure_ascii=False).encode()
         batch.documents.append(doc)
     return batch

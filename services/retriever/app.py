@@ -8,14 +8,15 @@ import faiss
 import grpc
 import numpy as np
 
-from ragmesh.clients import EmbedderClient
+from ragmesh.clients import EmbedderClient, GeneratorClient
 from ragmesh.config import Settings
 from ragmesh.errors import RagmeshError
 from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import retriever_pb2_grpc
 from services.retriever.index import IndexRegistry
-from services.retriever.ingest.pipeline import Ingestor
+from services.retriever.ingest.pipeline import Ingestor, SummaryPolicy
+from services.retriever.ingest.summaries import Summarizer, SummaryPrompt
 from services.retriever.ingest.upsert import Upserter
 from services.retriever.search import SearchEngine
 from services.retriever.servicer import RetrieverServicer
@@ -37,15 +38,28 @@ class RetrieverApp(ServiceApp):
         self.registry = IndexRegistry(FALLBACK_DIMENSIONS)
         self.snapshot_dir = settings.data_dir / "index"
         self.embedder: EmbedderClient | None = None
+        self.generator: GeneratorClient | None = None
         self.engine = SearchEngine(self.registry, self._embed)
         self.ingestor = Ingestor(
             self.store, self.registry, self._embed,
-            settings.chunk_min_chars, settings.chunk_max_chars, settings.embed_batch_size,
+            min_chars=settings.chunk_min_chars, max_chars=settings.chunk_max_chars,
+            batch_size=settings.embed_batch_size, max_bytes=settings.ingest_max_bytes,
+            retries=settings.embed_retries, backoff_s=settings.embed_retry_base_s,
+            summarizer=Summarizer(self._summarise),
+            summaries=SummaryPolicy(settings.ingest_summaries, settings.summary_min_chars),
         )
 
     async def _embed(self, texts: list[str], task: str) -> np.ndarray:
         assert self.embedder is not None, "embed called before warm-up"
         return await self.embedder.embed(texts, task)
+
+    async def _summarise(self, p: SummaryPrompt) -> str:
+        assert self.generator is not None, "summaries asked for before warm-up"
+        events = self.generator.generate(
+            model=self.settings.summary_model, question=p.question, blocks=p.blocks, history=[],
+            system_instruction=p.instruction, prompt=p.prompt,
+        )
+        return "".join([e.text async for e in events if e.kind == "content"])
 
     def register(self, server: grpc.aio.Server) -> None:
         retriever_pb2_grpc.add_RetrieverServicer_to_server(
@@ -55,9 +69,12 @@ class RetrieverApp(ServiceApp):
     async def warm_up(self) -> None:
         await asyncio.to_thread(self.store.connect)
         self.embedder = self.embedder or EmbedderClient(self.settings.address("embedder"), self.settings.embed_timeout)
+        self.generator = GeneratorClient(self.settings.address("generator"), self.settings.generate_timeout)
         try:
             info = await self.embedder.info()
             self.registry.dimensions = info.dimensions
+            if info.max_batch:  # e.g. Gemini's 100 texts a call
+                self.ingestor.embedder.batch_size = min(self.ingestor.embedder.batch_size, info.max_batch)
         except RagmeshError as exc:
             log.warning("embedder not reachable at start; dense search waits for it",
                         extra={"error": str(exc)})
@@ -77,6 +94,7 @@ class RetrieverApp(ServiceApp):
             await asyncio.to_thread(self.registry.save_snapshot, self.snapshot_dir, self.store.version())
         except OSError as exc:
             log.warning("index snapshot not written", extra={"error": str(exc)})
-        if self.embedder is not None:
-            await self.embedder.close()
+        for client in (self.embedder, self.generator):
+            if client is not None:
+                await client.close()
         self.store.close()

@@ -1,12 +1,14 @@
 """Retriever gRPC servicer: protobuf to domain objects and back, nothing more."""
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
 import numpy as np
 
 from ragmesh import convert
+from ragmesh.errors import NotFound
 from ragmesh.store import Store
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
 from services.retriever.fusion import Boosters
@@ -69,6 +71,8 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
             yield retriever_pb2.IngestProgress(
                 doc_id=p.doc_id, collection=p.collection,
                 stage=retriever_pb2.IngestStage.Value(p.stage), chunks=p.chunks, error=p.error,
+                filename=p.filename, doc_type=p.doc_type, redactions=p.redactions,
+                sensitivity=p.sensitivity, summarized=p.summarized,
             )
 
     async def Upsert(
@@ -83,8 +87,15 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
                                             errors=s.errors)
 
     async def Delete(self, request: retriever_pb2.DeleteRequest, context: grpc.aio.ServicerContext):
-        docs, chunks = await self.ingestor.delete(request.tenant, request.collection, list(request.doc_ids))
+        where = convert.filter_from_proto(request.filter) if request.HasField("filter") else None
+        docs, chunks = await self.ingestor.delete(request.tenant, request.collection, list(request.doc_ids), where)
         return retriever_pb2.DeleteResponse(documents=docs, chunks=chunks)
+
+    async def GetDocument(self, request: retriever_pb2.GetDocumentRequest, context: grpc.aio.ServicerContext):
+        record = await asyncio.to_thread(self.store.get_document, request.tenant, request.collection, request.doc_id)
+        if record is None:
+            raise NotFound(f"document {request.doc_id!r} not found in collection {request.collection!r}")
+        return convert.document_info_to_proto(record)
 
     def _collections(self) -> list[retriever_pb2.CollectionInfo]:
         infos = []

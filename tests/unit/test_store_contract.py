@@ -35,7 +35,7 @@ from ragmesh.config import Settings
 from ragmesh.store import CorrectionRecord, Store, StoreUnavailable, open_store
 from ragmesh.store.mongo import MongoStore, _chunk_doc
 from ragmesh.store.sqlite import SqliteStore
-from ragmesh.types import Chunk, DocumentRecord, StoredChunk
+from ragmesh.types import Chunk, DocumentRecord, SectionOutline, StoredChunk
 
 REAL_URI = os.environ.get("MONGODB_URI", "")
 MONGO = "mongodb" if REAL_URI else "mongomock"
@@ -124,6 +124,27 @@ def test_replace_is_whole_versioned_and_survives_reopen(backend: Backend) -> Non
     assert store.get_document("", "notes", "d1") == DocumentRecord(
         "d1", "notes", "", "h2", "Title d1", {"fund_name": "K"}, "2024-01-02", 1)
     assert store.version() == v2
+
+
+def test_a_documents_outline_is_written_replaced_and_deleted_with_it(backend: Backend) -> None:
+    store = backend.open()
+    record, chunks = doc(n=2)
+    record.summary = "The whole document, briefly."
+    record.sections = [SectionOutline("Chapter 1", "It begins.", 1), SectionOutline("Chapter 2", "", 3)]
+    store.replace_document(record, chunks)
+    store.close()
+    store = backend.open()
+    got = store.get_document("", "notes", "d1")
+    assert got.summary == "The whole document, briefly." and got.sections == record.sections
+    assert got.sections[0] == SectionOutline("Chapter 1", "It begins.", 1)
+
+    store.replace_document(*doc(n=1, h="h2"))  # new content without an outline: the old one goes
+    assert store.get_document("", "notes", "d1") == DocumentRecord(
+        "d1", "notes", "", "h2", "Title d1", {"fund_name": "K"}, "2024-01-02", 1)
+    store.replace_document(record, chunks)
+    store.delete_documents("", "notes", ["d1"])
+    store.replace_document(*doc(n=1, h="h3"))  # the same id again starts without an outline
+    assert store.get_document("", "notes", "d1").sections == []
 
 
 def test_chunks_round_trip_in_insertion_order(backend: Backend) -> None:

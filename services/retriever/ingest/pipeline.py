@@ -1,11 +1,13 @@
-"""Document in, indexed chunks out: validate -> hash -> chunk -> embed -> store -> index.
+"""Document in, indexed chunks out: parse -> per document: hash -> detect, redact, chunk ->
+embed (and summarise, side by side) -> store -> index.
 
-Each document reports its progress; a failure is reported for that document,
-leaves nothing behind (the store write is one transaction and comes last), and
-the rest of the stream goes on."""
+Each document reports its progress; a failure is reported for that document with the file
+and the reason, leaves nothing behind (chunks and outline are one store transaction, and it
+comes last), and the rest of the stream goes on."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -16,15 +18,23 @@ import numpy as np
 
 from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.store import Store
-from ragmesh.types import Chunk, Document, DocumentRecord, StoredChunk
+from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, SectionOutline, StoredChunk
 from ragmesh.validation import check_date, check_name
+from services.retriever import filters
 from services.retriever.index import IndexRegistry
-from services.retriever.ingest.chunker import chunk_text
+from services.retriever.ingest.embedding import BatchEmbedder
+from services.retriever.ingest.parsed import Parsed
+from services.retriever.ingest.parsers import parse
+from services.retriever.ingest.sanitize import is_redacted
+from services.retriever.ingest.strategies import Chunked, Sizes, chunk_document
+from services.retriever.ingest.summaries import Summarizer, table_of_contents
 from services.retriever.search import EmbedFn
 
 log = logging.getLogger(__name__)
 
-MAX_TEXT_CHARS = 5_000_000
+# Part of every content hash: a pipeline that chunks differently re-chunks unchanged documents.
+PIPELINE_VERSION = 2
+MAX_BYTES = 50 * 1024 * 1024
 
 
 @dataclass
@@ -34,41 +44,51 @@ class Progress:
     stage: str  # PARSED | CHUNKED | EMBEDDED | INDEXED | UNCHANGED | FAILED
     chunks: int = 0
     error: str = ""
+    filename: str = ""
+    doc_type: str = ""
+    redactions: int = 0
+    sensitivity: str = ""
+    summarized: bool = False
 
 
-def content_hash(doc: Document) -> str:
-    """What the chunks are built from: same hash, nothing to redo."""
-    payload = json.dumps([doc.text, doc.metadata, doc.date, doc.title], sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()
+@dataclass(frozen=True)
+class SummaryPolicy:
+    """Summaries for documents of at least min_chars when enabled; a request's own
+    `summarize` overrides both (bulk loads skip them, a single upload may insist)."""
+
+    enabled: bool = True
+    min_chars: int = 3000
+
+    def wants(self, requested: bool | None, length: int) -> bool:
+        return requested if requested is not None else self.enabled and length >= self.min_chars
 
 
-def chunk_id(doc: Document, index: int) -> str:
-    prefix = f"{doc.tenant}/" if doc.tenant else ""
-    return f"{prefix}{doc.collection}/{doc.doc_id}#{index}"
+def chunk_id(tenant: str, collection: str, doc_id: str, index: int) -> str:
+    prefix = f"{tenant}/" if tenant else ""
+    return f"{prefix}{collection}/{doc_id}#{index}"
 
 
-def validate(doc: Document) -> None:
+def _validate(doc: Document) -> None:
     if not doc.doc_id.strip():
-        raise InvalidArgument("doc_id", "must not be empty")
+        raise InvalidArgument("doc_id", "must not be empty (or give a filename)")
     check_name("collection", doc.collection)
-    if not doc.text.strip():
-        raise InvalidArgument("text", f"document {doc.doc_id!r} has no text")
-    if len(doc.text) > MAX_TEXT_CHARS:
-        raise InvalidArgument("text", f"document {doc.doc_id!r} is over {MAX_TEXT_CHARS} characters")
     check_date("date", doc.date)
 
 
 class Ingestor:
     def __init__(
-        self, store: Store, registry: IndexRegistry, embed: EmbedFn,
-        min_chars: int = 400, max_chars: int = 800, batch_size: int = 64,
+        self, store: Store, registry: IndexRegistry, embed: EmbedFn, *,
+        min_chars: int = 400, max_chars: int = 800, batch_size: int = 64, max_bytes: int = MAX_BYTES,
+        retries: int = 4, backoff_s: float = 0.5, summarizer: Summarizer | None = None,
+        summaries: SummaryPolicy = SummaryPolicy(),
     ) -> None:
         self.store = store
         self.registry = registry
-        self.embed = embed
-        self.min_chars = min_chars
-        self.max_chars = max_chars
-        self.batch_size = batch_size
+        self.embedder = BatchEmbedder(embed, batch_size, retries, backoff_s)
+        self.sizes = Sizes(user=(min_chars, max_chars, 1))
+        self.max_bytes = max_bytes
+        self.summarizer = summarizer
+        self.summaries = summaries
 
     async def ingest(self, documents: AsyncIterator[Document]) -> AsyncIterator[Progress]:
         async for doc in documents:
@@ -76,50 +96,129 @@ class Ingestor:
                 yield progress
 
     async def ingest_one(self, doc: Document) -> AsyncIterator[Progress]:
-        def step(stage: str, chunks: int = 0, error: str = "") -> Progress:
-            return Progress(doc.doc_id, doc.collection, stage, chunks, error)
-
+        doc = dataclasses.replace(doc, doc_id=doc.doc_id or doc.filename)
         try:
-            validate(doc)
-            digest = content_hash(doc)
-            existing = await asyncio.to_thread(self.store.get_document, doc.tenant, doc.collection, doc.doc_id)
-            if existing is not None and existing.content_hash == digest:
-                yield step("UNCHANGED", existing.chunk_count)
-                return
-            yield step("PARSED")
-            texts = chunk_text(doc.text, self.min_chars, self.max_chars)
-            chunks = [
-                Chunk(
-                    chunk_id=chunk_id(doc, i), doc_id=doc.doc_id, collection=doc.collection,
-                    text=text, metadata=dict(doc.metadata), date=doc.date, tenant=doc.tenant,
-                    chunk_index=i,
-                )
-                for i, text in enumerate(texts)
-            ]
-            yield step("CHUNKED", len(chunks))
-            vectors = await self._embed(texts)
-            yield step("EMBEDDED", len(chunks))
-            record = DocumentRecord(
-                doc_id=doc.doc_id, collection=doc.collection, tenant=doc.tenant, content_hash=digest,
-                title=doc.title, metadata=dict(doc.metadata), date=doc.date, chunk_count=len(chunks),
-            )
-            stored = [StoredChunk(c, v) for c, v in zip(chunks, vectors)]
-            await asyncio.to_thread(self.store.replace_document, record, stored)
-            await asyncio.to_thread(self.registry.apply, doc.collection, [((doc.tenant, doc.doc_id), stored)])
-            yield step("INDEXED", len(chunks))
+            _validate(doc)
+            parsed = await asyncio.to_thread(parse, doc, self.max_bytes)
         except RagmeshError as exc:
             log.warning("document failed", extra={"doc_id": doc.doc_id, "error": str(exc)})
-            yield step("FAILED", error=str(exc))
+            yield Progress(doc.doc_id, doc.collection, "FAILED", error=str(exc), filename=doc.filename)
+            return
+        for p in parsed:
+            label = doc.filename or doc.doc_id
+            async for progress in self._ingest(doc, p, label if len(parsed) == 1 else f"{label} ({p.doc_id})"):
+                yield progress
 
-    async def _embed(self, texts: list[str]) -> np.ndarray:
-        parts = [
-            await self.embed(texts[i : i + self.batch_size], "DOCUMENT")
-            for i in range(0, len(texts), self.batch_size)
-        ]
-        return np.concatenate(parts) if parts else np.zeros((0, self.registry.dimensions), np.float32)
+    async def _ingest(self, doc: Document, p: Parsed, label: str) -> AsyncIterator[Progress]:
+        def step(stage: str, chunks: int = 0, chunked: Chunked | None = None, **kw: object) -> Progress:
+            about = {} if chunked is None else {
+                "doc_type": chunked.doc_type, "redactions": chunked.redactions, "sensitivity": chunked.sensitivity}
+            return Progress(p.doc_id, doc.collection, stage, chunks, filename=doc.filename, **about, **kw)
 
-    async def delete(self, tenant: str, collection: str, doc_ids: list[str]) -> tuple[int, int]:
+        try:
+            metadata = {**p.metadata, **doc.metadata, "filetype": p.filetype}
+            if doc.filename:  # a record's own filename (a factsheet's PDF) names its source better
+                metadata.setdefault("filename", doc.filename)
+            date, title = doc.date or p.date, doc.title or p.title or doc.filename
+            digest = self._hash(p, metadata, date, title)
+            existing = await asyncio.to_thread(self.store.get_document, doc.tenant, doc.collection, p.doc_id)
+            if existing is not None and existing.content_hash == digest and not (doc.summarize and not existing.summary):
+                yield step("UNCHANGED", existing.chunk_count, summarized=bool(existing.summary),
+                           doc_type=existing.metadata.get("doc_type", ""))
+                return
+            yield step("PARSED")
+            chunked = await asyncio.to_thread(chunk_document, p, self.sizes)
+            yield step("CHUNKED", len(chunked.pieces), chunked)
+            metadata |= {"doc_type": chunked.doc_type, "sensitivity": chunked.sensitivity}
+            chunks = self._chunks(doc, p.doc_id, chunked, metadata, date)
+            summary, sections, vectors = await self._embed_and_summarise(
+                [c for c, piece in zip(chunks, chunked.pieces) if not piece.is_parent],
+                self.summaries.wants(doc.summarize, len(p.text)), title, chunked)
+            yield step("EMBEDDED", len(chunks), chunked)
+            record = DocumentRecord(
+                doc_id=p.doc_id, collection=doc.collection, tenant=doc.tenant, content_hash=digest, title=title,
+                metadata=metadata, date=date, chunk_count=len(chunks), summary=summary, sections=sections,
+            )
+            children = iter(vectors)
+            stored = [StoredChunk(c, None if piece.is_parent else next(children))
+                      for c, piece in zip(chunks, chunked.pieces)]
+            await asyncio.to_thread(self.store.replace_document, record, stored)
+            await asyncio.to_thread(self.registry.apply, doc.collection, [((doc.tenant, p.doc_id), stored)])
+            yield step("INDEXED", len(chunks), chunked, summarized=bool(summary))
+        except RagmeshError as exc:
+            log.warning("document failed", extra={"doc_id": p.doc_id, "error": str(exc)})
+            yield step("FAILED", error=f"{label}: {exc}")
+        except Exception as exc:  # a bug or a store failure must not end the other documents' ingest
+            log.exception("document failed", extra={"doc_id": p.doc_id})
+            yield step("FAILED", error=f"{label}: internal error ({type(exc).__name__}: {exc})")
+
+    def _hash(self, p: Parsed, metadata: dict[str, str], date: str, title: str) -> str:
+        """What the chunks are built from: same hash, nothing to redo."""
+        payload = json.dumps([
+            PIPELINE_VERSION, dataclasses.asdict(self.sizes), [dataclasses.asdict(s) for s in p.sections],
+            p.source, metadata, date, title,
+        ], sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def _chunks(self, doc: Document, doc_id: str, chunked: Chunked, metadata: dict[str, str], date: str) -> list[Chunk]:
+        """Every chunk carries the document's metadata and its own section, pages, flags and index."""
+        out = []
+        for i, piece in enumerate(chunked.pieces):
+            meta = {
+                **metadata, **piece.meta, "section": piece.section,
+                "page": str(piece.page) if piece.page else "", "page_end": str(piece.page_end) if piece.page_end else "",
+                "redacted": str(is_redacted(piece.text)).lower(), "chunk_index": str(i),
+            }
+            parent = chunk_id(doc.tenant, doc.collection, doc_id, piece.parent) if piece.parent is not None else ""
+            out.append(Chunk(
+                chunk_id=chunk_id(doc.tenant, doc.collection, doc_id, i), doc_id=doc_id, collection=doc.collection,
+                text=piece.text, metadata=meta, date=date, tenant=doc.tenant, parent_chunk_id=parent, chunk_index=i,
+            ))
+        return out
+
+    async def _embed_and_summarise(
+        self, children: list[Chunk], summarise: bool, title: str, chunked: Chunked,
+    ) -> tuple[str, list[SectionOutline], np.ndarray]:
+        """Embeds the children while the generator writes the summaries; an embedding failure
+        cancels the summaries (the document fails), a generator failure only loses them."""
+        task = None
+        if summarise and self.summarizer is not None:
+            task = asyncio.create_task(self.summarizer.outline(title, chunked.sections))
+        try:
+            vectors = await self.embedder([c.text for c in children])
+        except BaseException:
+            if task is not None:
+                task.cancel()
+            raise
+        if task is None:
+            return "", table_of_contents(chunked.sections), vectors
+        summary, sections = await task
+        return summary, sections, vectors
+
+    async def delete(
+        self, tenant: str, collection: str, doc_ids: list[str], where: SearchFilter | None = None,
+    ) -> tuple[int, int]:
+        """Deletes the named documents, or those with a chunk the filter admits; returns
+        (documents, chunks) removed."""
         check_name("collection", collection)
+        if where is not None:
+            if doc_ids:
+                raise InvalidArgument("filter", "give doc_ids or a filter, not both")
+            if not (where.any_of or where.equals or where.start_date or where.end_date):
+                raise InvalidArgument("filter", "needs at least one condition (to delete by id, give doc_ids)")
+            filters.validate(where)
+            doc_ids = matching_doc_ids(self.registry, collection, dataclasses.replace(where, tenant=tenant))
         removed = await asyncio.to_thread(self.store.delete_documents, tenant, collection, doc_ids)
         await asyncio.to_thread(self.registry.apply, collection, [((tenant, d), []) for d in doc_ids])
         return removed
+
+
+def matching_doc_ids(registry: IndexRegistry, collection: str, where: SearchFilter) -> list[str]:
+    """Documents with a live chunk that the filter admits, from the index's filter columns
+    (the same compiled mask a search uses, so delete-by-filter matches what search shows)."""
+    index = registry.get(collection)
+    if index is None:
+        return []
+    with index.lock.read():
+        mask = index.columns.mask(where, index.alive[: len(index.chunks)])
+        return sorted({index.chunk(int(slot)).doc_id for slot in np.flatnonzero(mask)})

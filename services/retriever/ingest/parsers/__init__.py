@@ -1,0 +1,76 @@
+"""Picks the parser for a document (by file extension, then MIME type), checks what every
+format must satisfy (not empty, not too large, some text out), and names the resulting
+documents: a file of several JSON records gives one document per record."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import PurePosixPath
+
+from ragmesh.types import Document
+from services.retriever.ingest.parsed import Parsed, UnreadableFile, compact
+from services.retriever.ingest.parsers.markup import parse_html, parse_markdown
+from services.retriever.ingest.parsers.office import parse_docx, parse_pptx
+from services.retriever.ingest.parsers.pdf import parse_pdf
+from services.retriever.ingest.parsers.records import parse_json, parse_jsonl
+from services.retriever.ingest.parsers.text import parse_text, sections_at_headings
+
+Parser = Callable[[bytes, str], list[Parsed]]
+
+PARSERS: dict[str, Parser] = {
+    ".pdf": parse_pdf, ".docx": parse_docx, ".pptx": parse_pptx,
+    ".md": parse_markdown, ".markdown": parse_markdown, ".html": parse_html, ".htm": parse_html,
+    ".txt": parse_text, ".text": parse_text, ".json": parse_json, ".jsonl": parse_jsonl, ".ndjson": parse_jsonl,
+}
+_MIME_TYPES = {
+    "application/pdf": ".pdf",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": ".docx",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": ".pptx",
+    "text/markdown": ".md", "text/x-markdown": ".md", "text/html": ".html", "text/plain": ".txt",
+    "application/json": ".json", "application/x-ndjson": ".jsonl", "application/jsonl": ".jsonl",
+}
+_OLD_OFFICE = {".doc": ".docx", ".ppt": ".pptx", ".rtf": ".docx", ".odt": ".docx", ".odp": ".pptx"}
+
+
+def _parser(doc: Document, name: str) -> Parser:
+    suffix = PurePosixPath(doc.filename.lower()).suffix
+    if suffix in PARSERS:
+        return PARSERS[suffix]
+    mime = doc.mime_type.split(";")[0].strip().lower()
+    if mime in _MIME_TYPES:
+        return PARSERS[_MIME_TYPES[mime]]
+    if suffix in _OLD_OFFICE:
+        raise UnreadableFile(name, f"is an old {suffix} file, which is not supported: save it as {_OLD_OFFICE[suffix]}")
+    what = f"file type {suffix!r}" if suffix else f"MIME type {mime!r}" if mime else "file without an extension"
+    known = ", ".join(sorted(PARSERS))
+    raise UnreadableFile(name, f"is an unsupported {what} (supported: {known})")
+
+
+def parse(doc: Document, max_bytes: int) -> list[Parsed]:
+    """The documents in `doc`, each with its doc_id. Raises UnreadableFile naming the file."""
+    name = doc.filename or doc.doc_id
+    if doc.content and doc.text:
+        raise UnreadableFile(name, "has both text and content: send one of them")
+    if doc.content:
+        if len(doc.content) > max_bytes:
+            raise UnreadableFile(name, f"is {len(doc.content):,} bytes, over the limit of {max_bytes:,} bytes")
+        parsed = _parser(doc, name)(doc.content, name)
+    elif doc.text.strip():
+        if len(doc.text) > max_bytes:
+            raise UnreadableFile(name, f"is {len(doc.text):,} characters, over the limit of {max_bytes:,}")
+        parsed = [Parsed("", sections_at_headings(doc.text.replace("\r\n", "\n")), "text")]
+    else:
+        raise UnreadableFile(name, "is empty")
+    if not parsed:
+        raise UnreadableFile(name, "holds no records")
+    seen: set[str] = set()
+    for number, p in enumerate(parsed, 1):
+        p.sections = compact(p.sections)
+        if not p.sections:
+            hint = " (a scanned PDF? text recognition is not supported)" if p.filetype == "pdf" else ""
+            where = f"record {number} " if len(parsed) > 1 else ""
+            raise UnreadableFile(name, f"{where}has no text to index{hint}")
+        p.doc_id = p.doc_id or (doc.doc_id if len(parsed) == 1 else f"{doc.doc_id}#{number}")
+        if p.doc_id in seen:
+            raise UnreadableFile(name, f"record {number} repeats doc_id {p.doc_id!r}")
+        seen.add(p.doc_id)
+    return parsed

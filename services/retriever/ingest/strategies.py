@@ -1,0 +1,198 @@
+"""From a parsed document to chunk texts (003 part 2): detect the type, redact, then the
+type's chunker. Chunks never span sections (so each names one) but may span pages (each names
+the first and last); BOOK parents group whole paragraphs and may span sections.
+
+FAQ:       one chunk per Q&A pair, at most 8,000 chars (a longer answer continues in further
+           chunks that repeat the question, where 003 cut it off).
+BOOK:      parents of 2,000-3,500 chars, stored for expansion, not embedded; children of
+           400-700 chars with 2 sentences of overlap, embedded.
+SENSITIVE: 225-450 chars, no overlap.
+USER:      400-800 chars (CHUNK_MIN_CHARS / CHUNK_MAX_CHARS), 1 sentence of overlap."""
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+
+from ragmesh.text import sentence_spans
+from services.retriever.ingest.chunker import group
+from services.retriever.ingest.detect import BOOK, FAQ, QUESTION_LINE, SENSITIVE, USER, detect_document_type
+from services.retriever.ingest.parsed import Parsed, Section
+from services.retriever.ingest.sanitize import pii_density, sanitize, sensitivity
+
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """(min, max, overlap in sentences) of each chunker."""
+
+    user: tuple[int, int, int] = (400, 800, 1)
+    sensitive: tuple[int, int, int] = (225, 450, 0)
+    child: tuple[int, int, int] = (400, 700, 2)
+    parent: tuple[int, int] = (2000, 3500)
+    faq_max: int = 8000
+
+
+@dataclass
+class Piece:
+    """One chunk's text and where it came from; `parent` indexes the parent piece, if any."""
+
+    text: str
+    section: str = ""
+    page: int = 0
+    page_end: int = 0
+    meta: dict[str, str] = field(default_factory=dict)
+    is_parent: bool = False
+    parent: int | None = None
+
+
+@dataclass
+class Chunked:
+    doc_type: str
+    sensitivity: str
+    redactions: int
+    pieces: list[Piece]
+    sections: list[Section]  # redacted, for summaries
+
+
+@dataclass
+class _Unit:
+    """A sentence, or a paragraph (BOOK parents), with its section and pages."""
+
+    text: str
+    section: int
+    page: int
+    page_end: int
+    paragraph: int = 0
+
+
+def _redact(section: Section) -> tuple[Section, int]:
+    """The section with PII replaced, page by page so page offsets stay right."""
+    bounds = sorted({0, *(offset for offset, _ in section.pages), len(section.text)})
+    clean = Section(section.title, meta=dict(section.meta))
+    redactions = 0
+    for a, b in zip(bounds, bounds[1:]):
+        done = sanitize(section.text[a:b])
+        redactions += done.redactions
+        clean.add(done.text, section.page_at(a), sep="")
+    return clean, redactions
+
+
+def _sentences(section: Section, index: int) -> list[_Unit]:
+    """The section's sentences, each with its pages and paragraph number."""
+    breaks = [m.end() for m in _PARAGRAPH_BREAK.finditer(section.text)]
+    return [
+        _Unit(" ".join(section.text[a:b].split()), index, section.page_at(a), section.page_at(b - 1),
+              bisect.bisect_right(breaks, a))
+        for a, b in sentence_spans(section.text)
+    ]
+
+
+def _join(units: list[_Unit]) -> str:
+    """Sentences of a paragraph joined by a space, paragraphs by a blank line (headings stay apart)."""
+    parts = [units[0].text] if units else []
+    for before, unit in zip(units, units[1:]):
+        parts += [" " if unit.paragraph == before.paragraph else "\n\n", unit.text]
+    return "".join(parts)
+
+
+def _pieces(units: list[_Unit], sections: list[Section], size: tuple[int, int, int],
+            parent: int | None = None) -> list[Piece]:
+    """Sentence units of one section packed to size."""
+    lo, hi, overlap = size
+    # A unit that starts a paragraph is joined by two characters, not one: count the extra.
+    lengths = [len(u.text) + (i > 0 and u.paragraph != units[i - 1].paragraph) for i, u in enumerate(units)]
+    out = []
+    for a, b in group(lengths, lo, hi, overlap):
+        first, last = units[a], units[b - 1]
+        section = sections[first.section]
+        out.append(Piece(_join(units[a:b]), section.title, first.page, last.page_end, dict(section.meta), parent=parent))
+    return out
+
+
+def _by_section(units: list[_Unit]) -> list[list[_Unit]]:
+    runs: list[list[_Unit]] = []
+    for u in units:
+        if runs and runs[-1][-1].section == u.section:
+            runs[-1].append(u)
+        else:
+            runs.append([u])
+    return runs
+
+
+def _faq(sections: list[Section], sizes: Sizes) -> list[Piece]:
+    out = []
+    for section in sections:
+        starts = sorted({0, *(m.start() for m in QUESTION_LINE.finditer(section.text)), len(section.text)})
+        for a, b in zip(starts, starts[1:]):
+            raw = section.text[a:b]
+            block = raw.strip()
+            if not block:
+                continue
+            a += len(raw) - len(raw.lstrip())
+            if len(block) <= sizes.faq_max:
+                out.append(Piece(block, section.title, section.page_at(a), section.page_at(a + len(block) - 1),
+                                 dict(section.meta)))
+                continue
+            question = block.partition("\n")[0]
+            part = section.slice(a + len(question) + 1, a + len(block))
+            room = sizes.faq_max - len(question) - 1
+            for piece in _pieces(_sentences(part, 0), [part], (room // 2, room, 0)):
+                piece.text = f"{question}\n{piece.text}"
+                out.append(piece)
+    return out
+
+
+def _book(sections: list[Section], sizes: Sizes) -> list[Piece]:
+    """Parents from whole paragraphs (a paragraph longer than a parent is split at sentences),
+    then each parent's children, section by section."""
+    sentences = [u for i, s in enumerate(sections) for u in _sentences(s, i)]
+    paragraphs: list[list[_Unit]] = []
+    for u in sentences:
+        if paragraphs and (paragraphs[-1][-1].section, paragraphs[-1][-1].paragraph) == (u.section, u.paragraph):
+            paragraphs[-1].append(u)
+        else:
+            paragraphs.append([u])
+    lo, hi = sizes.parent
+    blocks: list[list[_Unit]] = []
+    for para in paragraphs:
+        ranges = group([len(u.text) for u in para], lo, hi) if sum(len(u.text) + 1 for u in para) > hi else [(0, len(para))]
+        blocks += [para[a:b] for a, b in ranges]
+    out: list[Piece] = []
+    block_lengths = [sum(len(u.text) + 1 for u in b) - 1 for b in blocks]
+    for a, b in group(block_lengths, lo, hi, sep=2):
+        units = [u for block in blocks[a:b] for u in block]
+        first, last = units[0], units[-1]
+        text = "\n\n".join(_join(block) for block in blocks[a:b])
+        out.append(Piece(text, sections[first.section].title, first.page, last.page_end,
+                         dict(sections[first.section].meta), is_parent=True))
+        parent = len(out) - 1
+        for run in _by_section(units):
+            out += _pieces(run, sections, sizes.child, parent)
+    return out
+
+
+def chunk_document(parsed: Parsed, sizes: Sizes = Sizes()) -> Chunked:
+    raw = parsed.text
+    density = pii_density(raw)
+    doc_type = detect_document_type(raw, density)
+    if doc_type == BOOK and parsed.source:
+        doc_type = USER  # a record's own source is the parent of its chunks
+    redacted = [_redact(s) for s in parsed.sections]
+    sections = [s for s, _ in redacted]
+    redactions = sum(n for _, n in redacted)
+    if doc_type == FAQ:
+        pieces = _faq(sections, sizes)
+    elif doc_type == BOOK:
+        pieces = _book(sections, sizes)
+    else:
+        size = sizes.sensitive if doc_type == SENSITIVE else sizes.user
+        pieces = [p for i, s in enumerate(sections) for p in _pieces(_sentences(s, i), sections, size)]
+    if parsed.source:
+        source = sanitize(parsed.source)
+        redactions += source.redactions
+        for piece in pieces:  # no BOOK parents here: see above
+            piece.parent = 0
+        pieces.insert(0, Piece(source.text, is_parent=True))
+    return Chunked(doc_type, sensitivity(redactions, density), redactions, pieces, sections)

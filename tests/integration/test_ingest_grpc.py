@@ -1,0 +1,158 @@
+"""Retriever.Ingest, Delete and GetDocument over gRPC against the stack's retriever (real
+embedder and extractive generator): files of every format in one stream, per-file errors that
+leave the rest going, pages and parents in search results, summaries readable with GetDocument,
+delete by filter, and a replacement that searches never see half-done."""
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from ragmesh import convert
+from ragmesh.v1 import common_pb2, retriever_pb2, retriever_pb2_grpc
+from tests.stack import Stack
+from tests.unit.test_ingest_chunking import paragraphs
+from tests.unit.test_ingest_parsers import (
+    FACTSHEET, TRANSCRIPT, docx_bytes, meeting_note, pdf_bytes, pptx_bytes, sentence,
+)
+
+COLLECTION = "ingest_grpc"
+
+
+@pytest.fixture(scope="module")
+def stub(stack: Stack) -> Iterator[retriever_pb2_grpc.RetrieverStub]:
+    channel = grpc.insecure_channel(stack.address("retriever"), options=[("grpc.max_send_message_length", 64 << 20)])
+    yield retriever_pb2_grpc.RetrieverStub(channel)
+    channel.close()
+
+
+def file_doc(name: str, content: bytes, **kw: object) -> retriever_pb2.Document:
+    return retriever_pb2.Document(collection=COLLECTION, filename=name, content=content, **kw)
+
+
+def ingest(stub, *docs: retriever_pb2.Document) -> dict[str, retriever_pb2.IngestProgress]:
+    """The last progress of each document."""
+    return {p.doc_id: p for p in stub.Ingest(iter(docs), timeout=120)}
+
+
+def stage(p: retriever_pb2.IngestProgress) -> str:
+    return retriever_pb2.IngestStage.Name(p.stage)
+
+
+def search(stub, query: str, collection: str = COLLECTION, **kw: object) -> list[retriever_pb2.Hit]:
+    return list(stub.Search(retriever_pb2.SearchRequest(query=query, collections=[collection], **kw), timeout=10).hits)
+
+
+@pytest.fixture(scope="module")
+def loaded(stub) -> dict[str, retriever_pb2.IngestProgress]:
+    pdf = pdf_bytes([" ".join(sentence(f"zeppelin hangar page{n}", i) for i in range(5)) for n in (1, 2, 3)])
+    book = "\n\n".join(f"Chapter {c}\n\n" + paragraphs(8, 5, c) for c in range(1, 4))
+    records = "\n".join(json.dumps(r) for r in (meeting_note("mn-ingest-1"), FACTSHEET))
+    return ingest(
+        stub,
+        file_doc("hangar.pdf", pdf, metadata={"team": "ops"}),
+        file_doc("plan.docx", docx_bytes([("h", "Scope"), ("p", "The plan covers the orchard irrigation.")])),
+        file_doc("deck.pptx", pptx_bytes([("Kickoff", "Goals for the glacier survey."), ("Budget", "Costs.")])),
+        file_doc("page.html", b"<h1>Lighthouse</h1><p>The lighthouse keeper logs the fog horn.</p>"),
+        file_doc("corpus.jsonl", records.encode()),
+        file_doc("call.json", json.dumps(TRANSCRIPT).encode()),
+        file_doc("locked.pdf", pdf_bytes(["Secret."], password="pw")),
+        file_doc("notes.xyz", b"what is this"),
+        retriever_pb2.Document(doc_id="tales", collection=COLLECTION, text=book, title="Village Tales", summarize=True),
+    )
+
+
+def test_every_format_goes_in_and_bad_files_fail_alone(loaded) -> None:
+    assert {d: stage(p) for d, p in loaded.items()} == {
+        "hangar.pdf": "INDEXED", "plan.docx": "INDEXED", "deck.pptx": "INDEXED", "page.html": "INDEXED",
+        "mn-ingest-1": "INDEXED", FACTSHEET["factsheet_id"]: "INDEXED", "t-1": "INDEXED",
+        "locked.pdf": "FAILED", "notes.xyz": "FAILED", "tales": "INDEXED",
+    }
+    assert loaded["locked.pdf"].error.startswith("locked.pdf: is an encrypted PDF")
+    assert loaded["notes.xyz"].error.startswith("notes.xyz: is an unsupported file type '.xyz'")
+    assert loaded["tales"].doc_type == "BOOK" and loaded["tales"].summarized
+    assert loaded["mn-ingest-1"].filename == loaded[FACTSHEET["factsheet_id"]].filename == "corpus.jsonl"
+
+
+def test_search_hits_carry_pages_sections_and_metadata(stub, loaded) -> None:
+    hits = search(stub, "zeppelin hangar page2")
+    pdf = [h for h in hits if h.chunk.doc_id == "hangar.pdf"]
+    assert pdf and all(h.chunk.metadata["team"] == "ops" and h.chunk.metadata["filetype"] == "pdf" for h in pdf)
+    assert all(h.chunk.metadata["page"] in ("1", "2", "3") for h in pdf)
+    slide = search(stub, "glacier survey")[0].chunk
+    assert (slide.doc_id, slide.metadata["section"], slide.metadata["page"]) == ("deck.pptx", "Kickoff", "1")
+    transcript = search(stub, "launch moved to May")[0].chunk
+    assert transcript.metadata["type"] == "transcript" and transcript.metadata["tags"] == "launch, planning"
+
+
+def test_factsheet_sections_expand_to_the_complete_json_once(stub, loaded) -> None:
+    where = common_pb2.Filter(equals={"factsheet_id": FACTSHEET["factsheet_id"]})
+    hits = search(stub, "Kestrel Brazil exposure performance holdings", filter=where, top_k=10,
+                  boosters=retriever_pb2.Boosters(expand_parents=True))
+    assert len(hits) == 4 and {h.chunk.metadata["section_type"] for h in hits} == {
+        "performance", "holdings", "commentary", "details"}
+    expanded = [h.parent_text for h in hits if h.parent_text]
+    assert len(expanded) == 1 and json.loads(expanded[0]) == FACTSHEET
+
+
+def test_get_document_returns_the_summaries_and_the_table_of_contents(stack: Stack, stub, loaded) -> None:
+    info = stub.GetDocument(retriever_pb2.GetDocumentRequest(collection=COLLECTION, doc_id="tales"), timeout=10)
+    assert info.title == "Village Tales" and info.metadata["doc_type"] == "BOOK" and info.summary
+    assert [s.title for s in info.sections] == ["Chapter 1", "Chapter 2", "Chapter 3"]
+    assert all(s.summary for s in info.sections)
+    record = stack.app("retriever").store.get_document("", COLLECTION, "tales")
+    assert convert.document_info_from_proto(info) == record  # what the gateway's client reads back
+    docx = stub.GetDocument(retriever_pb2.GetDocumentRequest(collection=COLLECTION, doc_id="plan.docx"), timeout=10)
+    assert [s.title for s in docx.sections] == ["Scope"] and docx.summary == ""  # short: no summary by default
+    with pytest.raises(grpc.RpcError) as err:
+        stub.GetDocument(retriever_pb2.GetDocumentRequest(collection=COLLECTION, doc_id="missing"), timeout=10)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_delete_by_filter_and_by_id(stub) -> None:
+    docs = [retriever_pb2.Document(doc_id=f"del-{i}", collection="ingest_delete", text=f"Delete test {i} text.",
+                                   metadata={"batch": "x" if i % 2 else "y"}) for i in range(4)]
+    assert {stage(p) for p in ingest(stub, *docs).values()} == {"INDEXED"}
+    reply = stub.Delete(retriever_pb2.DeleteRequest(collection="ingest_delete",
+                                                    filter=common_pb2.Filter(equals={"batch": "x"})), timeout=10)
+    assert (reply.documents, reply.chunks) == (2, 2)
+    reply = stub.Delete(retriever_pb2.DeleteRequest(collection="ingest_delete", doc_ids=["del-0"]), timeout=10)
+    assert reply.documents == 1
+    assert [h.chunk.doc_id for h in search(stub, "delete test text", "ingest_delete")] == ["del-2"]
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Delete(retriever_pb2.DeleteRequest(collection="ingest_delete", doc_ids=["del-2"],
+                                                filter=common_pb2.Filter(equals={"batch": "y"})), timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "not both" in err.value.details()
+
+
+def test_searches_during_a_replacement_see_one_version_whole(stub) -> None:
+    """Each version's chunks all carry its marker; a search must never return both markers."""
+    def version(marker: str, count: int) -> retriever_pb2.Document:
+        text = " ".join(f"The {marker} paragraph {i} describes the quarry lantern rules in detail for everyone."
+                        for i in range(count))
+        return retriever_pb2.Document(doc_id="swap", collection="ingest_swap", text=text)
+
+    ingest(stub, version("alphaversion", 40))
+    seen: list[set[str]] = []
+    stop = threading.Event()
+
+    def searcher() -> None:
+        while not stop.is_set():
+            hits = search(stub, "quarry lantern rules", "ingest_swap", top_k=50)
+            seen.append({m for h in hits for m in ("alphaversion", "betaversion") if m in h.chunk.text})
+
+    threads = [threading.Thread(target=searcher) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(6):
+            ingest(stub, version("betaversion" if i % 2 == 0 else "alphaversion", 40 if i % 2 else 12))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert seen and all(len(markers) == 1 for markers in seen)
+    assert {m for markers in seen for m in markers} == {"alphaversion", "betaversion"}  # both were seen
