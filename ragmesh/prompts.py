@@ -81,7 +81,16 @@ Compare blocks ("When comparing [1] and [4], ..."), explain causality ("Based on
 Reason step by step, cite inline, and base the analysis only on the blocks; say when they are not enough.""",
 )
 
-PROMPTS = {p.name: p for p in (FUND_RESEARCH, CITATION_ENFORCED, RAG_PERSONA, INVESTIGATOR, DEEP_REASONER)}
+GLOBAL_SUMMARY = Prompt(  # 004 path B
+    "global_summary",
+    "You are a helpful assistant. {persona}The user asked for a high-level summary. Do not search for specific "
+    "details: present the pre-computed executive summary and section summaries provided. " + DATA_RULE,
+    """Present this summary in a clear, structured format: an introduction (the document's purpose), the key
+themes (main arguments and figures) and a conclusion (the overall message). Cite the blocks like [1].""",
+)
+
+PROMPTS = {p.name: p for p in (FUND_RESEARCH, CITATION_ENFORCED, RAG_PERSONA, INVESTIGATOR, DEEP_REASONER,
+                               GLOBAL_SUMMARY)}
 
 
 def system_instruction(prompt: Prompt, persona: str = "") -> str:

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient, SearchResult
-from ragmesh.errors import RagmeshError
+from ragmesh.errors import NotFound, RagmeshError
 from ragmesh.models import EXTRACTIVE
 from ragmesh.store import CorrectionRecord
-from ragmesh.types import Citation, GenEvent, Hit, SearchFilter, Turn
+from ragmesh.types import Chunk, Citation, GenEvent, Hit, SearchFilter, Turn
 from services.gateway import context, router
 from services.gateway.answer_guard import AnswerGuard
 from services.gateway.history import History
@@ -171,6 +171,11 @@ class AskPipeline:
                                      any_of={"fund_name": sorted(ask.selected_funds)} if ask.selected_funds else {})
         s = Strategy(rt.name, NO_RETRIEVAL, rt.reason, ask.conversation_id, ask.collections, search_filter, "",
                      k=rt.k, model=self._model(ask, rt))
+        if rt.name == router.SUMMARY:
+            if await self._summary_hits(ask, s):
+                return s
+            rt = router.Route(router.SPECIFIC, "summary asked, but the document has no summary or outline", 10, 0.5)
+            s.route, s.reason, s.k = rt.name, rt.reason, rt.k
         if not rt.retrieves:
             return s
         await self._read_question(ask, s)
@@ -202,6 +207,34 @@ class AskPipeline:
                                      "retrieval_ms": round(s.retrieval_ms, 1), "candidates": s.candidate_count,
                                      "cache_hit": s.cache_hit, "unavailable": s.unavailable})
         return s
+
+    async def _summary_hits(self, ask: AskInput, s: Strategy) -> bool:
+        """004 Path B: the document's pre-computed summary and section summaries as the context, or
+        its section titles as a table of contents. False when it has neither (search instead)."""
+        ref = ask.document_ids[0]
+        collection, _, doc_id = ref.rpartition("/")
+        record = None
+        for name in [collection] if collection else s.collections:
+            try:
+                record = await self.retriever.get_document(name, doc_id, ask.tenant)
+                break
+            except NotFound:
+                continue
+        if record is None:
+            raise NotFound(f"document_ids: {ref!r} is not in {', '.join([collection] if collection else s.collections)}")
+        texts = [record.summary] if record.summary else []
+        texts += [f"{sec.title}: {sec.summary}" for sec in record.sections if sec.summary]
+        if not texts and record.sections:  # a table of contents from the section titles
+            texts = ["Sections: " + "; ".join(sec.title for sec in record.sections if sec.title)]
+        if not texts:
+            return False
+        base = Chunk(chunk_id=f"{record.collection}/{record.doc_id}#summary", doc_id=record.doc_id,
+                     collection=record.collection, text="", metadata=dict(record.metadata), date=record.date,
+                     tenant=record.tenant)
+        s.hits = [Hit(dataclasses.replace(base, chunk_id=f"{base.chunk_id}{i or ''}", text=t), 1.0)
+                  for i, t in enumerate(texts)]
+        s.chunks, s.reason = len(s.hits), f"{s.reason}; {'summary' if record.summary else 'table of contents'} of {ref}"
+        return True
 
     def _model(self, ask: AskInput, rt: router.Route) -> str:
         if ask.model:
@@ -303,11 +336,11 @@ class AskPipeline:
         model, stopped, finished = s.model, False, False
         yield Event("generating", True)
         try:
-            if s.route == router.DIRECT or (s.retrieval != NO_RETRIEVAL and not ctx.blocks):
-                canned = _direct_answer(ask.question) if s.route == router.DIRECT else NO_MATCH
-                parts.append(canned)
-                model = "direct_response" if s.route == router.DIRECT else "no_context_response"
-                yield Event("content", canned)
+            canned = self._canned(ask, s, ctx)
+            if canned is not None:
+                model, text = canned
+                parts.append(text)
+                yield Event("content", text)
             else:
                 stream = await self._generation(ask, s, turns, ctx, corrections)
                 guard = AnswerGuard({b.index for b in ctx.blocks}, enforce=bool(ctx.blocks))
@@ -357,6 +390,17 @@ class AskPipeline:
                 self.history.save_answer(ask.conversation_id, "".join(parts), {"model": model, "route": s.route},
                                          stopped=True)
 
+    def _canned(self, ask: AskInput, s: Strategy, ctx: context.Context) -> tuple[str, str] | None:
+        """(model, answer) for answers made without the generator, or None."""
+        if s.route == router.DIRECT:
+            return "direct_response", _direct_answer(ask.question)
+        if s.retrieval != NO_RETRIEVAL and not ctx.blocks:
+            return "no_context_response", NO_MATCH
+        if s.route == router.SUMMARY and s.model == EXTRACTIVE:  # the offline backend quotes; a summary is quoted whole
+            lines = [f"**{ctx.blocks[0].label}**", ""] + [f"{b.text} [{b.index}]" for b in ctx.blocks]
+            return "global_summary_path", "\n\n".join(lines)
+        return None
+
     async def _generation(self, ask: AskInput, s: Strategy, turns: list[Turn], ctx: context.Context,
                           corrections: list[CorrectionRecord]) -> AsyncIterator[GenEvent]:
         summary = ""
@@ -365,7 +409,7 @@ class AskPipeline:
             summary = await asyncio.to_thread(self.history.store.conversation_summary, ask.conversation_id)
             if summary:  # a long conversation: its summary stands in for all but the last turn
                 recent = turns[-1:]
-        route_prompt = {router.DEEP: "deep_reasoner"}.get(s.route, "fund_research")
+        route_prompt = {router.DEEP: "deep_reasoner", router.SUMMARY: "global_summary"}.get(s.route, "fund_research")
         system, prompt = context.build_prompt(route_prompt, ask.question, recent, summary, ctx, ask.sources)
         if corrections:
             system = f"{corrections_text(corrections)}\n\n{system}"

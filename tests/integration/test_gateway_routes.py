@@ -229,3 +229,34 @@ def test_embedder_down_means_keyword_search_flagged(stack: Stack) -> None:
         assert "12% to 4%" in answer_of(events)
     finally:
         stack.start_service("embedder", port)
+
+
+def test_summary_route_answers_from_the_pre_computed_summary(stack: Stack) -> None:
+    stub = retriever_pb2_grpc.RetrieverStub(grpc.insecure_channel(stack.address("retriever")))
+    paragraphs = [
+        f"# Part {i}\n\n" + " ".join(f"The committee reviewed liquidity terms for sleeve {i} in meeting {j}, "
+                                     f"noting redemption gates of {i + j}% and a notice period of {30 + j} days."
+                                     for j in range(8))
+        for i in range(1, 4)
+    ]
+    long_doc = retriever_pb2.Document(doc_id="policy-book", collection="documents", text="\n\n".join(paragraphs),
+                                      filename="policy.md", summarize=True)
+    short_doc = retriever_pb2.Document(doc_id="memo", collection="documents", text="A short memo about fees.",
+                                       summarize=False)
+    progress = list(stub.Ingest(iter([long_doc, short_doc]), timeout=120))
+    assert [p.error for p in progress if p.error] == []
+    assert any(p.summarized for p in progress if p.doc_id == "policy-book")
+
+    before = stack.app("retriever").engine.searches
+    events = ask(stack, "Summarize this document", data_sources=["Documents"], document_ids=["documents/policy-book"])
+    strategy = one(events, "strategy")
+    assert (strategy["route"], strategy["retrieval"]) == ("SUMMARY", "NO_RAG")
+    assert "summary of documents/policy-book" in strategy["reason"]
+    assert stack.app("retriever").engine.searches == before, "a summary needs no search"
+    assert "liquidity" in answer_of(events) and one(events, "citations")
+
+    fallback = one(ask(stack, "Summarize this document", data_sources=["Documents"], document_ids=["memo"]), "strategy")
+    assert fallback["route"] == "SPECIFIC" and "no summary" in fallback["reason"]
+    missing = httpx.post(stack.http_url + "/api/chat/ask/stream",
+                         json={"question": "Summarize this document", "document_ids": ["documents/nope"]})
+    assert missing.status_code == 200 and "not in" in missing.text
