@@ -71,6 +71,8 @@ class Settings:
     openai_model: str = field(default_factory=lambda: _env("OPENAI_MODEL", ""))
 
     # Retriever
+    # How often a retriever checks the store for other replicas' writes (seconds).
+    follow_interval_s: float = field(default_factory=lambda: _float("FOLLOW_INTERVAL_S", 1.0))
     chunk_min_chars: int = field(default_factory=lambda: _int("CHUNK_MIN_CHARS", 400))
     chunk_max_chars: int = field(default_factory=lambda: _int("CHUNK_MAX_CHARS", 800))
     # Ingest: files over this size are refused (per file, with a clear error).

@@ -39,6 +39,17 @@ class MessageRecord:
 
 
 @dataclass
+class Change:
+    """One document written (replaced or deleted) at a store version: the change log other
+    retriever replicas replay to keep their indexes in step."""
+
+    version: int
+    collection: str
+    tenant: str
+    doc_id: str
+
+
+@dataclass
 class CorrectionRecord:
     """A user's statement that an answer was wrong, and what is right (004 active learning)."""
 
@@ -68,6 +79,12 @@ class Store(Protocol):
     def iter_chunks(self, collection: str | None = None) -> Iterator[StoredChunk]: ...
 
     def collections(self) -> list[CollectionStats]: ...
+
+    def document_chunks(self, tenant: str, collection: str, doc_id: str) -> list[StoredChunk]:
+        """A document's current chunks in order (empty when it does not exist)."""
+
+    def changes_since(self, version: int) -> list[Change]:
+        """Documents written after `version`, oldest first."""
 
     def version(self) -> int:
         """A counter that every corpus write increases; indexes compare it to know they are current."""

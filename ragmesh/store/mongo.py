@@ -25,7 +25,7 @@ from pymongo.client_session import ClientSession
 from pymongo.errors import DuplicateKeyError, InvalidURI, PyMongoError
 
 from ragmesh.config import redact_uri
-from ragmesh.store import CollectionStats, CorrectionRecord, MessageRecord, StoreUnavailable
+from ragmesh.store import Change, CollectionStats, CorrectionRecord, MessageRecord, StoreUnavailable
 from ragmesh.types import Chunk, DocumentRecord, SectionOutline, StoredChunk
 
 T = TypeVar("T")
@@ -83,6 +83,7 @@ class MongoStore:
             self.transactions = self._detect_transactions() if transactions is None else transactions
             db = self._client[db_name]
             self._docs, self._chunks, self._meta = db["documents"], db["chunks"], db["meta"]
+            self._changes = db["changes"]
             self._convs, self._msgs = db["conversations"], db["messages"]
             self._summaries, self._corrections, self._usage = db["summaries"], db["corrections"], db["usage"]
             self._create_indexes()
@@ -128,6 +129,7 @@ class MongoStore:
         self._corrections.create_indexes([
             IndexModel([("tenant", ASCENDING), ("user_id", ASCENDING), ("order", DESCENDING)], name="user_order"),
         ])
+        self._changes.create_indexes([IndexModel([("version", ASCENDING)], name="version")])
         self._meta.update_one({"_id": "version"}, {"$setOnInsert": {"value": 0}}, upsert=True)
 
     def _remove_orphans(self, grace_s: float) -> None:
@@ -195,6 +197,7 @@ class MongoStore:
             tag = self._insert_version(list(latest.values()), s)
             replaced = [(doc, self._flip(doc, tag, len(chunks), s)) for doc, chunks in latest.values()]
             version = self._bump(s)
+            self._log_changes(version, [(d.collection, d.tenant, d.doc_id) for d, _ in latest.values()], s)
             self._delete_chunks([_version(doc, old) for doc, old in replaced if old is not None], s)
             return version
 
@@ -248,11 +251,26 @@ class MongoStore:
             # Headers first: a document without one is invisible, its chunks orphans until removed.
             headers = {"_id": {"$in": [d["_id"] for d in found]}}
             docs = self._docs.delete_many(headers, session=s).deleted_count
-            self._bump(s)
+            self._log_changes(self._bump(s), [(collection, tenant, d["doc_id"]) for d in found], s)
             versions = [{**key, "doc_id": d["doc_id"], "v": d["current"]} for d in found]
             return docs, self._delete_chunks(versions, s)
 
         return self._atomic(steps)
+
+    def _log_changes(self, version: int, keys: list[tuple[str, str, str]], s: Session) -> None:
+        self._changes.insert_many([{"version": version, "collection": c, "tenant": t, "doc_id": d}
+                                   for c, t, d in keys], session=s)
+
+    def changes_since(self, version: int) -> list[Change]:
+        cursor = self._changes.find({"version": {"$gt": version}}).sort([("version", ASCENDING), ("_id", ASCENDING)])
+        return [Change(d["version"], d["collection"], d["tenant"], d["doc_id"]) for d in cursor]
+
+    def document_chunks(self, tenant: str, collection: str, doc_id: str) -> list[StoredChunk]:
+        key = {"tenant": tenant, "collection": collection, "doc_id": doc_id}
+        header = self._docs.find_one(key, {"current": 1})
+        if header is None:
+            return []
+        return [_stored_chunk(d) for d in self._chunks.find({**key, "v": header["current"]}).sort("_id", ASCENDING)]
 
     def iter_chunks(self, collection: str | None = None) -> Iterator[StoredChunk]:
         """Chunks of current versions in insertion (_id) order, the same on every replica.

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ragmesh.errors import InvalidArgument
-from ragmesh.store import CollectionStats, CorrectionRecord, MessageRecord
+from ragmesh.store import Change, CollectionStats, CorrectionRecord, MessageRecord
 from ragmesh.types import Chunk, DocumentRecord, SectionOutline, StoredChunk
 
 _SCHEMA = """
@@ -37,6 +37,11 @@ CREATE TABLE IF NOT EXISTS outlines (
   summary TEXT NOT NULL, sections TEXT NOT NULL,
   PRIMARY KEY (tenant, collection, doc_id)
 );
+CREATE TABLE IF NOT EXISTS changes (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, version INTEGER NOT NULL,
+  collection TEXT NOT NULL, tenant TEXT NOT NULL, doc_id TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS changes_by_version ON changes (version);
 CREATE TABLE IF NOT EXISTS conversations (
   conversation_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, user_id TEXT NOT NULL,
   created_at REAL NOT NULL, updated_at REAL NOT NULL
@@ -149,7 +154,9 @@ class SqliteStore:
                     db.execute("INSERT OR REPLACE INTO outlines VALUES (?,?,?,?,?)", (*key, doc.summary, sections))
                 else:  # a replacement without an outline must not keep the old version's
                     db.execute("DELETE FROM outlines WHERE tenant = ? AND collection = ? AND doc_id = ?", key)
-            return self._bump_version()
+            version = self._bump_version()
+            self._log_changes(db, version, [(d.collection, d.tenant, d.doc_id) for d, _ in items])
+            return version
 
     def delete_documents(self, tenant: str, collection: str, doc_ids: list[str]) -> tuple[int, int]:
         with self._tx() as db:
@@ -164,20 +171,34 @@ class SqliteStore:
                 ).rowcount
                 db.execute("DELETE FROM outlines WHERE tenant = ? AND collection = ? AND doc_id = ?", key)
             if docs or chunks:
-                self._bump_version()
+                self._log_changes(db, self._bump_version(), [(collection, tenant, d) for d in doc_ids])
             return docs, chunks
 
+    @staticmethod
+    def _log_changes(db: sqlite3.Connection, version: int, keys: list[tuple[str, str, str]]) -> None:
+        db.executemany("INSERT INTO changes (version, collection, tenant, doc_id) VALUES (?,?,?,?)",
+                       [(version, *k) for k in keys])
+
+    def changes_since(self, version: int) -> list[Change]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT version, collection, tenant, doc_id FROM changes WHERE version > ? ORDER BY seq", (version,)
+            ).fetchall()
+        return [Change(*r) for r in rows]
+
+    def document_chunks(self, tenant: str, collection: str, doc_id: str) -> list[StoredChunk]:
+        return list(self._chunks("WHERE tenant = ? AND collection = ? AND doc_id = ?", (tenant, collection, doc_id)))
+
     def iter_chunks(self, collection: str | None = None) -> Iterator[StoredChunk]:
+        return self._chunks("", ()) if collection is None else self._chunks("WHERE collection = ?", (collection,))
+
+    def _chunks(self, where: str, args: tuple) -> Iterator[StoredChunk]:
         sql = (
             "SELECT chunk_id, tenant, collection, doc_id, chunk_index, text, metadata, date, "
-            "parent_chunk_id, vector FROM chunks"
+            f"parent_chunk_id, vector FROM chunks {where} ORDER BY rowid"
         )
-        args: tuple = ()
-        if collection is not None:
-            sql += " WHERE collection = ?"
-            args = (collection,)
         with self._lock:
-            rows = self._db.execute(sql + " ORDER BY rowid", args).fetchall()
+            rows = self._db.execute(sql, args).fetchall()
         for r in rows:
             chunk = Chunk(
                 chunk_id=r[0], tenant=r[1], collection=r[2], doc_id=r[3], chunk_index=r[4],

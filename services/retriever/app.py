@@ -15,6 +15,8 @@ from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import retriever_pb2_grpc
 from services.retriever.index import IndexRegistry
+from services.retriever.freshness import Follower
+from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.pipeline import Ingestor, SummaryPolicy
 from services.retriever.ingest.summaries import Summarizer, SummaryPrompt
 from services.retriever.ingest.upsert import Upserter
@@ -40,6 +42,9 @@ class RetrieverApp(ServiceApp):
         self.embedder: EmbedderClient | None = None
         self.generator: GeneratorClient | None = None
         self.engine = SearchEngine(self.registry, self._embed)
+        self.committer = Committer(self.store, self.registry)
+        self.follower = Follower(self.committer, settings.follow_interval_s)
+        self._following: asyncio.Task | None = None
         self.ingestor = Ingestor(
             self.store, self.registry, self._embed,
             min_chars=settings.chunk_min_chars, max_chars=settings.chunk_max_chars,
@@ -47,6 +52,7 @@ class RetrieverApp(ServiceApp):
             retries=settings.embed_retries, backoff_s=settings.embed_retry_base_s,
             summarizer=Summarizer(self._summarise),
             summaries=SummaryPolicy(settings.ingest_summaries, settings.summary_min_chars),
+            committer=self.committer,
         )
 
     async def _embed(self, texts: list[str], task: str) -> np.ndarray:
@@ -63,7 +69,7 @@ class RetrieverApp(ServiceApp):
 
     def register(self, server: grpc.aio.Server) -> None:
         retriever_pb2_grpc.add_RetrieverServicer_to_server(
-            RetrieverServicer(self.engine, self.ingestor, Upserter(self.store, self.registry), self.store), server
+            RetrieverServicer(self.engine, self.ingestor, Upserter(self.committer), self.store), server
         )
 
     async def warm_up(self) -> None:
@@ -85,13 +91,19 @@ class RetrieverApp(ServiceApp):
             chunks = await asyncio.to_thread(self.registry.rebuild, self.store)
             log.info("indexes rebuilt from the store",
                      extra={"chunks": chunks, "collections": self.registry.names(), "store": repr(self.store)})
+        # Other replicas' writes from here on are replayed from the store's change log.
+        self.follower.start_from(version)
+        if self._following is None:
+            self._following = asyncio.create_task(self.follower.run())
 
     async def close(self) -> None:
         """After the server stopped (no writes in flight): snapshot the indexes for a fast restart."""
+        if self._following is not None:
+            self._following.cancel()
         if not self.store.connected:
             return
-        try:
-            await asyncio.to_thread(self.registry.save_snapshot, self.snapshot_dir, self.store.version())
+        try:  # at the version the indexes reflect, which other writers may have passed meanwhile
+            await asyncio.to_thread(self.registry.save_snapshot, self.snapshot_dir, self.follower.applied)
         except OSError as exc:
             log.warning("index snapshot not written", extra={"error": str(exc)})
         for client in (self.embedder, self.generator):

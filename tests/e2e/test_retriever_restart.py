@@ -26,12 +26,13 @@ DIM = 384
 
 
 class RetrieverProcess:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, name: str = "retriever") -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.env = {**os.environ, "DATA_DIR": str(data_dir), "RETRIEVER_PORT": str(self.port),
-                    "RAGMESH_HOST": "127.0.0.1", "EMBEDDER_ADDR": f"127.0.0.1:{free_port()}"}
-        self.log = data_dir / "retriever.log"
+                    "RAGMESH_HOST": "127.0.0.1", "EMBEDDER_ADDR": f"127.0.0.1:{free_port()}",
+                    "FOLLOW_INTERVAL_S": "0.2"}
+        self.log = data_dir / f"{name}.log"
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -160,3 +161,37 @@ def test_an_unreachable_database_means_not_serving_not_a_crash(tmp_path: Path) -
     finally:
         if retriever.proc.poll() is None:
             retriever.stop(signal.SIGKILL)
+
+
+def test_two_retrievers_on_one_store_converge(tmp_path: Path) -> None:
+    """Two replicas share one database: a write through either reaches the other's indexes
+    through the store's change log, and both then answer a search identically."""
+    a, b = RetrieverProcess(tmp_path, "a"), RetrieverProcess(tmp_path, "b")
+    a.start()
+    b.start()
+    try:
+        reply = a.stub().Upsert(upserts(range(40)), timeout=60)
+        assert reply.documents == 40
+
+        def converged() -> bool:
+            sa, sb = (p.stub().Stats(retriever_pb2.StatsRequest(), timeout=5) for p in (a, b))
+            counts = lambda s: sorted((c.name, c.chunks, c.indexed_chunks) for c in s.collections)  # noqa: E731
+            return counts(sa) == counts(sb) and search(a.stub()) == search(b.stub())
+
+        deadline = time.monotonic() + 30
+        while not converged() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert converged(), "replica b never caught up with a's write"
+        assert search(b.stub())[0][0] == "bulk/doc3#0"
+
+        b.stub().Delete(retriever_pb2.DeleteRequest(collection="bulk", doc_ids=["doc3"]), timeout=10)
+        deadline = time.monotonic() + 30
+        while "bulk/doc3#0" in [h[0] for h in search(a.stub())] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "bulk/doc3#0" not in [h[0] for h in search(a.stub())], "a still returns a document b deleted"
+        assert converged()
+        assert "applied other writers' changes" in a.log.read_text()
+    finally:
+        for p in (a, b):
+            if p.proc and p.proc.poll() is None:
+                p.stop()

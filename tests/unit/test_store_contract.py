@@ -286,6 +286,22 @@ def test_conversations_exist_and_delete_with_their_messages(backend: Backend) ->
     assert store.conversation_exists("t1", "c2") and not store.conversation_exists("t1", "c1")
 
 
+def test_change_log_and_document_chunks(backend: Backend) -> None:
+    store = backend.open()
+    start = store.version()
+    store.replace_documents([doc("d1", 2), doc("d2", 1)])
+    v2 = store.replace_document(*doc("d1", 3, h="h2"))
+    store.delete_documents("", "notes", ["d2"])
+    changes = store.changes_since(start)
+    assert [(c.collection, c.doc_id) for c in changes] == [("notes", "d1"), ("notes", "d2"), ("notes", "d1"),
+                                                            ("notes", "d2")]
+    assert [c.doc_id for c in store.changes_since(v2)] == ["d2"]
+    assert store.changes_since(store.version()) == []
+    assert [s.chunk.chunk_id for s in store.document_chunks("", "notes", "d1")] == [
+        "/notes/d1#0", "/notes/d1#1", "/notes/d1#2"]
+    assert store.document_chunks("", "notes", "d2") == [] and store.document_chunks("t9", "notes", "d1") == []
+
+
 def test_conversation_summaries_corrections_and_usage(backend: Backend) -> None:
     store = backend.open()
     assert store.conversation_summary("c1") == ""

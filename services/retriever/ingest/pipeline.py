@@ -22,6 +22,7 @@ from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, Section
 from ragmesh.validation import check_date, check_name
 from services.retriever import filters
 from services.retriever.index import IndexRegistry
+from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.embedding import BatchEmbedder
 from services.retriever.ingest.parsed import Parsed
 from services.retriever.ingest.parsers import parse
@@ -80,10 +81,11 @@ class Ingestor:
         self, store: Store, registry: IndexRegistry, embed: EmbedFn, *,
         min_chars: int = 400, max_chars: int = 800, batch_size: int = 64, max_bytes: int = MAX_BYTES,
         retries: int = 4, backoff_s: float = 0.5, summarizer: Summarizer | None = None,
-        summaries: SummaryPolicy = SummaryPolicy(),
+        summaries: SummaryPolicy = SummaryPolicy(), committer: Committer | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
+        self.committer = committer or Committer(store, registry)
         self.embedder = BatchEmbedder(embed, batch_size, retries, backoff_s)
         self.sizes = Sizes(user=(min_chars, max_chars, 1))
         self.max_bytes = max_bytes
@@ -142,8 +144,7 @@ class Ingestor:
             children = iter(vectors)
             stored = [StoredChunk(c, None if piece.is_parent else next(children))
                       for c, piece in zip(chunks, chunked.pieces)]
-            await asyncio.to_thread(self.store.replace_document, record, stored)
-            await asyncio.to_thread(self.registry.apply, doc.collection, [((doc.tenant, p.doc_id), stored)])
+            await asyncio.to_thread(self.committer.replace, [(record, stored)])
             yield step("INDEXED", len(chunks), chunked, summarized=bool(summary))
         except RagmeshError as exc:
             log.warning("document failed", extra={"doc_id": p.doc_id, "error": str(exc)})
@@ -208,9 +209,7 @@ class Ingestor:
                 raise InvalidArgument("filter", "needs at least one condition (to delete by id, give doc_ids)")
             filters.validate(where)
             doc_ids = matching_doc_ids(self.registry, collection, dataclasses.replace(where, tenant=tenant))
-        removed = await asyncio.to_thread(self.store.delete_documents, tenant, collection, doc_ids)
-        await asyncio.to_thread(self.registry.apply, collection, [((tenant, d), []) for d in doc_ids])
-        return removed
+        return await asyncio.to_thread(self.committer.delete, tenant, collection, doc_ids)
 
 
 def matching_doc_ids(registry: IndexRegistry, collection: str, where: SearchFilter) -> list[str]:

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ragmesh.errors import InvalidArgument
-from ragmesh.store import Store
 from ragmesh.types import Chunk, DocumentRecord, StoredChunk
 from ragmesh.validation import check_date, check_name
-from services.retriever.index import IndexRegistry
+from services.retriever.ingest.commit import Committer
 
 MAX_ERRORS = 100
 
@@ -29,9 +28,9 @@ class UpsertSummary:
 
 
 class Upserter:
-    def __init__(self, store: Store, registry: IndexRegistry, batch_chunks: int = 4096) -> None:
-        self.store = store
-        self.registry = registry
+    def __init__(self, committer: Committer, batch_chunks: int = 4096) -> None:
+        self.committer = committer
+        self.registry = committer.registry
         self.batch_chunks = batch_chunks
 
     async def upsert(self, stream: AsyncIterator[tuple[Chunk, np.ndarray | None]]) -> UpsertSummary:
@@ -89,12 +88,7 @@ class Upserter:
     async def _flush(self, batch: list[tuple[DocumentRecord, list[StoredChunk]]], summary: UpsertSummary) -> None:
         if not batch:
             return
-        await asyncio.to_thread(self.store.replace_documents, list(batch))
-        by_collection: dict[str, list] = {}
-        for record, chunks in batch:
-            by_collection.setdefault(record.collection, []).append(((record.tenant, record.doc_id), chunks))
-        for collection, changes in by_collection.items():
-            await asyncio.to_thread(self.registry.apply, collection, changes)
+        await asyncio.to_thread(self.committer.replace, list(batch))
         summary.documents += len(batch)
         summary.chunks += sum(len(c) for _, c in batch)
         batch.clear()
