@@ -12,7 +12,8 @@ from dataclasses import dataclass
 MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 MONTHS |= {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name}
 _MONTH = "|".join(sorted(MONTHS, key=len, reverse=True))
-_QUARTER_WORDS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "1st": 1, "2nd": 2, "3rd": 3, "4th": 4}
+_QUARTER_WORDS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "1st": 1, "2nd": 2, "3rd": 3, "4th": 4,
+                  "last": 4, "final": 4}
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ def _relative(text: str, today: dt.date) -> tuple[dt.date, dt.date] | None:
 _RELATIVE = re.compile(r"\b(today|yesterday|this week|past week|last week|past month|last 30 days|last 90 days|"
                        r"this month|last month|this quarter|last quarter|this year|last year)\b", re.I)
 _MONTH_YEAR = re.compile(rf"\b(?:in |during |for )?({_MONTH})\.? (\d{{4}})\b", re.I)
-_QUARTER = re.compile(r"\b(?:q([1-4])|(first|second|third|fourth|1st|2nd|3rd|4th) quarter(?: of)?) ?(\d{4})\b", re.I)
+_QUARTER = re.compile(r"\b(?:q([1-4])|(first|second|third|fourth|1st|2nd|3rd|4th|last|final) quarter)(?: of)? ?(\d{4})\b",
+                      re.I)
 _YEAR = re.compile(r"\b(?:in|during|for|of) (20\d{2}|19\d{2})\b", re.I)
 _SINCE = re.compile(rf"\bsince ({_MONTH})\.? (\d{{4}})\b", re.I)
 

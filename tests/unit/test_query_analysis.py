@@ -16,6 +16,8 @@ FUNDS = ["Kestrel Emerging Markets", "Northwind Global Macro Fund", "Harborview 
     ("Q1 2024 performance", "2024-01-01", "2024-03-31"),
     ("results for the third quarter of 2024", "2024-07-01", "2024-09-30"),
     ("what about last quarter", "2025-07-01", "2025-09-30"),
+    ("How did Harborview do in the last quarter of 2024?", "2024-10-01", "2024-12-31"),
+    ("Q4 of 2024", "2024-10-01", "2024-12-31"),
     ("and last month?", "2025-10-01", "2025-10-31"),
     ("since June 2024", "2024-06-01", "2025-11-21"),
     ("what did they do in 2024", "2024-01-01", "2024-12-31"),
