@@ -86,6 +86,11 @@ class Store(Protocol):
     def changes_since(self, version: int) -> list[Change]:
         """Documents written after `version`, oldest first."""
 
+    def collection_options(self) -> dict[str, dict]:
+        """Every configured collection's index options (see the retriever's CollectionOptions)."""
+
+    def set_collection_options(self, name: str, options: dict) -> None: ...
+
     def version(self) -> int:
         """A counter that every corpus write increases; indexes compare it to know they are current."""
 

@@ -83,7 +83,7 @@ class MongoStore:
             self.transactions = self._detect_transactions() if transactions is None else transactions
             db = self._client[db_name]
             self._docs, self._chunks, self._meta = db["documents"], db["chunks"], db["meta"]
-            self._changes = db["changes"]
+            self._changes, self._options = db["changes"], db["collection_options"]
             self._convs, self._msgs = db["conversations"], db["messages"]
             self._summaries, self._corrections, self._usage = db["summaries"], db["corrections"], db["usage"]
             self._create_indexes()
@@ -264,6 +264,12 @@ class MongoStore:
     def changes_since(self, version: int) -> list[Change]:
         cursor = self._changes.find({"version": {"$gt": version}}).sort([("version", ASCENDING), ("_id", ASCENDING)])
         return [Change(d["version"], d["collection"], d["tenant"], d["doc_id"]) for d in cursor]
+
+    def collection_options(self) -> dict[str, dict]:
+        return {d["_id"]: d["options"] for d in self._options.find()}
+
+    def set_collection_options(self, name: str, options: dict) -> None:
+        self._options.replace_one({"_id": name}, {"options": options}, upsert=True)
 
     def document_chunks(self, tenant: str, collection: str, doc_id: str) -> list[StoredChunk]:
         key = {"tenant": tenant, "collection": collection, "doc_id": doc_id}

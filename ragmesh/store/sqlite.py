@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS changes (
   collection TEXT NOT NULL, tenant TEXT NOT NULL, doc_id TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS changes_by_version ON changes (version);
+CREATE TABLE IF NOT EXISTS collection_options (name TEXT PRIMARY KEY, options TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS conversations (
   conversation_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, user_id TEXT NOT NULL,
   created_at REAL NOT NULL, updated_at REAL NOT NULL
@@ -185,6 +186,15 @@ class SqliteStore:
                 "SELECT version, collection, tenant, doc_id FROM changes WHERE version > ? ORDER BY seq", (version,)
             ).fetchall()
         return [Change(*r) for r in rows]
+
+    def collection_options(self) -> dict[str, dict]:
+        with self._lock:
+            rows = self._db.execute("SELECT name, options FROM collection_options").fetchall()
+        return {name: json.loads(options) for name, options in rows}
+
+    def set_collection_options(self, name: str, options: dict) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO collection_options VALUES (?, ?)", (name, json.dumps(options)))
 
     def document_chunks(self, tenant: str, collection: str, doc_id: str) -> list[StoredChunk]:
         return list(self._chunks("WHERE tenant = ? AND collection = ? AND doc_id = ?", (tenant, collection, doc_id)))

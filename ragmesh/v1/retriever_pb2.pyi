@@ -343,3 +343,17 @@ class DocumentInfo(_message.Message):
     summary: str
     sections: _containers.RepeatedCompositeFieldContainer[SectionOutline]
     def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., tenant: _Optional[str] = ..., title: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., date: _Optional[str] = ..., chunk_count: _Optional[int] = ..., content_hash: _Optional[str] = ..., summary: _Optional[str] = ..., sections: _Optional[_Iterable[_Union[SectionOutline, _Mapping]]] = ...) -> None: ...
+
+class ConfigureCollectionRequest(_message.Message):
+    __slots__ = ("name", "dense_index", "stemming", "stopwords", "min_token_len")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DENSE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    STEMMING_FIELD_NUMBER: _ClassVar[int]
+    STOPWORDS_FIELD_NUMBER: _ClassVar[int]
+    MIN_TOKEN_LEN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dense_index: str
+    stemming: bool
+    stopwords: bool
+    min_token_len: int
+    def __init__(self, name: _Optional[str] = ..., dense_index: _Optional[str] = ..., stemming: _Optional[bool] = ..., stopwords: _Optional[bool] = ..., min_token_len: _Optional[int] = ...) -> None: ...

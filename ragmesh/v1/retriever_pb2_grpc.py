@@ -65,6 +65,11 @@ class RetrieverStub:
                 request_serializer=ragmesh_dot_v1_dot_retriever__pb2.StatsRequest.SerializeToString,
                 response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.ConfigureCollection = channel.unary_unary(
+                '/ragmesh.v1.Retriever/ConfigureCollection',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.ConfigureCollectionRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.CollectionInfo.FromString,
+                _registered_method=True)
         self.FieldValues = channel.unary_unary(
                 '/ragmesh.v1.Retriever/FieldValues',
                 request_serializer=ragmesh_dot_v1_dot_retriever__pb2.FieldValuesRequest.SerializeToString,
@@ -119,6 +124,13 @@ class RetrieverServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConfigureCollection(self, request, context):
+        """Per-collection index options (dense kind, BM25 analyzer), stored and applied at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def FieldValues(self, request, context):
         """Distinct values of a metadata field (e.g. every fund_name), for pickers and entity matching.
         """
@@ -165,6 +177,11 @@ def add_RetrieverServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.StatsRequest.FromString,
                     response_serializer=ragmesh_dot_v1_dot_retriever__pb2.StatsResponse.SerializeToString,
+            ),
+            'ConfigureCollection': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConfigureCollection,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.ConfigureCollectionRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.CollectionInfo.SerializeToString,
             ),
             'FieldValues': grpc.unary_unary_rpc_method_handler(
                     servicer.FieldValues,
@@ -340,6 +357,33 @@ class Retriever:
             '/ragmesh.v1.Retriever/Stats',
             ragmesh_dot_v1_dot_retriever__pb2.StatsRequest.SerializeToString,
             ragmesh_dot_v1_dot_retriever__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConfigureCollection(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Retriever/ConfigureCollection',
+            ragmesh_dot_v1_dot_retriever__pb2.ConfigureCollectionRequest.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.CollectionInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -10,11 +10,12 @@ import numpy as np
 
 from ragmesh.clients import EmbedderClient, GeneratorClient
 from ragmesh.config import Settings
-from ragmesh.errors import RagmeshError
+from ragmesh.errors import InvalidArgument, RagmeshError
+from ragmesh.validation import check_name
 from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import retriever_pb2_grpc
-from services.retriever.index import IndexRegistry
+from services.retriever.index import CollectionOptions, IndexRegistry
 from services.retriever.freshness import Follower
 from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.pipeline import Ingestor, SummaryPolicy
@@ -67,9 +68,19 @@ class RetrieverApp(ServiceApp):
         )
         return "".join([e.text async for e in events if e.kind == "content"])
 
+    async def configure(self, name: str, dense: str, analyzer: dict) -> None:
+        """Validates, stores and applies a collection's index options (rebuilding its index)."""
+        check_name("name", name)
+        options = CollectionOptions(dense=dense, analyzer=analyzer)
+        try:
+            await asyncio.to_thread(self.registry.configure, name, options)
+        except ValueError as exc:
+            raise InvalidArgument("dense_index" if "dense" in str(exc) else "analyzer", str(exc)) from exc
+        await asyncio.to_thread(self.store.set_collection_options, name, {"dense": dense, "analyzer": analyzer})
+
     def register(self, server: grpc.aio.Server) -> None:
         retriever_pb2_grpc.add_RetrieverServicer_to_server(
-            RetrieverServicer(self.engine, self.ingestor, Upserter(self.committer), self.store), server
+            RetrieverServicer(self.engine, self.ingestor, Upserter(self.committer), self.store, self.configure), server
         )
 
     async def warm_up(self) -> None:
@@ -84,6 +95,8 @@ class RetrieverApp(ServiceApp):
         except RagmeshError as exc:
             log.warning("embedder not reachable at start; dense search waits for it",
                         extra={"error": str(exc)})
+        for name, options in (await asyncio.to_thread(self.store.collection_options)).items():
+            self.registry.configure(name, CollectionOptions(**options))
         version = await asyncio.to_thread(self.store.version)
         if await asyncio.to_thread(self.registry.load_snapshot, self.snapshot_dir, version):
             log.info("indexes loaded from snapshot", extra={"version": version, "collections": self.registry.names()})

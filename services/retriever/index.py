@@ -144,9 +144,10 @@ class CollectionIndex:
         dead = len(self.chunks) - self.live
         return dead >= COMPACT_MIN_DEAD and dead >= COMPACT_DEAD_SHARE * len(self.chunks)
 
-    def compacted(self) -> "CollectionIndex":
-        """A copy holding only live slots; built under the read lock, so searches go on."""
-        fresh = CollectionIndex(self.name, self.dimensions, self.options)
+    def compacted(self, options: CollectionOptions | None = None) -> "CollectionIndex":
+        """A copy holding only live slots (with other options, if given); built under the read
+        lock, so searches go on meanwhile."""
+        fresh = CollectionIndex(self.name, self.dimensions, options or self.options)
         with self.lock.read():
             fresh.apply([(key, self.stored_chunks(key)) for key in self.by_doc.keys() | self.parents_by_doc.keys()])
         return fresh
@@ -226,8 +227,20 @@ class IndexRegistry:
         return sorted(self._indexes)
 
     def configure(self, name: str, options: CollectionOptions) -> None:
-        """Options for a collection; take effect when it is (re)built."""
-        self._options[name] = options
+        """Options for a collection: an existing index is rebuilt with them (from memory), a new one starts so."""
+        Analyzer.from_options(options.analyzer)  # raises ValueError on unknown options
+        DenseIndex(self.dimensions, options.dense)  # raises ValueError on an unknown kind
+        with self._writer:
+            self._options[name] = options
+            index = self._indexes.get(name)
+            if index is not None and index.options != options:
+                self._indexes = {**self._indexes, name: index.compacted(options)}
+
+    def options(self, name: str) -> CollectionOptions:
+        return self._options.get(name) or CollectionOptions()
+
+    def configured(self) -> list[str]:
+        return sorted(self._options)
 
     def _collection(self, name: str) -> CollectionIndex:
         index = self._indexes.get(name)

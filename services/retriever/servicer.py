@@ -9,7 +9,7 @@ import numpy as np
 
 from ragmesh import convert
 from ragmesh.errors import NotFound
-from ragmesh.store import Store
+from ragmesh.store import CollectionStats, Store
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
 from services.retriever.fusion import Boosters
 from services.retriever.index import field_values
@@ -23,7 +23,9 @@ def _opt(msg, name: str, default):
 
 
 class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
-    def __init__(self, engine: SearchEngine, ingestor: Ingestor, upserter: Upserter, store: Store) -> None:
+    def __init__(self, engine: SearchEngine, ingestor: Ingestor, upserter: Upserter, store: Store,
+                 configure) -> None:
+        self.configure = configure
         self.engine = engine
         self.ingestor = ingestor
         self.upserter = upserter
@@ -97,13 +99,18 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
             raise NotFound(f"document {request.doc_id!r} not found in collection {request.collection!r}")
         return convert.document_info_to_proto(record)
 
-    def _collections(self) -> list[retriever_pb2.CollectionInfo]:
+    def _collections(self, all_configured: bool = False) -> list[retriever_pb2.CollectionInfo]:
         infos = []
-        for c in self.store.collections():
+        stats = self.store.collections()
+        if all_configured:  # a configured collection may hold no documents yet
+            named = {c.name for c in stats}
+            stats += [CollectionStats(n, 0, 0) for n in self.engine.registry.configured() if n not in named]
+        for c in stats:
             index = self.engine.registry.get(c.name)
             infos.append(retriever_pb2.CollectionInfo(
                 name=c.name, documents=c.documents, chunks=c.chunks,
-                indexed_chunks=index.live if index else 0, dense_index=index.options.dense if index else "",
+                indexed_chunks=index.live if index else 0,
+                dense_index=(index.options if index else self.engine.registry.options(c.name)).dense,
             ))
         return infos
 
@@ -119,3 +126,9 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def FieldValues(self, request: retriever_pb2.FieldValuesRequest, context: grpc.aio.ServicerContext):
         values = field_values(self.engine.registry, request.field, list(request.collections), request.tenant)
         return retriever_pb2.FieldValuesResponse(values=values)
+
+    async def ConfigureCollection(self, request: retriever_pb2.ConfigureCollectionRequest, context):
+        analyzer = {name: getattr(request, name) for name in ("stemming", "stopwords", "min_token_len")
+                    if request.HasField(name)}
+        await self.configure(request.name, request.dense_index or "flat", analyzer)
+        return next(c for c in self._collections(all_configured=True) if c.name == request.name)

@@ -149,3 +149,24 @@ def test_upsert_rejects_bad_documents_and_keeps_the_rest(retriever) -> None:
     ]), timeout=10)
     assert (reply.documents, reply.rejected) == (1, 1)
     assert reply.errors[0].startswith("bad: vector:") and "384" in reply.errors[0]
+
+
+def test_a_collection_can_switch_to_hnsw_and_back(retriever) -> None:
+    items = [(c, v) for c, v in corpus() if v is not None and not c.tenant]
+    chunk, vector = items[17]
+
+    def top(**kw) -> str:
+        return search(retriever, "", vector, top_k=5, dense_weight=1.0, sparse_weight=0.0, **kw).hits[0].chunk.chunk_id
+
+    assert top() == chunk.chunk_id
+    info = retriever.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="hnsw"),
+                                         timeout=60)
+    assert info.dense_index == "hnsw" and info.indexed_chunks == info.chunks - 1  # the parent is stored, not indexed
+    assert top() == chunk.chunk_id, "HNSW finds a vector's own chunk"
+    with pytest.raises(grpc.RpcError) as err:
+        retriever.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="ivf"),
+                                      timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("dense_index")
+    flat = retriever.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="flat"),
+                                         timeout=60)
+    assert flat.dense_index == "flat" and top() == chunk.chunk_id

@@ -302,6 +302,15 @@ def test_change_log_and_document_chunks(backend: Backend) -> None:
     assert store.document_chunks("", "notes", "d2") == [] and store.document_chunks("t9", "notes", "d1") == []
 
 
+def test_collection_options_round_trip(backend: Backend) -> None:
+    store = backend.open()
+    assert store.collection_options() == {}
+    store.set_collection_options("big", {"dense": "hnsw", "analyzer": {"stemming": False}})
+    store.set_collection_options("big", {"dense": "hnsw", "analyzer": {}})
+    store.close()
+    assert backend.open().collection_options() == {"big": {"dense": "hnsw", "analyzer": {}}}
+
+
 def test_conversation_summaries_corrections_and_usage(backend: Backend) -> None:
     store = backend.open()
     assert store.conversation_summary("c1") == ""
