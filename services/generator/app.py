@@ -4,7 +4,7 @@ from __future__ import annotations
 import grpc
 
 from ragmesh.config import Settings
-from ragmesh.models import EXTRACTIVE, GEMINI_MODELS, OPENAI, default_model
+from ragmesh.models import EXTRACTIVE, GEMINI_MODELS, LOCAL, OPENAI, default_model
 from ragmesh.serving import ServiceApp
 from ragmesh.v1 import generator_pb2_grpc
 from services.generator.backends import GenerationBackend
@@ -27,6 +27,10 @@ def build_backends(settings: Settings) -> dict[str, GenerationBackend]:
         backends[OPENAI] = OpenAICompatGenerator(
             settings.openai_base_url, settings.openai_api_key, settings.openai_model
         )
+    from services.generator.backends import local_llm
+
+    if local_llm.available():  # the optional local-llm extra is installed
+        backends[LOCAL] = local_llm.LlamaCppGenerator()
     return backends
 
 
