@@ -6,7 +6,8 @@ metadata, and no query language leaking out.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -85,6 +86,10 @@ class Store(Protocol):
 
     def changes_since(self, version: int) -> list[Change]:
         """Documents written after `version`, oldest first."""
+
+    def watch_changes(self, on_change: Callable[[], None], stop: threading.Event) -> bool:
+        """Calls on_change whenever another writer logs a change, until stop is set; returns False
+        at once when the server cannot push changes (then callers poll version())."""
 
     def collection_options(self) -> dict[str, dict]:
         """Every configured collection's index options (see the retriever's CollectionOptions)."""

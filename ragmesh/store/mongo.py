@@ -10,6 +10,7 @@ harmless: before the flip the old version stays visible, and the next start remo
 """
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -264,6 +265,17 @@ class MongoStore:
     def changes_since(self, version: int) -> list[Change]:
         cursor = self._changes.find({"version": {"$gt": version}}).sort([("version", ASCENDING), ("_id", ASCENDING)])
         return [Change(d["version"], d["collection"], d["tenant"], d["doc_id"]) for d in cursor]
+
+    def watch_changes(self, on_change: Callable[[], None], stop: threading.Event) -> bool:
+        """On a replica set, a change stream on the change log wakes the caller at once;
+        elsewhere (standalone, mongomock) there is none and the caller polls."""
+        if not self.transactions:
+            return False
+        with self._changes.watch([{"$match": {"operationType": "insert"}}], max_await_time_ms=500) as stream:
+            while not stop.is_set():
+                if stream.try_next() is not None:
+                    on_change()
+        return True
 
     def collection_options(self) -> dict[str, dict]:
         return {d["_id"]: d["options"] for d in self._options.find()}

@@ -187,6 +187,9 @@ class SqliteStore:
             ).fetchall()
         return [Change(*r) for r in rows]
 
+    def watch_changes(self, on_change, stop: threading.Event) -> bool:
+        return False  # SQLite pushes nothing: replicas poll version()
+
     def collection_options(self) -> dict[str, dict]:
         with self._lock:
             rows = self._db.execute("SELECT name, options FROM collection_options").fetchall()

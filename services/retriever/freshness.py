@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import OrderedDict
 
 from ragmesh.errors import RagmeshError
@@ -49,10 +50,30 @@ class Follower:
         return len(changed)
 
     async def run(self) -> None:
-        """Polls until cancelled; a failing store is logged and retried, never fatal."""
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await asyncio.to_thread(self.catch_up)
-            except RagmeshError as exc:
-                log.warning("could not follow the store", extra={"error": str(exc)})
+        """Catches up every interval, or at once when the store pushes a change (a MongoDB change
+        stream on replica sets), until cancelled; a failing store is logged, never fatal."""
+        loop = asyncio.get_running_loop()
+        pushed = asyncio.Event()
+        stop = threading.Event()
+        watcher = loop.run_in_executor(None, self._watch, lambda: loop.call_soon_threadsafe(pushed.set), stop)
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(pushed.wait(), self.interval_s)
+                except asyncio.TimeoutError:
+                    pass
+                pushed.clear()
+                try:
+                    await asyncio.to_thread(self.catch_up)
+                except RagmeshError as exc:
+                    log.warning("could not follow the store", extra={"error": str(exc)})
+        finally:
+            stop.set()
+            del watcher
+
+    def _watch(self, wake, stop: threading.Event) -> None:
+        try:
+            if self.store.watch_changes(wake, stop):
+                log.info("change stream closed")
+        except Exception as exc:  # a broken stream leaves polling in charge
+            log.warning("change stream failed; polling only", extra={"error": str(exc)})

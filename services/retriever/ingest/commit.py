@@ -31,6 +31,7 @@ class Committer:
         return version
 
     def delete(self, tenant: str, collection: str, doc_ids: list[str]) -> tuple[int, int]:
+        """Deletes report no version, so the follower replays them once; deleting again is a no-op."""
         with self.lock:
             removed = self.store.delete_documents(tenant, collection, doc_ids)
             self.registry.apply(collection, [((tenant, d), []) for d in doc_ids])
