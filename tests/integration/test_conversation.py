@@ -156,3 +156,15 @@ def test_retriever_rejects_bad_searches(stack: Stack, request_kwargs: dict, fiel
             retriever_pb2_grpc.RetrieverStub(channel).Search(retriever_pb2.SearchRequest(**request_kwargs), timeout=5)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details().startswith(field)
+
+
+def test_grpc_correct_records_a_correction(stack: Stack) -> None:
+    with grpc.insecure_channel(stack.address("gateway")) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        reply = stub.Correct(gateway_pb2.CorrectionRequest(
+            user_id="grpc-user", question="Who runs Meridian?", correction="Dr. Hannah Okafor runs Meridian."), timeout=5)
+        assert reply.correction_id
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Correct(gateway_pb2.CorrectionRequest(user_id="grpc-user", correction=""), timeout=5)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert stack.app("gateway").store.corrections("", "grpc-user")[0].correction.startswith("Dr. Hannah Okafor")

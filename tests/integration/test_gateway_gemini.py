@@ -91,3 +91,33 @@ def test_an_uncited_unhedged_answer_is_replaced(gemini_gateway) -> None:
     events = sse(url + "/api/chat/ask/stream", {"question": "What did Kestrel do with its Brazil exposure?"})
     assert answer_of(events) == NOT_ENOUGH
     assert one(events, "citations") == []
+
+
+def test_the_model_confirms_a_topic_change_within_its_time_limit(stack: Stack) -> None:
+    """SCOPE_LLM_CHECK: the model's SAME/DIFFERENT verdict overrides the similarity verdict;
+    a model slower than the limit leaves the similarity verdict in place."""
+    fake = FakeGemini()
+    fake.server.start()
+    try:
+        generator = stack.start_variant("generator", gemini_api_key="test-key", gemini_base_url=fake.url)
+        gateway = stack.start_variant("gateway", generator_addr=generator.address, gemini_api_key="test-key",
+                                      default_model="gemini-2.5-flash", scope_llm_check=True,
+                                      scope_llm_timeout_s=0.8)
+        url = f"http://127.0.0.1:{gateway.app.http_port}/api/chat/ask/stream"
+        conv = "llm-scope"
+        fake.stream(text("Kestrel cut Brazil [1]."))
+        sse(url, {"question": "What did Kestrel do with its Brazil exposure?", "conversation_id": conv})
+
+        fake.stream(text("DIFFERENT"))  # the topic check
+        fake.stream(text("Kestrel said [1]."))  # the answer
+        overruled = one(sse(url, {"question": "What did Kestrel say about the Brazil exposure cut?",
+                                  "conversation_id": conv}), "strategy")
+        assert overruled["retrieval"] == "RAG_NEW_QUERY" and "model says DIFFERENT" in overruled["reason"]
+
+        fake.stream(text("SAME"), hold_after=0)  # no verdict in time: the similarity verdict stands
+        fake.stream(text("Kestrel said [1]."))
+        timed_out = one(sse(url, {"question": "What did Kestrel say about the Brazil exposure cut?",
+                                  "conversation_id": conv}), "strategy")
+        assert timed_out["retrieval"] == "RAG_REUSE" and "model check timed out" in timed_out["reason"]
+    finally:
+        fake.server.stop()
