@@ -115,9 +115,10 @@ class RetrieverApp(ServiceApp):
             self._following.cancel()
         if not self.store.connected:
             return
-        try:  # at the version the indexes reflect, which other writers may have passed meanwhile
+        try:  # caught up first, the snapshot is labelled with the exact version the indexes reflect
+            await asyncio.to_thread(self.follower.catch_up)
             await asyncio.to_thread(self.registry.save_snapshot, self.snapshot_dir, self.follower.applied)
-        except OSError as exc:
+        except (OSError, RagmeshError) as exc:
             log.warning("index snapshot not written", extra={"error": str(exc)})
         for client in (self.embedder, self.generator):
             if client is not None:
