@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
-@dataclass
+@dataclass(slots=True)  # a million of them live in a retriever: no per-object __dict__
 class Chunk:
     chunk_id: str
     doc_id: str

@@ -3,18 +3,28 @@ format must satisfy (not empty, not too large, some text out), and names the res
 documents: a file of several JSON records gives one document per record."""
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from ragmesh.types import Document
 from services.retriever.ingest.parsed import Parsed, UnreadableFile, compact
 from services.retriever.ingest.parsers.markup import parse_html, parse_markdown
-from services.retriever.ingest.parsers.office import parse_docx, parse_pptx
-from services.retriever.ingest.parsers.pdf import parse_pdf
 from services.retriever.ingest.parsers.records import parse_json, parse_jsonl
 from services.retriever.ingest.parsers.text import parse_text, sections_at_headings
 
 Parser = Callable[[bytes, str], list[Parsed]]
+
+
+def _lazy(module: str, function: str) -> Parser:
+    """pypdf, python-docx and python-pptx (~33 MB) load with the first file of their kind, not at start."""
+    def parse(content: bytes, name: str) -> list[Parsed]:
+        return getattr(importlib.import_module(f"services.retriever.ingest.parsers.{module}"), function)(content, name)
+
+    return parse
+
+
+parse_pdf, parse_docx, parse_pptx = _lazy("pdf", "parse_pdf"), _lazy("office", "parse_docx"), _lazy("office", "parse_pptx")
 
 PARSERS: dict[str, Parser] = {
     ".pdf": parse_pdf, ".docx": parse_docx, ".pptx": parse_pptx,

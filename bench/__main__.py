@@ -1,0 +1,113 @@
+"""`make bench` (= `python -m bench`): the retriever's figures, measured in one run and
+printed together at the end as markdown tables with their targets (issue 3, Benchmarks).
+
+  search   hybrid search p50/p99 through a real retriever process over gRPC, load
+           throughput and the retriever's memory, at each of --sizes chunks
+  bm25     the inverted index against rank-bm25 (bench/bm25_bench.py), top-10 agreement
+  hnsw     HNSW recall@10 against exact search, with and without a 10% filter
+  scifact  nDCG@10 / recall@100 on SciFact (train) and ingest throughput with the local model
+
+`--quick` is a smoke run of every part at small sizes (for tests); its figures are not
+comparable to the targets, which are only applied at the sizes the issue names.
+Progress goes to stderr; the report is the last thing on stdout. The exit status is 1
+when a part failed to run, 0 otherwise (a missed target is a figure, not an error).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import faiss
+
+from bench import scifact_eval
+from bench.search_bench import Section, failed_targets, machine_load, log, render, run_bm25, run_hnsw, run_search
+
+DESCRIPTION = "The retriever's benchmarks (issue 3): search latency, BM25, HNSW recall, SciFact quality."
+PARTS = ("search", "bm25", "hnsw", "scifact")
+DEFAULT_SIZES = [100_000, 1_000_000]
+QUICK_SIZE = 5_000
+FULL_SIZE = 100_000  # the corpus the issue's BM25 and HNSW figures are for
+BM25_REF_QUERIES = {False: 20, True: 5}  # rank-bm25 queries (about 0.2-0.5 s each at 100k)
+HNSW_QUERIES = {False: 1000, True: 100}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=DESCRIPTION)
+    parser.add_argument("--sizes", type=int, nargs="+", default=None, metavar="N",
+                        help="corpus sizes for the search benchmark (default: 100000 1000000)")
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_SIZE:,} chunks, SciFact slice")
+    parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS), help="parts to run")
+    parser.add_argument("--queries", type=int, default=None, help="timed queries per search mode (default 300)")
+    parser.add_argument("--scifact", type=Path, default=scifact_eval.DEFAULT_PATH, help="BEIR SciFact folder")
+    args = parser.parse_args(argv)
+    if args.sizes is None:
+        args.sizes = [QUICK_SIZE] if args.quick else DEFAULT_SIZES
+    if args.queries is None:
+        args.queries = 50 if args.quick else 300
+    return args
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
+    """(name, runner) of every part asked for, in the order they run."""
+    quick = args.quick
+    size = QUICK_SIZE if quick else FULL_SIZE
+    steps: list[tuple[str, Callable[[], Section]]] = []
+    if "search" in args.only:
+        steps += [(f"search {n:,}", partial(run_search, n, args.queries)) for n in args.sizes]
+    if "bm25" in args.only:
+        steps.append(("bm25", partial(run_bm25, size, args.queries, BM25_REF_QUERIES[quick])))
+    if "hnsw" in args.only:
+        steps.append(("hnsw", partial(run_hnsw, size, HNSW_QUERIES[quick])))
+    if "scifact" in args.only:
+        steps.append(("scifact", partial(scifact_eval.run, args.scifact, quick=quick)))
+    return steps
+
+
+def header() -> str:
+    """Where the figures were measured: they mean little without the machine and its load."""
+    with open("/proc/cpuinfo") as fh:
+        cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "?")
+    return (f"## ragmesh benchmarks ({time.strftime('%Y-%m-%d %H:%M')})\n\n"
+            f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, faiss {faiss.__version__}; "
+            f"at the start: {machine_load()}.\n")
+
+
+def run_all(steps: list[tuple[str, Callable[[], Section]]]) -> tuple[list[Section], list[str]]:
+    """Runs every part; one that fails is reported as such and the rest still run."""
+    sections, errors = [], []
+    for name, step in steps:
+        log(f"{name}: start ({machine_load()})")
+        started = time.perf_counter()
+        try:
+            section = step()
+        except Exception as exc:  # a failed part must not hide the figures the others measured
+            traceback.print_exc(file=sys.stderr)
+            errors.append(f"{name}: {exc!r}")
+            section = Section(f"{name}: FAILED", notes=[f"{exc!r}"])
+        section.notes.append(f"Ran in {time.perf_counter() - started:.0f} s; at the end: {machine_load()}.")
+        sections.append(section)
+    return sections, errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    head = header()
+    sections, errors = run_all(plan(args))
+    missed = failed_targets(sections)
+    print(head)
+    print(render(sections))
+    print(f"Targets missed: {', '.join(missed) if missed else 'none'}.")
+    if errors:
+        print(f"Parts that failed to run: {'; '.join(errors)}.")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

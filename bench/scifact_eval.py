@@ -1,0 +1,292 @@
+"""SciFact (BEIR format, train split): nDCG@10 and recall@100 for BM25, dense and hybrid,
+and ingest throughput with the local model (issue 3's quality figures, issue 4's ingest).
+
+Everything runs in this process through the retriever's own classes, without gRPC: the
+real ingest pipeline (ingest/pipeline.py `Ingestor`: the real chunker, a SQLite store in
+a temp dir, `IndexRegistry`) calling the real local embedder (`SentenceTransformersEmbedder`,
+all-MiniLM-L6-v2, offline), then every query through `CollectionIndex.search`, the call
+`SearchEngine` makes, for the ranked lists.
+
+Why the lists rather than `SearchEngine` alone: it returns at most 200 chunks (top_k's
+limit) and abstracts make about three chunks each, so many queries would get fewer than
+100 distinct documents and recall@100 would be cut short. The lists are the ones the
+engine fuses, only deeper; hybrid fuses them with the engine's `fuse_rrf` (k = 60,
+0.5 / 0.5). The engine's own hybrid nDCG@10 (top_k = 50) is reported
+beside it as a check.
+
+A document counts once, at its best-ranked chunk; gains are the qrels scores (all 1).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bench.search_bench import HNSW_RECALL_TARGET, REPO, Section, Target, compare_dense, log, percentiles, timed_ms
+from ragmesh.config import Settings
+from ragmesh.store.sqlite import SqliteStore
+from ragmesh.types import Document, SearchFilter
+from services.embedder.backends.local import SentenceTransformersEmbedder  # torch loads in warm_up()
+from services.retriever import fusion
+from services.retriever.dense import FLAT, HNSW, DenseIndex
+from services.retriever.index import CollectionIndex, IndexRegistry
+from services.retriever.ingest.pipeline import Ingestor
+from services.retriever.search import SearchEngine, SearchQuery
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in a package: never download
+
+DEFAULT_PATH = REPO.parent / "shared" / "data" / "scifact"
+COLLECTION = "scifact"
+EVAL_DEPTH = 1000  # chunks per list: well past 100 distinct documents
+ENGINE_TOP_K = 50  # the product path's check: the engine's default top_k
+RRF = {"dense_weight": 0.5, "sparse_weight": 0.5, "k": 60}
+NDCG_TARGET = 0.70
+QUICK_QUERIES, QUICK_DISTRACTORS = 20, 100
+EMBED_SAMPLE = 640  # chunks embedded alone, in batches of 64, to price the pipeline's batching
+MODES = ("BM25", "dense", "hybrid (RRF)")
+REFERENCE = {  # printed beside the figures: not targets
+    "BM25": "issue: ~0.68 with stemming + stopwords; published BM25 0.665 (BEIR test split)",
+    "dense": "published all-MiniLM-L6-v2 0.645 (BEIR test split)",
+}
+
+Ranking = list[str]  # document ids, best first, each once
+
+
+@dataclass
+class SciFact:
+    corpus: dict[str, tuple[str, str]]  # doc id -> (title, text)
+    queries: dict[str, str]  # only queries with judgments
+    qrels: dict[str, dict[str, int]]  # query id -> doc id -> gain
+
+
+def load_scifact(path: Path) -> SciFact:
+    """The BEIR files as dicts; queries without judgments are dropped (they score nothing)."""
+    corpus = {}
+    with open(path / "corpus.jsonl") as fh:
+        for line in fh:
+            d = json.loads(line)
+            corpus[str(d["_id"])] = (d.get("title", ""), d["text"])
+    qrels: dict[str, dict[str, int]] = {}
+    with open(path / "qrels_train.tsv") as fh:
+        next(fh)  # header
+        for line in fh:
+            qid, did, score = line.split("\t")
+            qrels.setdefault(qid, {})[did] = int(score)
+    with open(path / "queries_train.jsonl") as fh:
+        queries = {str(q["_id"]): q["text"] for q in map(json.loads, fh) if str(q["_id"]) in qrels}
+    return SciFact(corpus, queries, qrels)
+
+
+def subset(data: SciFact, n_queries: int, n_distractors: int) -> SciFact:
+    """A smoke-test slice: the first queries, their judged documents and some others."""
+    queries = dict(list(data.queries.items())[:n_queries])
+    qrels = {q: data.qrels[q] for q in queries}
+    keep = {d for rels in qrels.values() for d in rels} | set(list(data.corpus)[:n_distractors])
+    return SciFact({d: t for d, t in data.corpus.items() if d in keep}, queries, qrels)
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def ndcg_at(ranking: Ranking, rels: dict[str, int], k: int = 10) -> float:
+    """nDCG@k with linear gains, as BEIR (pytrec_eval) computes it."""
+    dcg = sum(rels.get(d, 0) / np.log2(i + 2) for i, d in enumerate(ranking[:k]))
+    ideal = sum(g / np.log2(i + 2) for i, g in enumerate(sorted(rels.values(), reverse=True)[:k]))
+    return float(dcg / ideal) if ideal else 0.0
+
+
+def recall_at(ranking: Ranking, rels: dict[str, int], k: int = 100) -> float:
+    relevant = {d for d, g in rels.items() if g > 0}
+    return len(relevant.intersection(ranking[:k])) / len(relevant) if relevant else 0.0
+
+
+def doc_ranking(index: CollectionIndex, slots: Sequence[int]) -> Ranking:
+    """Chunk slots to document ids, each document at its best-ranked chunk."""
+    return list(dict.fromkeys(index.chunk(int(s)).doc_id for s in slots))
+
+
+# ----------------------------------------------------------------------------- ingest
+
+
+class TimedEmbed:
+    """The embed function the pipeline calls, timing every call: embedding's share of ingest."""
+
+    def __init__(self, model: SentenceTransformersEmbedder) -> None:
+        self.model = model
+        self.seconds = 0.0
+        self.calls = 0
+        self.texts = 0
+
+    async def __call__(self, texts: list[str], task: str) -> np.ndarray:
+        start = time.perf_counter()
+        vectors = await asyncio.to_thread(self.model.embed, texts, task)
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+        self.texts += len(texts)
+        return vectors
+
+
+@dataclass
+class IngestRun:
+    documents: int = 0
+    chunks: int = 0
+    seconds: float = 0.0
+    failed: list[str] = field(default_factory=list)
+
+
+async def documents(data: SciFact) -> AsyncIterator[Document]:
+    for doc_id, (title, text) in data.corpus.items():
+        # A blank line makes the title its own sentence for the chunker; it leads the first chunk.
+        yield Document(doc_id=doc_id, collection=COLLECTION, text=f"{title}\n\n{text}", title=title)
+
+
+async def ingest(data: SciFact, ingestor: Ingestor) -> IngestRun:
+    """The corpus through the real pipeline (chunk, embed, store, index), one document at a time."""
+    run, start = IngestRun(), time.perf_counter()
+    async for p in ingestor.ingest(documents(data)):
+        if p.stage == "INDEXED":
+            run.documents += 1
+            run.chunks += p.chunks
+            if run.documents % 500 == 0:
+                rate = run.chunks / (time.perf_counter() - start)
+                log(f"  scifact: {run.documents:,} documents, {rate:.1f} chunks/s")
+        elif p.stage == "FAILED":
+            run.failed.append(f"{p.doc_id}: {p.error}")
+    run.seconds = time.perf_counter() - start
+    return run
+
+
+def embed_alone_rate(model: SentenceTransformersEmbedder, index: CollectionIndex) -> float:
+    """Chunks/s of the embedder fed cross-document batches of 64, beside the pipeline's rate
+    (one call per document): shows whether batching across documents would pay."""
+    texts = [c.text for c in index.chunks[:EMBED_SAMPLE] if c is not None]
+    _, ms = timed_ms(model.embed, texts, "DOCUMENT")
+    return len(texts) / (ms / 1000)
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def rankings(index: CollectionIndex, text: str, vector: np.ndarray) -> dict[str, Ranking]:
+    """BM25, dense and hybrid document rankings of one query, from one index call, fused by
+    the engine's own `fuse_rrf` (boosters are off by default, so the fused score is the score)."""
+    lists = index.search([text], vector.reshape(1, -1), EVAL_DEPTH, SearchFilter())
+    candidates = fusion.fuse_rrf(lists, RRF["dense_weight"], RRF["sparse_weight"], RRF["k"])
+    fused = sorted(candidates, key=lambda c: (-c.fused, c.slot))
+    return {"BM25": doc_ranking(index, lists.sparse[0][0]), "dense": doc_ranking(index, lists.dense[0][0]),
+            "hybrid (RRF)": doc_ranking(index, [c.slot for c in fused])}
+
+
+def score_lists(data: SciFact, index: CollectionIndex, vectors: np.ndarray) -> dict[str, dict[str, float]]:
+    """Mean nDCG@10 and recall@100 per mode over every query."""
+    totals = {m: {"ndcg": 0.0, "recall": 0.0} for m in MODES}
+    for (qid, text), vector in zip(data.queries.items(), vectors):
+        for mode, ranking in rankings(index, text, vector).items():
+            totals[mode]["ndcg"] += ndcg_at(ranking, data.qrels[qid])
+            totals[mode]["recall"] += recall_at(ranking, data.qrels[qid])
+    n = len(data.queries)
+    return {m: {k: v / n for k, v in t.items()} for m, t in totals.items()}
+
+
+async def score_engine(data: SciFact, engine: SearchEngine, vectors: np.ndarray) -> tuple[float, np.ndarray]:
+    """The product path: SearchEngine's hybrid nDCG@10 and its in-process latencies (ms)."""
+    total, ms = 0.0, []
+    for (qid, text), vector in zip(data.queries.items(), vectors):
+        outcome = await engine.search(SearchQuery(query=text, collections=[COLLECTION], top_k=ENGINE_TOP_K,
+                                                  vector=vector))
+        total += ndcg_at(list(dict.fromkeys(h.chunk.doc_id for h in outcome.hits)), data.qrels[qid])
+        ms.append(outcome.timings["total_ms"])
+    return total / len(data.queries), np.array(ms)
+
+
+def hnsw_on_real_vectors(index: CollectionIndex, queries: np.ndarray) -> dict[str, float]:
+    """HNSW against exact on these MiniLM vectors. The synthetic 100k set is isotropic noise
+    around centroids, harder for a graph index than real embeddings: this is the other side."""
+    vectors = np.array(index.dense.vectors())
+    flat, hnsw = DenseIndex(vectors.shape[1], FLAT), DenseIndex(vectors.shape[1], HNSW)
+    flat.add(vectors)
+    hnsw.add(vectors)
+    return compare_dense(flat, hnsw, queries, np.ones(len(vectors), dtype=bool))
+
+
+# ----------------------------------------------------------------------------- the section
+
+
+def add_quality(section: Section, scores: dict[str, dict[str, float]], engine_ndcg: float, full: bool) -> None:
+    for mode in MODES:
+        target = Target(">=", NDCG_TARGET) if mode == "hybrid (RRF)" and full else None
+        section.add(f"nDCG@10, {mode}", scores[mode]["ndcg"], "", target, REFERENCE.get(mode, ""))
+    section.add("  nDCG@10, hybrid via SearchEngine", engine_ndcg, "",
+                note=f"product path, top_k={ENGINE_TOP_K} (fuses lists of {max(2 * ENGINE_TOP_K, 100)})")
+    for mode in MODES:
+        section.add(f"recall@100, {mode}", scores[mode]["recall"], "")
+
+
+def add_ingest(section: Section, run: IngestRun, embed: TimedEmbed, alone: float, load_s: float) -> None:
+    section.add("ingest throughput (pipeline, local model)", run.chunks / run.seconds, "chunks/s",
+                note=f"{run.documents:,} docs, {run.chunks:,} chunks in {run.seconds:.0f} s; "
+                     f"{len(run.failed)} failed")
+    section.add("share of ingest time spent embedding", 100 * embed.seconds / run.seconds, "%",
+                note=f"{embed.calls:,} embed calls, {embed.texts / max(embed.calls, 1):.1f} chunks a call")
+    section.add("  embedder in the pipeline / alone (batches of 64)",
+                f"{embed.texts / embed.seconds:.1f} / {alone:.1f}", "chunks/s",
+                note=f"alone: {EMBED_SAMPLE} chunks in cross-document batches; model load {load_s:.0f} s")
+
+
+def add_search(section: Section, engine_ms: np.ndarray, query_ms: float, hnsw: dict[str, float], full: bool) -> None:
+    section.add("hybrid search p50 / p99 (in-process, vector given)",
+                "{:.2f} / {:.2f}".format(*percentiles(engine_ms)), "ms", note="SearchEngine.search, top_k=50")
+    section.add("query embedding", query_ms, "ms/query", note="batched")
+    section.add("HNSW recall@10 on these real vectors", hnsw["recall"], "",
+                Target(">=", HNSW_RECALL_TARGET) if full else None,
+                f"M=16, efConstruction=64; worst query {hnsw['min_recall']:.1f}; "
+                f"p50 {hnsw['hnsw_p50']:.2f} ms vs flat {hnsw['flat_p50']:.2f} ms")
+
+
+async def evaluate(data: SciFact, full: bool) -> Section:
+    settings = Settings()
+    model = SentenceTransformersEmbedder(batch_size=settings.embed_batch_size)
+    _, load_ms = timed_ms(model.warm_up)
+    embed = TimedEmbed(model)
+    section = Section(f"SciFact train (in-process pipeline): {len(data.queries)} queries, "
+                      f"{len(data.corpus):,} abstracts")
+    with tempfile.TemporaryDirectory(prefix="ragmesh-scifact-") as tmp:
+        store = SqliteStore(Path(tmp) / "ragmesh.sqlite3")
+        registry = IndexRegistry(model.dimensions)
+        ingestor = Ingestor(store, registry, embed, min_chars=settings.chunk_min_chars,
+                            max_chars=settings.chunk_max_chars, batch_size=settings.embed_batch_size)
+        log(f"scifact: ingesting {len(data.corpus):,} abstracts")
+        run = await ingest(data, ingestor)
+        index = registry.get(COLLECTION)
+        assert index is not None and index.live == run.chunks, "index and pipeline disagree on chunk count"
+        log(f"scifact: embedding {len(data.queries)} queries and scoring")
+        vectors, query_ms = timed_ms(model.embed, list(data.queries.values()), "QUERY")
+        scores = score_lists(data, index, vectors)
+        engine_ndcg, engine_ms = await score_engine(data, SearchEngine(registry, embed), vectors)
+        alone = embed_alone_rate(model, index)
+        hnsw = hnsw_on_real_vectors(index, vectors)
+        store.close()
+    add_quality(section, scores, engine_ndcg, full)
+    add_ingest(section, run, embed, alone, load_ms / 1000)
+    add_search(section, engine_ms, query_ms / len(data.queries), hnsw, full)
+    section.notes.append("Title + abstract ingested as one document per abstract through Ingestor; "
+                         "BM25 with the default analyzer (stopwords + Snowball stemming).")
+    return section
+
+
+def run(path: Path = DEFAULT_PATH, quick: bool = False) -> Section:
+    """The SciFact section; `quick` takes a small slice (figures not comparable to the targets)."""
+    data = load_scifact(path)
+    if quick:
+        data = subset(data, QUICK_QUERIES, QUICK_DISTRACTORS)
+    section = asyncio.run(evaluate(data, full=not quick))
+    if quick:
+        section.title += " [quick slice: not comparable to the targets]"
+    return section
