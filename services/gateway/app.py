@@ -22,7 +22,8 @@ from services.gateway.history import History
 from services.gateway.http import create_app
 from services.gateway.limits import UsageLimiter
 from services.gateway.memory import Memory
-from services.gateway.pipeline import AskPipeline, PipelineSettings
+from services.gateway.pipeline import AskPipeline
+from services.gateway.strategy import PipelineSettings
 from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.scope_cache import ScopeCache
 from services.gateway.servicer import GatewayServicer

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from services.gateway.pipeline import Event, Strategy
+from services.gateway.pipeline import Event
+from services.gateway.strategy import Strategy
 
 
 def strategy_json(s: Strategy) -> dict[str, Any]:

@@ -1,0 +1,253 @@
+"""Everything decided before generation, as one Strategy the strategy event shows: the
+route, the filters (including those read from the question), whether the cached scope is
+reused, and the hits, searched per collection under the retrieval deadline."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient, SearchResult
+from ragmesh.errors import NotFound, RagmeshError
+from ragmesh.models import EXTRACTIVE
+from ragmesh.types import Chunk, Hit, SearchFilter, Turn
+from services.gateway import router
+from services.gateway.memory import MEMORY_COLLECTION
+from services.gateway.query_analysis import mentioned_funds, time_hint
+from services.gateway.request import AskInput
+from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
+
+log = logging.getLogger(__name__)
+
+RAG_REUSE, RAG_NEW_QUERY, NO_RETRIEVAL = "RAG_REUSE", "RAG_NEW_QUERY", "NO_RAG"
+SEARCH_DEPTH = 15  # hits kept per search, so any route can reuse the cached scope
+
+
+@dataclass
+class Strategy:
+    route: str
+    retrieval: str
+    reason: str
+    conversation_id: str
+    collections: list[str]
+    filter: SearchFilter
+    cache_key: str
+    cache_hit: bool = False
+    k: int = 0
+    candidate_count: int = 0
+    chunks: int = 0
+    retrieval_ms: float = 0.0
+    dense_skipped: bool = False
+    unavailable: list[str] = field(default_factory=list)  # collections whose search failed or timed out
+    threshold_layer: int = 0
+    time_hint: str = ""
+    detected_funds: list[str] = field(default_factory=list)
+    context_chars: int = 0
+    corrections: int = 0
+    model: str = ""
+    hits: list[Hit] = field(default_factory=list, repr=False)
+
+
+
+def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
+    if a is None or b is None:
+        return None
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
+
+
+
+@dataclass
+class PipelineSettings:
+    default_model: str
+    reasoning_model: str = ""
+    history_turns: int = 3
+    same_topic_threshold: float = 0.5
+    context_char_budget: int = 4000
+    retrieval_timeout_s: float = 3.5
+    scope_llm_check: bool = False
+    scope_llm_timeout_s: float = 0.8
+
+
+
+class Planner:
+    def __init__(self, retriever: RetrieverClient, generator: GeneratorClient, embedder: EmbedderClient,
+                 cache: ScopeCache, known_funds: Callable[[], Awaitable[list[str]]], settings: PipelineSettings,
+                 today: Callable[[], dt.date]) -> None:
+        self.retriever = retriever
+        self.generator = generator
+        self.embedder = embedder
+        self.cache = cache
+        self.known_funds = known_funds
+        self.settings = settings
+        self.today = today
+
+    async def plan(self, ask: AskInput, turns: list[Turn]) -> Strategy:
+        """Route, filters, scope decision and hits for one question."""
+        rt = router.route(ask.question, len(turns), len(ask.document_ids))
+        if ask.top_k and rt.retrieves:
+            rt = dataclasses.replace(rt, k=ask.top_k)
+        search_filter = SearchFilter(tenant=ask.tenant, start_date=ask.start_date, end_date=ask.end_date,
+                                     any_of={"fund_name": sorted(ask.selected_funds)} if ask.selected_funds else {})
+        s = Strategy(rt.name, NO_RETRIEVAL, rt.reason, ask.conversation_id, ask.collections, search_filter, "",
+                     k=rt.k, model=self._model(ask, rt))
+        if rt.name == router.SUMMARY:
+            if await self._summary_hits(ask, s):
+                return s
+            rt = router.Route(router.SPECIFIC, "summary asked, but the document has no summary or outline", 10, 0.5)
+            s.route, s.reason, s.k = rt.name, rt.reason, rt.k
+        if not rt.retrieves:
+            return s
+        await self._read_question(ask, s)
+        s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []))
+        started = time.perf_counter()
+        vector = await self._embed_question(ask.question)
+        cached = self.cache.get(ask.tenant, ask.conversation_id)
+        if cached is None:
+            s.retrieval, why = RAG_NEW_QUERY, "no cached scope for this conversation"
+        elif cached.key != s.cache_key or cached.collections != s.collections:
+            s.retrieval, why = RAG_NEW_QUERY, f"filters changed ({cached.key} -> {s.cache_key})"
+        else:
+            same, note = await self._same_topic(cached, ask, vector, s.model)
+            if same:
+                s.retrieval, s.cache_hit, why = RAG_REUSE, True, f"same filters and topic {note}"
+                s.hits, s.candidate_count = cached.hits, cached.candidate_count
+            else:
+                s.retrieval, why = RAG_NEW_QUERY, f"same filters, different topic {note}"
+        s.reason = f"{rt.reason}; {why}"
+        if s.retrieval == RAG_NEW_QUERY:
+            await self._search(ask, rt, s, vector)
+            if not s.unavailable:
+                self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
+                    s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count))
+        s.hits = s.hits[: s.k]
+        s.chunks = len(s.hits)
+        s.retrieval_ms = (time.perf_counter() - started) * 1000
+        log.info("retrieval", extra={"route": s.route, "retrieval": s.retrieval, "chunks": s.chunks,
+                                     "retrieval_ms": round(s.retrieval_ms, 1), "candidates": s.candidate_count,
+                                     "cache_hit": s.cache_hit, "unavailable": s.unavailable})
+        return s
+
+    async def _summary_hits(self, ask: AskInput, s: Strategy) -> bool:
+        """004 Path B: the document's pre-computed summary and section summaries as the context, or
+        its section titles as a table of contents. False when it has neither (search instead)."""
+        ref = ask.document_ids[0]
+        collection, _, doc_id = ref.rpartition("/")
+        record = None
+        for name in [collection] if collection else s.collections:
+            try:
+                record = await self.retriever.get_document(name, doc_id, ask.tenant)
+                break
+            except NotFound:
+                continue
+        if record is None:
+            raise NotFound(f"document_ids: {ref!r} is not in {', '.join([collection] if collection else s.collections)}")
+        texts = [record.summary] if record.summary else []
+        texts += [f"{sec.title}: {sec.summary}" for sec in record.sections if sec.summary]
+        if not texts and record.sections:  # a table of contents from the section titles
+            texts = ["Sections: " + "; ".join(sec.title for sec in record.sections if sec.title)]
+        if not texts:
+            return False
+        base = Chunk(chunk_id=f"{record.collection}/{record.doc_id}#summary", doc_id=record.doc_id,
+                     collection=record.collection, text="", metadata=dict(record.metadata), date=record.date,
+                     tenant=record.tenant)
+        s.hits = [Hit(dataclasses.replace(base, chunk_id=f"{base.chunk_id}{i or ''}", text=t), 1.0)
+                  for i, t in enumerate(texts)]
+        s.chunks, s.reason = len(s.hits), f"{s.reason}; {'summary' if record.summary else 'table of contents'} of {ref}"
+        return True
+
+    def _model(self, ask: AskInput, rt: router.Route) -> str:
+        if ask.model:
+            return ask.model
+        if rt.name == router.DEEP and self.settings.reasoning_model:
+            return self.settings.reasoning_model
+        return self.settings.default_model
+
+    async def _read_question(self, ask: AskInput, s: Strategy) -> None:
+        """Time hints and fund names in the question narrow the search when the user set no filter."""
+        if not (ask.start_date or ask.end_date) and (hint := time_hint(ask.question, self.today())):
+            s.filter = dataclasses.replace(s.filter, start_date=hint.start, end_date=hint.end)
+            s.time_hint = hint.phrase
+        if not ask.selected_funds and (funds := mentioned_funds(ask.question, await self.known_funds())):
+            s.filter = dataclasses.replace(s.filter, any_of={"fund_name": funds})
+            s.detected_funds = funds
+
+    async def _embed_question(self, question: str) -> np.ndarray | None:
+        """The question's vector for the topic check and the dense search; None if the embedder is down."""
+        try:
+            return (await self.embedder.embed([question], "QUERY"))[0]
+        except RagmeshError as exc:
+            log.warning("embedder unavailable for the question", extra={"error": str(exc)})
+            return None
+
+    async def _same_topic(self, cached: ScopeEntry, ask: AskInput, vector: np.ndarray | None,
+                          model: str) -> tuple[bool, str]:
+        """000's slow path: embedding similarity first (milliseconds, no model); an LLM verdict with a
+        bounded wait confirms it when enabled, falling back to the similarity verdict."""
+        similarity = cosine(cached.question_vector, vector)
+        verdict = similarity is not None and similarity >= self.settings.same_topic_threshold
+        note = f"(similarity {'unknown' if similarity is None else f'{similarity:.2f}'}"
+        if self.settings.scope_llm_check and model != EXTRACTIVE:
+            try:
+                answer = await asyncio.wait_for(self._llm_topic(cached.question, ask.question, model),
+                                                self.settings.scope_llm_timeout_s)
+                if answer:
+                    verdict = answer == "SAME"
+                    note += f", model says {answer}"
+            except (asyncio.TimeoutError, RagmeshError):
+                note += ", model check timed out"
+        return verdict, note + ")"
+
+    async def _llm_topic(self, previous: str, current: str, model: str) -> str:
+        prompt = f"Previous: {previous}\nCurrent: {current}\nAre these SAME or DIFFERENT topics? Answer with one word."
+        text = "".join([e.text async for e in self.generator.generate(
+            model=model, question=prompt, blocks=[], history=[], system_instruction="Classify topics.",
+            prompt=prompt) if e.kind == "content"]).upper()
+        return "DIFFERENT" if "DIFFERENT" in text else "SAME" if "SAME" in text else ""
+
+    def _filter_for(self, collection: str, s: Strategy, ask: AskInput) -> SearchFilter:
+        if collection == MEMORY_COLLECTION:  # past messages: the user's own, whatever the fund or date filter
+            return SearchFilter(tenant=ask.tenant, equals={"user_id": ask.user_id})
+        return s.filter
+
+    async def _search(self, ask: AskInput, rt: router.Route, s: Strategy, vector: np.ndarray | None) -> None:
+        """One search per collection side by side under the retrieval deadline; whatever arrives in time is used."""
+        boosters = {"min_similarity": rt.min_similarity, "fallback_similarity": router.FALLBACK_SIMILARITY,
+                    "expand_parents": True, "conversation_id": ask.conversation_id,
+                    "same_conversation_boost": 0.2, "recent_boost": 0.1, "recent_days": 7}
+        variants = [v for n in rt.question_numbers for v in (f"question {n}", f"problem {n}", f"{n}.")]
+
+        async def one(collection: str) -> SearchResult:
+            f = self._filter_for(collection, s, ask)
+            if rt.question_numbers:  # 001 strategy 1: the numbered item itself first
+                exact = dataclasses.replace(f, any_of={**f.any_of, "question_number": list(rt.question_numbers)})
+                found = await self.retriever.search(ask.question, [collection], exact, max(rt.k, SEARCH_DEPTH),
+                                                    vector, self.settings.retrieval_timeout_s, variants, boosters)
+                if found.hits:
+                    return found
+            return await self.retriever.search(ask.question, [collection], f, max(rt.k, SEARCH_DEPTH), vector,
+                                               self.settings.retrieval_timeout_s, variants, boosters)
+
+        results = await asyncio.gather(*(one(c) for c in s.collections), return_exceptions=True)
+        hits: list[Hit] = []
+        for collection, result in zip(s.collections, results):
+            if isinstance(result, RagmeshError):
+                s.unavailable.append(collection)
+                log.warning("search failed", extra={"collection": collection, "error": str(result)})
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            hits += result.hits
+            s.candidate_count += result.candidate_count
+            s.dense_skipped |= result.dense_skipped
+            s.threshold_layer = max(s.threshold_layer, result.threshold_layer)
+        if s.unavailable:
+            s.reason += f"; no answer in time from {', '.join(s.unavailable)}: using what arrived"
+        if s.dense_skipped:
+            s.reason += "; embedder unavailable: keyword search only"
+        s.hits = sorted(hits, key=lambda h: -h.score)
