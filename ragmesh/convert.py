@@ -134,8 +134,6 @@ def gen_event_from_proto(event: generator_pb2.GenerateEvent) -> t.GenEvent:
             "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
             "thinking_tokens": u.thinking_tokens, "total_tokens": u.total_tokens,
         })
-    if kind == "citation":
-        return t.GenEvent("grounding", citations=[citation_from_proto(event.citation)])
     return t.GenEvent("done", model=event.done.model, text=event.done.finish_reason)
 
 

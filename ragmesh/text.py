@@ -8,6 +8,8 @@ import re
 # by lower case do not end one.
 _SENTENCE_END = re.compile(r"(?<=[.!?])([\"')\]]?)\s+(?=[A-Z0-9\"'(\[])|\n\s*\n")
 _TOKEN = re.compile(r"[a-z0-9]+")
+_CITATION = re.compile(r"\[(\d+)\]")
+_CITATION_WITH_SPACE = re.compile(r"\s*\[\d+\]")
 
 STOPWORDS = frozenset(
     """a an and are as at be by for from has have he her his i in is it its of on or our she
@@ -39,3 +41,13 @@ def split_sentences(text: str) -> list[str]:
 def tokenize(text: str) -> list[str]:
     """Lower case, tokens of 2+ characters, English stopwords removed."""
     return [t for t in _TOKEN.findall(text.lower()) if len(t) >= 2 and t not in STOPWORDS]
+
+
+def citation_numbers(text: str) -> list[int]:
+    """The block numbers an answer cites as [n], in order of appearance (repeats kept)."""
+    return [int(n) for n in _CITATION.findall(text)]
+
+
+def strip_citations(text: str) -> str:
+    """Text without its [n] markers, e.g. an old answer reused where its blocks no longer exist."""
+    return _CITATION_WITH_SPACE.sub("", text)

@@ -14,6 +14,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from ragmesh.clients import RetrieverClient  # noqa: E402
 from tests.stack import Stack  # noqa: E402
 
+# The fake provider servers' fixtures (fake_gemini, fake_openai) for every test module.
+pytest_plugins = ["tests.fakes.gemini", "tests.fakes.openai"]
+
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import re
 
 from ragmesh.prompts import NOT_ENOUGH
+from ragmesh.text import citation_numbers
 
 _ADMISSION = re.compile(
     r"(don't|do not|doesn't|does not) (have|contain) (enough|any)|not enough information|no data|"
     r"can(no|')t answer|unable to answer|nothing (in|about)|no (notes|information) (that|about)", re.I)
-_MARKER = re.compile(r"\[(\d+)\]")
 
 
 class AnswerGuard:
@@ -27,7 +27,7 @@ class AnswerGuard:
             return text
         self._held.append(text)
         held = "".join(self._held)
-        if _ADMISSION.search(held) or any(int(n) in self.valid for n in _MARKER.findall(held)):
+        if _ADMISSION.search(held) or any(n in self.valid for n in citation_numbers(held)):
             self.open = True
             self._held = []
             return held

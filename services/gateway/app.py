@@ -23,7 +23,7 @@ from services.gateway.http import create_app
 from services.gateway.limits import UsageLimiter
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
-from services.gateway.strategy import PipelineSettings
+from services.gateway.strategy import PipelineSettings, Planner
 from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.scope_cache import ScopeCache
 from services.gateway.servicer import GatewayServicer
@@ -52,10 +52,9 @@ class GatewayApp(ServiceApp):
         self.retriever = RetrieverClient(s.address("retriever"), s.search_timeout, s.ingest_timeout)
         self.generator = GeneratorClient(s.address("generator"), s.generate_timeout)
         self.memory = Memory(self.store, self.retriever, self.generator, self.embedder, s.summary_after_turns)
-        self.pipeline = AskPipeline(
-            self.history, self.retriever, self.generator, self.embedder,
-            ScopeCache(s.scope_cache_ttl_s, s.scope_cache_size), self.memory,
-            UsageLimiter(self.store, s.monthly_message_limit, s.monthly_token_limit), self.known_funds,
+        planner = Planner(
+            self.retriever, self.generator, self.embedder, ScopeCache(s.scope_cache_ttl_s, s.scope_cache_size),
+            self.known_funds,
             PipelineSettings(
                 default_model=default_model(s.default_model, s.gemini_api_key), reasoning_model=s.reasoning_model,
                 history_turns=s.history_turns, same_topic_threshold=s.same_topic_threshold,
@@ -63,6 +62,8 @@ class GatewayApp(ServiceApp):
                 scope_llm_check=s.scope_llm_check, scope_llm_timeout_s=s.scope_llm_timeout_s,
             ),
         )
+        self.pipeline = AskPipeline(self.history, self.generator, planner, self.memory,
+                                    UsageLimiter(self.store, s.monthly_message_limit, s.monthly_token_limit))
         gateway_pb2_grpc.add_GatewayServicer_to_server(
             GatewayServicer(self.pipeline, self.history, self.retriever, self.memory), server
         )

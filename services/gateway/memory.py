@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import AsyncIterator, Coroutine
 
 import numpy as np
@@ -16,15 +15,16 @@ from ragmesh import convert
 from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient
 from ragmesh.errors import InvalidArgument, NotFound, RagmeshError
 from ragmesh.store import CorrectionRecord, Store
-from ragmesh.text import tokenize
+from ragmesh.text import strip_citations, tokenize
 from ragmesh.types import ContextBlock, Document
 from ragmesh.v1 import retriever_pb2
+from services.gateway.history import History
 
 log = logging.getLogger(__name__)
 
 MEMORY_COLLECTION = "conversations"
+SHORTLIST = 12  # corrections embedded per question, after a shared-word shortlist
 SUMMARY_QUESTION = "Summarize this conversation: the user's goals, the decisions made and the key facts and figures."
-_MARKERS = re.compile(r"\s*\[\d+\]")
 
 
 class Memory:
@@ -61,7 +61,7 @@ class Memory:
             for message_id, role, text in messages:
                 if text.strip():
                     yield convert.document_to_proto(Document(
-                        doc_id=message_id, collection=MEMORY_COLLECTION, text=_MARKERS.sub("", text), tenant=tenant,
+                        doc_id=message_id, collection=MEMORY_COLLECTION, text=strip_citations(text), tenant=tenant,
                         metadata={"user_id": user_id, "conversation_id": conversation_id, "role": role},
                     ))
 
@@ -73,11 +73,9 @@ class Memory:
             log.warning("memory embedding failed", extra={"conversation_id": conversation_id, "error": str(exc)})
 
     async def _summarize(self, conversation_id: str, model: str) -> None:
-        from services.gateway.history import History  # the summary reads turns the way prompts do
-
         previous = await asyncio.to_thread(self.store.conversation_summary, conversation_id)
         turns = (await asyncio.to_thread(History(self.store).turns, conversation_id))[-self.summary_after_turns:]
-        texts = ([previous] if previous else []) + [f"User: {t.question}\n\n{_MARKERS.sub('', t.answer)}" for t in turns]
+        texts = ([previous] if previous else []) + [f"User: {t.question}\n\n{strip_citations(t.answer)}" for t in turns]
         blocks = [ContextBlock(index=i, text=t, label="Conversation") for i, t in enumerate(texts, start=1)]
         try:
             parts = [e.text async for e in self.generator.generate(
@@ -87,7 +85,7 @@ class Memory:
         except RagmeshError as exc:
             log.warning("conversation summary not updated", extra={"conversation_id": conversation_id, "error": str(exc)})
             return
-        summary = _MARKERS.sub("", "".join(parts)).strip()
+        summary = strip_citations("".join(parts)).strip()
         if summary:
             await asyncio.to_thread(self.store.set_conversation_summary, conversation_id, summary)
             log.info("conversation summary updated", extra={"conversation_id": conversation_id, "chars": len(summary)})
@@ -113,19 +111,22 @@ class Memory:
         return self.store.add_correction(record)
 
     async def relevant_corrections(self, tenant: str, user_id: str, question: str, k: int = 3) -> list[CorrectionRecord]:
-        """The user's k corrections closest to the question: by embedding, or by shared words if the embedder is down."""
+        """The user's k corrections closest to the question. This runs before every answer, so shared
+        words shortlist SHORTLIST of them cheaply and only those are embedded (or, with the embedder
+        down, the shortlist's best by shared words stand)."""
         records = await asyncio.to_thread(self.store.corrections, tenant, user_id)
         if len(records) <= k:
             return records
-        texts = [f"{r.question} {r.correction}" for r in records]
+        words = set(tokenize(question))
+        overlap = [len(words & set(tokenize(f"{r.question} {r.correction}"))) for r in records]
+        shortlist = [records[i] for i in np.argsort(-np.asarray(overlap), kind="stable")[:SHORTLIST]]
         try:
-            vectors = await self.embedder.embed([question, *texts], "QUERY")
-            scores = (vectors[1:] @ vectors[0]).tolist()
+            vectors = await self.embedder.embed([question, *(f"{r.question} {r.correction}" for r in shortlist)],
+                                                "QUERY")
         except RagmeshError:
-            words = set(tokenize(question))
-            scores = [len(words & set(tokenize(t))) / (len(words | set(tokenize(t))) or 1) for t in texts]
-        best = np.argsort(-np.asarray(scores), kind="stable")[:k]
-        return [records[i] for i in best]
+            return shortlist[:k]
+        best = np.argsort(-(vectors[1:] @ vectors[0]), kind="stable")[:k]
+        return [shortlist[i] for i in best]
 
 
 def corrections_text(records: list[CorrectionRecord]) -> str:

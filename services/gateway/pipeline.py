@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime as dt
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient
+from ragmesh.clients import GeneratorClient
 from ragmesh.errors import RagmeshError
 from ragmesh.models import EXTRACTIVE
 from ragmesh.store import CorrectionRecord
+from ragmesh.text import citation_numbers
 from ragmesh.types import Citation, GenEvent, Turn
 from services.gateway import context, router
 from services.gateway.answer_guard import AnswerGuard
@@ -55,18 +55,22 @@ class Stopped(Exception):
 
 
 class AskPipeline:
-    def __init__(self, history: History, retriever: RetrieverClient, generator: GeneratorClient,
-                 embedder: EmbedderClient, cache: ScopeCache, memory: Memory, limits: UsageLimiter,
-                 known_funds: Callable[[], Awaitable[list[str]]], settings: PipelineSettings,
-                 today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.timezone.utc).date()) -> None:
+    def __init__(self, history: History, generator: GeneratorClient, planner: Planner, memory: Memory,
+                 limits: UsageLimiter) -> None:
         self.history = history
         self.generator = generator
-        self.cache = cache
+        self.planner = planner
         self.memory = memory
         self.limits = limits
-        self.settings = settings
-        self.planner = Planner(retriever, generator, embedder, cache, known_funds, settings, today)
         self._running: dict[str, asyncio.Event] = {}
+
+    @property
+    def settings(self) -> PipelineSettings:
+        return self.planner.settings
+
+    @property
+    def cache(self) -> ScopeCache:
+        return self.planner.cache
 
     @property
     def default_model(self) -> str:
@@ -237,12 +241,9 @@ async def _until(stream: AsyncIterator[GenEvent], stop: asyncio.Event) -> AsyncI
             await stream.aclose()
 
 
-_MARKER = re.compile(r"\[(\d+)\]")
-
-
 def _citations(answer: str, blocks: list) -> list[Citation]:
     by_index = {b.index: b for b in blocks}
-    cited = dict.fromkeys(int(m) for m in _MARKER.findall(answer))
+    cited = dict.fromkeys(citation_numbers(answer))
     return [context.citation_for(by_index[i]) for i in cited if i in by_index]
 
 

@@ -78,7 +78,7 @@ class PipelineSettings:
 class Planner:
     def __init__(self, retriever: RetrieverClient, generator: GeneratorClient, embedder: EmbedderClient,
                  cache: ScopeCache, known_funds: Callable[[], Awaitable[list[str]]], settings: PipelineSettings,
-                 today: Callable[[], dt.date]) -> None:
+                 today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.timezone.utc).date()) -> None:
         self.retriever = retriever
         self.generator = generator
         self.embedder = embedder

@@ -4,7 +4,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import faiss
 import grpc
 import numpy as np
 
@@ -25,9 +24,6 @@ from services.retriever.search import SearchEngine
 from services.retriever.servicer import RetrieverServicer
 
 log = logging.getLogger(__name__)
-
-# One FAISS thread per search: a single query is faster that way, and BM25 runs on the other core.
-faiss.omp_set_num_threads(1)
 
 FALLBACK_DIMENSIONS = 384
 
@@ -86,7 +82,8 @@ class RetrieverApp(ServiceApp):
     async def warm_up(self) -> None:
         await asyncio.to_thread(self.store.connect)
         self.embedder = self.embedder or EmbedderClient(self.settings.address("embedder"), self.settings.embed_timeout)
-        self.generator = GeneratorClient(self.settings.address("generator"), self.settings.generate_timeout)
+        self.generator = self.generator or GeneratorClient(self.settings.address("generator"),
+                                                           self.settings.generate_timeout)
         try:
             info = await self.embedder.info()
             self.registry.dimensions = info.dimensions

@@ -16,7 +16,7 @@ from services.generator.app import GeneratorApp
 from services.generator.backends import GenerationRequest
 from services.generator.backends.gemini import GeminiGenerator
 from ragmesh.models import LOCAL
-from tests.fakes.gemini import FakeGemini, chunk, fake_gemini, grounding, text, thought, usage  # noqa: F401
+from tests.fakes.gemini import FakeGemini, chunk, grounding, text, thought, usage
 from tests.fakes.http import Request
 from tests.fakes.serving import serving, settings
 

@@ -12,7 +12,7 @@ import pytest
 
 from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
 from services.embedder.app import EmbedderApp
-from tests.fakes.gemini import FakeGemini, fake_gemini, fake_vector  # noqa: F401
+from tests.fakes.gemini import FakeGemini, fake_vector
 from tests.fakes.serving import serving, settings
 
 

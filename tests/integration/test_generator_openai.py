@@ -13,7 +13,7 @@ from services.generator.app import GeneratorApp
 from services.generator.backends import GenerationRequest
 from services.generator.backends.openai_compat import OpenAICompatGenerator
 from ragmesh.models import LOCAL
-from tests.fakes.openai import MODEL, FakeOpenAI, delta, fake_openai, usage  # noqa: F401
+from tests.fakes.openai import MODEL, FakeOpenAI, delta, usage
 from tests.fakes.serving import serving, settings
 
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from ragmesh.types import ContextBlock, GenEvent
-from ragmesh.text import split_sentences, tokenize
+from ragmesh.text import split_sentences, strip_citations, tokenize
 from services.generator.backends import GenerationRequest
 from services.generator.backends.conflicts import find_conflicts
 
@@ -22,7 +21,6 @@ NOTHING_RELEVANT = (
     "The retrieved sources do not contain information that answers this question, "
     "so I can't answer it from them."
 )
-_CITATION = re.compile(r"\s*\[\d+\]")
 
 
 @dataclass
@@ -118,7 +116,7 @@ class ExtractiveBackend:
         points: list[str] = []
         for turn in request.history[-2:]:
             for line in turn.answer.splitlines():
-                line = _CITATION.sub("", line).strip().lstrip("-* ").strip()
+                line = strip_citations(line).strip().lstrip("-* ").strip()
                 if line and not line.endswith(":") and not line.startswith("*["):
                     points.append(line)
         if not points:

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ragmesh.errors import RagmeshError
-from ragmesh.text import sentence_spans, split_sentences, tokenize
+from ragmesh.text import sentence_spans, split_sentences, strip_citations, tokenize
 from ragmesh.types import ContextBlock, SectionOutline
 from services.retriever.ingest.chunker import group
 from services.retriever.ingest.parsed import Section
@@ -31,7 +30,6 @@ INSTRUCTION = (
     "You summarise documents faithfully and concisely. Use only the text you are given, keep "
     "names, figures and dates exact, and write plain prose without headings, lists or citations."
 )
-_MARKERS = re.compile(r"\s*\[\d+\]")
 
 
 @dataclass
@@ -68,7 +66,7 @@ def _request(text: str, what: str, sentences: str) -> SummaryPrompt:
 
 def _clean(answer: str, limit: int) -> str:
     """Plain prose: no [n] markers, no lead-in line, no bullets; cut at a sentence within limit."""
-    lines = [line.strip().lstrip("-*• ").strip() for line in _MARKERS.sub("", answer).splitlines()]
+    lines = [line.strip().lstrip("-*• ").strip() for line in strip_citations(answer).splitlines()]
     lines = [line for line in lines if line]
     if len(lines) > 1 and lines[0].endswith(":"):
         lines = lines[1:]
