@@ -71,6 +71,20 @@ def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
+_CHUNK_COLUMNS = (
+    "SELECT chunk_id, tenant, collection, doc_id, chunk_index, text, metadata, date, parent_chunk_id, vector, rowid "
+    "FROM chunks"
+)
+
+
+def _stored_chunk(r: tuple) -> StoredChunk:
+    chunk = Chunk(
+        chunk_id=r[0], tenant=r[1], collection=r[2], doc_id=r[3], chunk_index=r[4],
+        text=r[5], metadata=json.loads(r[6]), date=r[7], parent_chunk_id=r[8],
+    )
+    return StoredChunk(chunk, None if r[9] is None else np.frombuffer(r[9], dtype="<f4"))
+
+
 class SqliteStore:
     """Thread-safe: one connection, one lock; the services call it from worker threads."""
 
@@ -200,25 +214,25 @@ class SqliteStore:
             db.execute("INSERT OR REPLACE INTO collection_options VALUES (?, ?)", (name, json.dumps(options)))
 
     def document_chunks(self, tenant: str, collection: str, doc_id: str) -> list[StoredChunk]:
-        return list(self._chunks("WHERE tenant = ? AND collection = ? AND doc_id = ?", (tenant, collection, doc_id)))
-
-    def iter_chunks(self, collection: str | None = None) -> Iterator[StoredChunk]:
-        return self._chunks("", ()) if collection is None else self._chunks("WHERE collection = ?", (collection,))
-
-    def _chunks(self, where: str, args: tuple) -> Iterator[StoredChunk]:
-        sql = (
-            "SELECT chunk_id, tenant, collection, doc_id, chunk_index, text, metadata, date, "
-            f"parent_chunk_id, vector FROM chunks {where} ORDER BY rowid"
-        )
+        sql = f"{_CHUNK_COLUMNS} WHERE tenant = ? AND collection = ? AND doc_id = ? ORDER BY rowid"
         with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
-        for r in rows:
-            chunk = Chunk(
-                chunk_id=r[0], tenant=r[1], collection=r[2], doc_id=r[3], chunk_index=r[4],
-                text=r[5], metadata=json.loads(r[6]), date=r[7], parent_chunk_id=r[8],
-            )
-            vector = None if r[9] is None else np.frombuffer(r[9], dtype="<f4")
-            yield StoredChunk(chunk, vector)
+            rows = self._db.execute(sql, (tenant, collection, doc_id)).fetchall()
+        return [_stored_chunk(r) for r in rows]
+
+    def iter_chunks(self, collection: str | None = None, page: int = 4096) -> Iterator[StoredChunk]:
+        """Pages through the chunks by rowid, so a rebuild at 1M chunks never holds every row
+        at once. A write between pages may show a document half-replaced; such writes bump
+        version(), which the caller reads first and replays from."""
+        scope, args = ("", ()) if collection is None else ("AND collection = ?", (collection,))
+        sql = f"{_CHUNK_COLUMNS} WHERE rowid > ? {scope} ORDER BY rowid LIMIT {int(page)}"
+        last = 0
+        while True:
+            with self._lock:
+                rows = self._db.execute(sql, (last, *args)).fetchall()
+            yield from (_stored_chunk(r) for r in rows)
+            if len(rows) < page:
+                return
+            last = rows[-1][-1]
 
     def collections(self) -> list[CollectionStats]:
         with self._lock:

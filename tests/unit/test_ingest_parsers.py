@@ -14,7 +14,7 @@ import pytest
 from fpdf import FPDF
 
 from ragmesh.types import Document
-from services.retriever.ingest.parsed import Parsed, UnreadableFile
+from services.retriever.ingest.parsed import BadRecord, Parsed, UnreadableFile
 from services.retriever.ingest.parsers import parse
 
 LIMIT = 1_000_000
@@ -227,11 +227,25 @@ def test_empty_oversized_undecodable_and_broken_files_are_refused_by_name() -> N
     assert "binary" in failure(b"abc\x00def", "blob.txt")
     assert "not a readable Word document" in failure(b"PK\x03\x04 not a zip", "bad.docx")
     assert "not a readable PowerPoint" in failure(b"nope", "bad.pptx")
-    assert "line 2 is not valid JSON" in failure(b'{"text": "ok"}\n{broken', "bad.jsonl")
-    assert "record 1 is a JSON int" in failure(b"[1, 2]", "ints.json")
+    assert "line 1 is not valid JSON" in failure(b'{broken', "bad.jsonl")
+    assert "record 1 is a JSON int" in failure(b"[1]", "ints.json")
+    assert "is not valid JSON (Expecting value at line 1)" in failure(b"[1, ", "cut.json")
     assert "no text to index" in failure(b"   \n\n  ", "blank.md")
-    assert "repeats doc_id 'a'" in failure(b'[{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]', "dup.json")
     assert "both text and content" in failure(b"abc", "both.txt", text="abc")
+
+
+def test_a_bad_record_is_reported_alone_and_the_file_goes_on() -> None:
+    """In a file of records each record is a document: one broken line, a non-object, an empty
+    record or a repeated id fails that record, in file order, and the others parse."""
+    lines = b'{"id": "a", "text": "Alpha."}\n{broken\n7\n{"id": "b", "text": "  "}\n{"id": "a", "text": "Again."}\n' \
+            b'{"id": "c", "text": "Gamma."}'
+    out = parsed(lines, "mixed.jsonl")
+    assert [p.doc_id if isinstance(p, Parsed) else p.number for p in out] == ["a", 2, 3, 4, 5, "c"]
+    assert [p.reason for p in out if isinstance(p, BadRecord)] == [
+        "line 2 is not valid JSON (Expecting property name enclosed in double quotes)",
+        "record 3 is a JSON int, not an object", "record 4 has no text to index", "record 5 repeats doc_id 'a'",
+    ]
+    assert [type(p) for p in parsed(b'[1, {"text": "x"}]', "ints.json")] == [BadRecord, Parsed]
 
 
 def test_a_heading_with_nothing_under_it_joins_the_next_section_pages_kept() -> None:

@@ -174,6 +174,15 @@ def test_a_failed_document_leaves_nothing_and_the_stream_goes_on(tmp_path: Path)
     assert failed.stage == "FAILED" and "UNAVAILABLE" in failed.error and not stored(down)
 
 
+def test_a_bad_record_fails_alone_and_its_file_goes_on(tmp_path: Path) -> None:
+    ingestor = make(tmp_path)
+    records = b'{"id": "n1", "text": "First note."}\n{"id": "n2", "text": \n{"id": "n3", "text": "Third note."}\n'
+    out = final(run(ingestor, Document("notes", "c", content=records, filename="notes.jsonl")))
+    assert {k: p.stage for k, p in out.items()} == {"n1": "INDEXED", "notes#2": "FAILED", "n3": "INDEXED"}
+    assert out["notes#2"].error.startswith("notes.jsonl: line 2 is not valid JSON")
+    assert sorted({s.chunk.doc_id for s in stored(ingestor)}) == ["n1", "n3"]
+
+
 @pytest.mark.parametrize(("doc", "reason"), [
     (Document("", "c", content=pdf_bytes(["Secret."], password="pw"), filename="locked.pdf"), "locked.pdf: is an encrypted PDF"),
     (Document("", "c", content=b"%PDF-1.7 truncated", filename="broken.pdf"), "broken.pdf: is not a readable PDF"),

@@ -29,6 +29,23 @@ def test_replace_is_whole_and_survives_reopen(tmp_path: Path) -> None:
     assert store.version() == v2
 
 
+def test_chunks_are_read_in_pages_in_insertion_order(tmp_path: Path) -> None:
+    """A rebuild pages through the table; every chunk comes back once, in order, page edges included."""
+    store = SqliteStore(tmp_path / "s.db")
+    for d in ("d1", "d2", "d3"):
+        store.replace_document(*doc(d, n=3))
+    everything = [c.chunk.chunk_id for c in store.iter_chunks()]
+    assert len(everything) == 9
+    for page in (1, 2, 3, 4, 9, 10):
+        assert [c.chunk.chunk_id for c in store.iter_chunks(page=page)] == everything
+    record, chunks = doc("o", n=2)
+    record.collection = "other"
+    for c in chunks:
+        c.chunk.collection = "other"
+    store.replace_document(record, chunks)
+    assert [c.chunk.doc_id for c in store.iter_chunks("other", page=1)] == ["o", "o"]
+
+
 def test_a_failed_replace_leaves_the_old_version(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     store.replace_document(*doc(n=2))

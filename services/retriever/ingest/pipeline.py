@@ -24,7 +24,7 @@ from services.retriever import filters
 from services.retriever.index import IndexRegistry
 from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.embedding import BatchEmbedder
-from services.retriever.ingest.parsed import Parsed
+from services.retriever.ingest.parsed import BadRecord, Parsed
 from services.retriever.ingest.parsers import parse
 from services.retriever.ingest.sanitize import is_redacted
 from services.retriever.ingest.strategies import Chunked, Sizes, chunk_document
@@ -106,8 +106,13 @@ class Ingestor:
             log.warning("document failed", extra={"doc_id": doc.doc_id, "error": str(exc)})
             yield Progress(doc.doc_id, doc.collection, "FAILED", error=str(exc), filename=doc.filename)
             return
+        label = doc.filename or doc.doc_id
         for p in parsed:
-            label = doc.filename or doc.doc_id
+            if isinstance(p, BadRecord):
+                error = f"{label}: {p.reason}"
+                log.warning("record failed", extra={"doc_id": doc.doc_id, "error": error})
+                yield Progress(f"{doc.doc_id}#{p.number}", doc.collection, "FAILED", error=error, filename=doc.filename)
+                continue
             async for progress in self._ingest(doc, p, label if len(parsed) == 1 else f"{label} ({p.doc_id})"):
                 yield progress
 

@@ -1,6 +1,7 @@
 """Picks the parser for a document (by file extension, then MIME type), checks what every
 format must satisfy (not empty, not too large, some text out), and names the resulting
-documents: a file of several JSON records gives one document per record."""
+documents: a file of several JSON records gives one document per record, and a record that
+cannot be ingested is a BadRecord beside the others rather than the failure of the file."""
 from __future__ import annotations
 
 import importlib
@@ -8,17 +9,17 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from ragmesh.types import Document
-from services.retriever.ingest.parsed import Parsed, UnreadableFile, compact
+from services.retriever.ingest.parsed import BadRecord, Parsed, UnreadableFile, compact
 from services.retriever.ingest.parsers.markup import parse_html, parse_markdown
 from services.retriever.ingest.parsers.records import parse_json, parse_jsonl
 from services.retriever.ingest.parsers.text import parse_text, sections_at_headings
 
-Parser = Callable[[bytes, str], list[Parsed]]
+Parser = Callable[[bytes, str], list[Parsed | BadRecord]]
 
 
 def _lazy(module: str, function: str) -> Parser:
     """pypdf, python-docx and python-pptx (~33 MB) load with the first file of their kind, not at start."""
-    def parse(content: bytes, name: str) -> list[Parsed]:
+    def parse(content: bytes, name: str) -> list[Parsed | BadRecord]:
         return getattr(importlib.import_module(f"services.retriever.ingest.parsers.{module}"), function)(content, name)
 
     return parse
@@ -55,8 +56,9 @@ def _parser(doc: Document, name: str) -> Parser:
     raise UnreadableFile(name, f"is an unsupported {what} (supported: {known})")
 
 
-def parse(doc: Document, max_bytes: int) -> list[Parsed]:
-    """The documents in `doc`, each with its doc_id. Raises UnreadableFile naming the file."""
+def parse(doc: Document, max_bytes: int) -> list[Parsed | BadRecord]:
+    """The documents in `doc`, each with its doc_id, in file order. Raises UnreadableFile
+    naming the file when the file as a whole fails (or its only record does)."""
     name = doc.filename or doc.doc_id
     if doc.content and doc.text:
         raise UnreadableFile(name, "has both text and content: send one of them")
@@ -72,15 +74,25 @@ def parse(doc: Document, max_bytes: int) -> list[Parsed]:
         raise UnreadableFile(name, "is empty")
     if not parsed:
         raise UnreadableFile(name, "holds no records")
+    out = [_checked(p, number, doc.doc_id, len(parsed)) for number, p in enumerate(parsed, 1)]
     seen: set[str] = set()
-    for number, p in enumerate(parsed, 1):
-        p.sections = compact(p.sections)
-        if not p.sections:
-            hint = " (a scanned PDF? text recognition is not supported)" if p.filetype == "pdf" else ""
-            where = f"record {number} " if len(parsed) > 1 else ""
-            raise UnreadableFile(name, f"{where}has no text to index{hint}")
-        p.doc_id = p.doc_id or (doc.doc_id if len(parsed) == 1 else f"{doc.doc_id}#{number}")
-        if p.doc_id in seen:
-            raise UnreadableFile(name, f"record {number} repeats doc_id {p.doc_id!r}")
-        seen.add(p.doc_id)
-    return parsed
+    for number, p in enumerate(out, 1):
+        if isinstance(p, Parsed):
+            if p.doc_id in seen:
+                out[number - 1] = BadRecord(number, f"record {number} repeats doc_id {p.doc_id!r}")
+            seen.add(p.doc_id)
+    if len(out) == 1 and isinstance(out[0], BadRecord):
+        raise UnreadableFile(name, out[0].reason)
+    return out
+
+
+def _checked(p: Parsed | BadRecord, number: int, file_id: str, records: int) -> Parsed | BadRecord:
+    """Names the document and checks that it has text to index."""
+    if isinstance(p, BadRecord):
+        return p
+    p.sections = compact(p.sections)
+    if not p.sections:
+        hint = " (a scanned PDF? text recognition is not supported)" if p.filetype == "pdf" else ""
+        return BadRecord(number, f"{f'record {number} ' if records > 1 else ''}has no text to index{hint}")
+    p.doc_id = p.doc_id or (file_id if records == 1 else f"{file_id}#{number}")
+    return p

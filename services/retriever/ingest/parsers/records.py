@@ -13,7 +13,7 @@ from typing import Any
 
 from ragmesh.errors import InvalidArgument
 from ragmesh.validation import check_date
-from services.retriever.ingest.parsed import Parsed, Section, UnreadableFile
+from services.retriever.ingest.parsed import BadRecord, Parsed, Section, UnreadableFile
 from services.retriever.ingest.parsers.text import decode
 
 ID_FIELDS = ("doc_id", "id", "factsheet_id", "meeting_id", "transcript_id")
@@ -24,6 +24,8 @@ _LONG = 300  # a string field longer than this is text, not metadata
 
 
 def _load(data: bytes, name: str, lines: bool) -> list[Any]:
+    """The file's records; in JSON Lines a line that does not parse is a BadRecord, not the
+    end of the file."""
     text = decode(data, name)
     if not lines:
         try:
@@ -31,13 +33,13 @@ def _load(data: bytes, name: str, lines: bool) -> list[Any]:
         except json.JSONDecodeError as exc:
             raise UnreadableFile(name, f"is not valid JSON ({exc.msg} at line {exc.lineno})") from None
         return value if isinstance(value, list) else [value]
-    records = []
+    records: list[Any] = []
     for number, line in enumerate(text.split("\n"), 1):
         if line.strip():
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise UnreadableFile(name, f"line {number} is not valid JSON ({exc.msg})") from None
+                records.append(BadRecord(len(records) + 1, f"line {number} is not valid JSON ({exc.msg})"))
     return records
 
 
@@ -130,18 +132,21 @@ def _record(r: dict) -> Parsed:
     return Parsed(doc_id, sections, "json", title=title, date=_date(r), metadata=metadata, source=source)
 
 
-def _parse(data: bytes, name: str, lines: bool) -> list[Parsed]:
-    out = []
+def _parse(data: bytes, name: str, lines: bool) -> list[Parsed | BadRecord]:
+    out: list[Parsed | BadRecord] = []
     for number, r in enumerate(_load(data, name, lines), 1):
-        if not isinstance(r, dict):
-            raise UnreadableFile(name, f"record {number} is a JSON {type(r).__name__}, not an object")
-        out.append(_record(r))
+        if isinstance(r, BadRecord):
+            out.append(r)
+        elif isinstance(r, dict):
+            out.append(_record(r))
+        else:
+            out.append(BadRecord(number, f"record {number} is a JSON {type(r).__name__}, not an object"))
     return out
 
 
-def parse_json(data: bytes, name: str) -> list[Parsed]:
+def parse_json(data: bytes, name: str) -> list[Parsed | BadRecord]:
     return _parse(data, name, lines=False)
 
 
-def parse_jsonl(data: bytes, name: str) -> list[Parsed]:
+def parse_jsonl(data: bytes, name: str) -> list[Parsed | BadRecord]:
     return _parse(data, name, lines=True)
