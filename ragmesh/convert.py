@@ -127,7 +127,8 @@ def gen_event_from_proto(event: generator_pb2.GenerateEvent) -> t.GenEvent:
     if kind in ("thinking", "content"):
         return t.GenEvent(kind, text=getattr(event, kind))
     if kind == "grounding":
-        return t.GenEvent(kind, citations=[citation_from_proto(c) for c in event.grounding.web])
+        return t.GenEvent(kind, citations=[citation_from_proto(c) for c in event.grounding.web],
+                          queries=list(event.grounding.queries))
     if kind == "usage":
         u: common_pb2.Usage = event.usage
         return t.GenEvent(kind, usage={
@@ -142,7 +143,7 @@ def gen_event_to_proto(e: t.GenEvent) -> generator_pb2.GenerateEvent:
         return generator_pb2.GenerateEvent(**{e.kind: e.text})
     if e.kind == "grounding":
         return generator_pb2.GenerateEvent(
-            grounding=generator_pb2.Grounding(web=[citation_to_proto(c) for c in e.citations])
+            grounding=generator_pb2.Grounding(web=[citation_to_proto(c) for c in e.citations], queries=e.queries)
         )
     if e.kind == "usage":
         return generator_pb2.GenerateEvent(usage=common_pb2.Usage(**e.usage))

@@ -133,5 +133,6 @@ class GenEvent:
     kind: str  # thinking | content | grounding | usage | done
     text: str = ""
     citations: list[Citation] = field(default_factory=list)
+    queries: list[str] = field(default_factory=list)  # grounding: the web searches the model ran
     usage: dict[str, int] = field(default_factory=dict)
     model: str = ""

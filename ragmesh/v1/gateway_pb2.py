@@ -26,7 +26,7 @@ from ragmesh.v1 import common_pb2 as ragmesh_dot_v1_dot_common__pb2
 from ragmesh.v1 import retriever_pb2 as ragmesh_dot_v1_dot_retriever__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18ragmesh/v1/gateway.proto\x12\nragmesh.v1\x1a\x17ragmesh/v1/common.proto\x1a\x1aragmesh/v1/retriever.proto\"\xef\x01\n\nAskRequest\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x14\n\x0c\x64\x61ta_sources\x18\x02 \x03(\t\x12\x12\n\nstart_date\x18\x03 \x01(\t\x12\x10\n\x08\x65nd_date\x18\x04 \x01(\t\x12\x16\n\x0eselected_funds\x18\x05 \x03(\t\x12\x17\n\x0f\x63onversation_id\x18\x06 \x01(\t\x12\r\n\x05model\x18\x07 \x01(\t\x12\x0e\n\x06tenant\x18\x08 \x01(\t\x12\x0f\n\x07user_id\x18\t \x01(\t\x12\x12\n\x05top_k\x18\n \x01(\x05H\x00\x88\x01\x01\x12\x14\n\x0c\x64ocument_ids\x18\x0b \x03(\tB\x08\n\x06_top_k\"\xa9\x03\n\x08Strategy\x12\r\n\x05route\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x11\n\tcache_hit\x18\x03 \x01(\x08\x12\x13\n\x0b\x63ollections\x18\x04 \x03(\t\x12\"\n\x06\x66ilter\x18\x05 \x01(\x0b\x32\x12.ragmesh.v1.Filter\x12\t\n\x01k\x18\x06 \x01(\x05\x12\x17\n\x0f\x63\x61ndidate_count\x18\x07 \x01(\x05\x12\x14\n\x0cretrieval_ms\x18\x08 \x01(\x01\x12\x17\n\x0f\x63onversation_id\x18\t \x01(\t\x12\x11\n\tcache_key\x18\n \x01(\t\x12\x0e\n\x06\x63hunks\x18\x0b \x01(\x05\x12\x11\n\tretrieval\x18\x0c \x01(\t\x12\x15\n\rdense_skipped\x18\r \x01(\x08\x12\x13\n\x0bunavailable\x18\x0e \x03(\t\x12\x17\n\x0fthreshold_layer\x18\x0f \x01(\x05\x12\x11\n\ttime_hint\x18\x10 \x01(\t\x12\x16\n\x0e\x64\x65tected_funds\x18\x11 \x03(\t\x12\x15\n\rcontext_chars\x18\x12 \x01(\x05\x12\x13\n\x0b\x63orrections\x18\x13 \x01(\x05\x12\r\n\x05model\x18\x14 \x01(\t\"*\n\tErrorInfo\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"0\n\tCitations\x12#\n\x05items\x18\x01 \x03(\x0b\x32\x14.ragmesh.v1.Citation\"y\n\x08\x43hatDone\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07stopped\x18\x04 \x01(\x08\x12 \n\x05usage\x18\x05 \x01(\x0b\x32\x11.ragmesh.v1.Usage\"\x90\x02\n\tChatEvent\x12\x13\n\tsearching\x18\x01 \x01(\x08H\x00\x12(\n\x08strategy\x18\x02 \x01(\x0b\x32\x14.ragmesh.v1.StrategyH\x00\x12\x14\n\ngenerating\x18\x03 \x01(\x08H\x00\x12\x12\n\x08thinking\x18\x04 \x01(\tH\x00\x12\x11\n\x07\x63ontent\x18\x05 \x01(\tH\x00\x12*\n\tcitations\x18\x06 \x01(\x0b\x32\x15.ragmesh.v1.CitationsH\x00\x12$\n\x04\x64one\x18\x07 \x01(\x0b\x32\x14.ragmesh.v1.ChatDoneH\x00\x12&\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x15.ragmesh.v1.ErrorInfoH\x00\x42\x07\n\x05\x65ventJ\x04\x08\t\x10\n\"&\n\x0bStopRequest\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\"\x1f\n\x0cStopResponse\x12\x0f\n\x07stopped\x18\x01 \x01(\x08\"A\n\x16GetConversationRequest\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\"\xd3\x01\n\x07Message\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\x12\n\ncreated_at\x18\x04 \x01(\t\x12+\n\x04meta\x18\x05 \x03(\x0b\x32\x1d.ragmesh.v1.Message.MetaEntry\x12\'\n\tcitations\x18\x06 \x03(\x0b\x32\x14.ragmesh.v1.Citation\x1a+\n\tMetaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"N\n\x0c\x43onversation\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12%\n\x08messages\x18\x02 \x03(\x0b\x32\x13.ragmesh.v1.Message\"D\n\x19\x44\x65leteConversationRequest\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\"-\n\x1a\x44\x65leteConversationResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"\x9d\x01\n\x11\x43orrectionRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x17\n\x0f\x63onversation_id\x18\x03 \x01(\t\x12\x12\n\nmessage_id\x18\x04 \x01(\t\x12\x10\n\x08question\x18\x05 \x01(\t\x12\x14\n\x0cwrong_answer\x18\x06 \x01(\t\x12\x12\n\ncorrection\x18\x07 \x01(\t\"+\n\x12\x43orrectionResponse\x12\x15\n\rcorrection_id\x18\x01 \x01(\t2\xbc\x03\n\x07Gateway\x12\x36\n\x03\x41sk\x12\x16.ragmesh.v1.AskRequest\x1a\x15.ragmesh.v1.ChatEvent0\x01\x12\x39\n\x04Stop\x12\x17.ragmesh.v1.StopRequest\x1a\x18.ragmesh.v1.StopResponse\x12O\n\x0fGetConversation\x12\".ragmesh.v1.GetConversationRequest\x1a\x18.ragmesh.v1.Conversation\x12\x63\n\x12\x44\x65leteConversation\x12%.ragmesh.v1.DeleteConversationRequest\x1a&.ragmesh.v1.DeleteConversationResponse\x12>\n\x06Ingest\x12\x14.ragmesh.v1.Document\x1a\x1a.ragmesh.v1.IngestProgress(\x01\x30\x01\x12H\n\x07\x43orrect\x12\x1d.ragmesh.v1.CorrectionRequest\x1a\x1e.ragmesh.v1.CorrectionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18ragmesh/v1/gateway.proto\x12\nragmesh.v1\x1a\x17ragmesh/v1/common.proto\x1a\x1aragmesh/v1/retriever.proto\"\xef\x01\n\nAskRequest\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x14\n\x0c\x64\x61ta_sources\x18\x02 \x03(\t\x12\x12\n\nstart_date\x18\x03 \x01(\t\x12\x10\n\x08\x65nd_date\x18\x04 \x01(\t\x12\x16\n\x0eselected_funds\x18\x05 \x03(\t\x12\x17\n\x0f\x63onversation_id\x18\x06 \x01(\t\x12\r\n\x05model\x18\x07 \x01(\t\x12\x0e\n\x06tenant\x18\x08 \x01(\t\x12\x0f\n\x07user_id\x18\t \x01(\t\x12\x12\n\x05top_k\x18\n \x01(\x05H\x00\x88\x01\x01\x12\x14\n\x0c\x64ocument_ids\x18\x0b \x03(\tB\x08\n\x06_top_k\"\xa9\x03\n\x08Strategy\x12\r\n\x05route\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x11\n\tcache_hit\x18\x03 \x01(\x08\x12\x13\n\x0b\x63ollections\x18\x04 \x03(\t\x12\"\n\x06\x66ilter\x18\x05 \x01(\x0b\x32\x12.ragmesh.v1.Filter\x12\t\n\x01k\x18\x06 \x01(\x05\x12\x17\n\x0f\x63\x61ndidate_count\x18\x07 \x01(\x05\x12\x14\n\x0cretrieval_ms\x18\x08 \x01(\x01\x12\x17\n\x0f\x63onversation_id\x18\t \x01(\t\x12\x11\n\tcache_key\x18\n \x01(\t\x12\x0e\n\x06\x63hunks\x18\x0b \x01(\x05\x12\x11\n\tretrieval\x18\x0c \x01(\t\x12\x15\n\rdense_skipped\x18\r \x01(\x08\x12\x13\n\x0bunavailable\x18\x0e \x03(\t\x12\x17\n\x0fthreshold_layer\x18\x0f \x01(\x05\x12\x11\n\ttime_hint\x18\x10 \x01(\t\x12\x16\n\x0e\x64\x65tected_funds\x18\x11 \x03(\t\x12\x15\n\rcontext_chars\x18\x12 \x01(\x05\x12\x13\n\x0b\x63orrections\x18\x13 \x01(\x05\x12\r\n\x05model\x18\x14 \x01(\t\"*\n\tErrorInfo\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"E\n\tCitations\x12#\n\x05items\x18\x01 \x03(\x0b\x32\x14.ragmesh.v1.Citation\x12\x13\n\x0bweb_queries\x18\x02 \x03(\t\"y\n\x08\x43hatDone\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x12\n\nmessage_id\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07stopped\x18\x04 \x01(\x08\x12 \n\x05usage\x18\x05 \x01(\x0b\x32\x11.ragmesh.v1.Usage\"\x90\x02\n\tChatEvent\x12\x13\n\tsearching\x18\x01 \x01(\x08H\x00\x12(\n\x08strategy\x18\x02 \x01(\x0b\x32\x14.ragmesh.v1.StrategyH\x00\x12\x14\n\ngenerating\x18\x03 \x01(\x08H\x00\x12\x12\n\x08thinking\x18\x04 \x01(\tH\x00\x12\x11\n\x07\x63ontent\x18\x05 \x01(\tH\x00\x12*\n\tcitations\x18\x06 \x01(\x0b\x32\x15.ragmesh.v1.CitationsH\x00\x12$\n\x04\x64one\x18\x07 \x01(\x0b\x32\x14.ragmesh.v1.ChatDoneH\x00\x12&\n\x05\x65rror\x18\x08 \x01(\x0b\x32\x15.ragmesh.v1.ErrorInfoH\x00\x42\x07\n\x05\x65ventJ\x04\x08\t\x10\n\"&\n\x0bStopRequest\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\"\x1f\n\x0cStopResponse\x12\x0f\n\x07stopped\x18\x01 \x01(\x08\"A\n\x16GetConversationRequest\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\"\xd3\x01\n\x07Message\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\x12\n\ncreated_at\x18\x04 \x01(\t\x12+\n\x04meta\x18\x05 \x03(\x0b\x32\x1d.ragmesh.v1.Message.MetaEntry\x12\'\n\tcitations\x18\x06 \x03(\x0b\x32\x14.ragmesh.v1.Citation\x1a+\n\tMetaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"N\n\x0c\x43onversation\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12%\n\x08messages\x18\x02 \x03(\x0b\x32\x13.ragmesh.v1.Message\"D\n\x19\x44\x65leteConversationRequest\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\"-\n\x1a\x44\x65leteConversationResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"\x9d\x01\n\x11\x43orrectionRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07user_id\x18\x02 \x01(\t\x12\x17\n\x0f\x63onversation_id\x18\x03 \x01(\t\x12\x12\n\nmessage_id\x18\x04 \x01(\t\x12\x10\n\x08question\x18\x05 \x01(\t\x12\x14\n\x0cwrong_answer\x18\x06 \x01(\t\x12\x12\n\ncorrection\x18\x07 \x01(\t\"+\n\x12\x43orrectionResponse\x12\x15\n\rcorrection_id\x18\x01 \x01(\t2\xbc\x03\n\x07Gateway\x12\x36\n\x03\x41sk\x12\x16.ragmesh.v1.AskRequest\x1a\x15.ragmesh.v1.ChatEvent0\x01\x12\x39\n\x04Stop\x12\x17.ragmesh.v1.StopRequest\x1a\x18.ragmesh.v1.StopResponse\x12O\n\x0fGetConversation\x12\".ragmesh.v1.GetConversationRequest\x1a\x18.ragmesh.v1.Conversation\x12\x63\n\x12\x44\x65leteConversation\x12%.ragmesh.v1.DeleteConversationRequest\x1a&.ragmesh.v1.DeleteConversationResponse\x12>\n\x06Ingest\x12\x14.ragmesh.v1.Document\x1a\x1a.ragmesh.v1.IngestProgress(\x01\x30\x01\x12H\n\x07\x43orrect\x12\x1d.ragmesh.v1.CorrectionRequest\x1a\x1e.ragmesh.v1.CorrectionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,31 +42,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ERRORINFO']._serialized_start=763
   _globals['_ERRORINFO']._serialized_end=805
   _globals['_CITATIONS']._serialized_start=807
-  _globals['_CITATIONS']._serialized_end=855
-  _globals['_CHATDONE']._serialized_start=857
-  _globals['_CHATDONE']._serialized_end=978
-  _globals['_CHATEVENT']._serialized_start=981
-  _globals['_CHATEVENT']._serialized_end=1253
-  _globals['_STOPREQUEST']._serialized_start=1255
-  _globals['_STOPREQUEST']._serialized_end=1293
-  _globals['_STOPRESPONSE']._serialized_start=1295
-  _globals['_STOPRESPONSE']._serialized_end=1326
-  _globals['_GETCONVERSATIONREQUEST']._serialized_start=1328
-  _globals['_GETCONVERSATIONREQUEST']._serialized_end=1393
-  _globals['_MESSAGE']._serialized_start=1396
-  _globals['_MESSAGE']._serialized_end=1607
-  _globals['_MESSAGE_METAENTRY']._serialized_start=1564
-  _globals['_MESSAGE_METAENTRY']._serialized_end=1607
-  _globals['_CONVERSATION']._serialized_start=1609
-  _globals['_CONVERSATION']._serialized_end=1687
-  _globals['_DELETECONVERSATIONREQUEST']._serialized_start=1689
-  _globals['_DELETECONVERSATIONREQUEST']._serialized_end=1757
-  _globals['_DELETECONVERSATIONRESPONSE']._serialized_start=1759
-  _globals['_DELETECONVERSATIONRESPONSE']._serialized_end=1804
-  _globals['_CORRECTIONREQUEST']._serialized_start=1807
-  _globals['_CORRECTIONREQUEST']._serialized_end=1964
-  _globals['_CORRECTIONRESPONSE']._serialized_start=1966
-  _globals['_CORRECTIONRESPONSE']._serialized_end=2009
-  _globals['_GATEWAY']._serialized_start=2012
-  _globals['_GATEWAY']._serialized_end=2456
+  _globals['_CITATIONS']._serialized_end=876
+  _globals['_CHATDONE']._serialized_start=878
+  _globals['_CHATDONE']._serialized_end=999
+  _globals['_CHATEVENT']._serialized_start=1002
+  _globals['_CHATEVENT']._serialized_end=1274
+  _globals['_STOPREQUEST']._serialized_start=1276
+  _globals['_STOPREQUEST']._serialized_end=1314
+  _globals['_STOPRESPONSE']._serialized_start=1316
+  _globals['_STOPRESPONSE']._serialized_end=1347
+  _globals['_GETCONVERSATIONREQUEST']._serialized_start=1349
+  _globals['_GETCONVERSATIONREQUEST']._serialized_end=1414
+  _globals['_MESSAGE']._serialized_start=1417
+  _globals['_MESSAGE']._serialized_end=1628
+  _globals['_MESSAGE_METAENTRY']._serialized_start=1585
+  _globals['_MESSAGE_METAENTRY']._serialized_end=1628
+  _globals['_CONVERSATION']._serialized_start=1630
+  _globals['_CONVERSATION']._serialized_end=1708
+  _globals['_DELETECONVERSATIONREQUEST']._serialized_start=1710
+  _globals['_DELETECONVERSATIONREQUEST']._serialized_end=1778
+  _globals['_DELETECONVERSATIONRESPONSE']._serialized_start=1780
+  _globals['_DELETECONVERSATIONRESPONSE']._serialized_end=1825
+  _globals['_CORRECTIONREQUEST']._serialized_start=1828
+  _globals['_CORRECTIONREQUEST']._serialized_end=1985
+  _globals['_CORRECTIONRESPONSE']._serialized_start=1987
+  _globals['_CORRECTIONRESPONSE']._serialized_end=2030
+  _globals['_GATEWAY']._serialized_start=2033
+  _globals['_GATEWAY']._serialized_end=2477
 # @@protoc_insertion_point(module_scope)

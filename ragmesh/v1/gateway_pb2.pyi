@@ -87,10 +87,12 @@ class ErrorInfo(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Citations(_message.Message):
-    __slots__ = ("items",)
+    __slots__ = ("items", "web_queries")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
+    WEB_QUERIES_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[_common_pb2.Citation]
-    def __init__(self, items: _Optional[_Iterable[_Union[_common_pb2.Citation, _Mapping]]] = ...) -> None: ...
+    web_queries: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, items: _Optional[_Iterable[_Union[_common_pb2.Citation, _Mapping]]] = ..., web_queries: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ChatDone(_message.Message):
     __slots__ = ("conversation_id", "message_id", "model", "stopped", "usage")

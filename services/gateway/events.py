@@ -26,7 +26,7 @@ def event_json(event: Event) -> dict[str, Any]:
     if event.kind == "strategy":
         return {"strategy": strategy_json(event.value)}
     if event.kind == "citations":
-        return {"citations": [asdict(c) for c in event.value]}
+        return {"citations": [asdict(c) for c in event.value.citations], "web_queries": event.value.web_queries}
     if event.kind == "done":
         return {"done": True, **event.value}
     return {event.kind: event.value}

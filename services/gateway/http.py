@@ -123,14 +123,14 @@ def create_app(
     @app.post("/api/chat/ask")
     async def ask(body: AskBody) -> JSONResponse:
         ask = pipeline.prepare(body.to_input())
-        answer, citations, strategy, done, error = [], [], {}, {}, None
+        answer, sources, strategy, done, error = [], {"citations": [], "web_queries": []}, {}, {}, None
         async with aclosing(pipeline.run(ask)) as events:
             async for event in events:
                 data = event_json(event)
                 if "content" in data:
                     answer.append(data["content"])
                 elif "citations" in data:
-                    citations = data["citations"]
+                    sources = data
                 elif "strategy" in data:
                     strategy = data["strategy"]
                 elif "done" in data:
@@ -141,7 +141,7 @@ def create_app(
             status = 503 if error["code"] == "UNAVAILABLE" else 500
             return JSONResponse({"error": error}, status_code=status)
         return JSONResponse({
-            "answer": "".join(answer), "citations": citations, "conversation_id": ask.conversation_id,
+            "answer": "".join(answer), **sources, "conversation_id": ask.conversation_id,
             "meta": {"model": done.get("model", ask.model), "strategy": strategy,
                      "retrieval": {"k": strategy.get("k", 0), "candidateCount": strategy.get("candidate_count", 0),
                                    "timeMs": strategy.get("retrieval_ms", 0.0)}},

@@ -50,6 +50,14 @@ class Event:
     value: Any
 
 
+@dataclass(frozen=True)
+class Sources:
+    """The citations event: what the answer cites, and the web searches behind its web citations."""
+
+    citations: list[Citation]
+    web_queries: list[str]
+
+
 class Stopped(Exception):
     """The user pressed stop (POST /api/chat/stop or Gateway.Stop)."""
 
@@ -120,6 +128,7 @@ class AskPipeline:
                       ctx: context.Context, corrections: list[CorrectionRecord]) -> AsyncIterator[Event]:
         parts: list[str] = []
         web: list[Citation] = []
+        web_queries: list[str] = []
         usage: dict[str, int] = {}
         model, stopped, finished = s.model, False, False
         yield Event("generating", True)
@@ -143,6 +152,7 @@ class AskPipeline:
                                 yield Event("thinking", ev.text)
                             elif ev.kind == "grounding":
                                 web += ev.citations
+                                web_queries += ev.queries
                             elif ev.kind == "usage":
                                 usage = ev.usage
                             elif ev.kind == "done":
@@ -161,7 +171,7 @@ class AskPipeline:
                 "chunk_ids": [h.chunk.chunk_id for h in ctx.hits_used],
                 "sources": sorted({b.label for b in ctx.blocks}),
                 "chunk_map": {c.ref: c.chunk_id for c in citations if c.chunk_id},
-                "citations": [dataclasses.asdict(c) for c in citations],
+                "citations": [dataclasses.asdict(c) for c in citations], "web_queries": web_queries,
             }
             answer_id = await asyncio.to_thread(self.history.save_answer, ask.conversation_id, answer, meta, stopped)
             finished = True
@@ -169,7 +179,7 @@ class AskPipeline:
             await asyncio.to_thread(self.limits.record, ask.tenant, ask.user_id, tokens)
             self.memory.after_turn(ask.tenant, ask.user_id, ask.conversation_id, len(turns) + 1, s.model,
                                    [(question_id, "user", ask.question), (answer_id, "assistant", answer)])
-            yield Event("citations", citations)
+            yield Event("citations", Sources(citations, web_queries))
             yield Event("done", {"conversation_id": ask.conversation_id, "message_id": answer_id,
                                  "model": model, "stopped": stopped, "usage": usage})
         finally:

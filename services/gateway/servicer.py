@@ -40,7 +40,7 @@ def event_to_proto(event: Event) -> gateway_pb2.ChatEvent:
         ))
     if kind == "citations":
         return gateway_pb2.ChatEvent(citations=gateway_pb2.Citations(
-            items=[convert.citation_to_proto(c) for c in value]))
+            items=[convert.citation_to_proto(c) for c in value.citations], web_queries=value.web_queries))
     if kind == "done":
         usage = common_pb2.Usage(**value.get("usage", {}))
         return gateway_pb2.ChatEvent(done=gateway_pb2.ChatDone(**{**value, "usage": usage}))

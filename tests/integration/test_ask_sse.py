@@ -63,7 +63,7 @@ def test_the_whole_answer_as_json(stack: Stack) -> None:
     assert body["meta"]["strategy"]["retrieval"] == "RAG_NEW_QUERY"
     assert body["meta"]["strategy"]["route"] == "SPECIFIC"
     assert body["meta"]["retrieval"]["k"] == 5 and body["meta"]["retrieval"]["candidateCount"] > 0
-    assert body["citations"] and body["conversation_id"]
+    assert body["citations"] and body["conversation_id"] and body["web_queries"] == []
 
 
 def test_healthz_reports_every_service(stack: Stack) -> None:

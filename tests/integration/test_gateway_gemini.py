@@ -7,23 +7,26 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import grpc
 import httpx
 import pytest
 
 from ragmesh.prompts import NOT_ENOUGH
+from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.conftest import answer_of, one, sse
 from tests.fakes.gemini import FakeGemini, chunk, grounding, text, usage
 from tests.stack import Stack
 
 
 @pytest.fixture(scope="module")
-def gemini_gateway(stack: Stack) -> Iterator[tuple[str, FakeGemini]]:
+def gemini_gateway(stack: Stack) -> Iterator[tuple[str, FakeGemini, str]]:
+    """(HTTP base URL, the fake Gemini, the gateway's gRPC address)."""
     fake = FakeGemini()
     fake.server.start()
     generator = stack.start_variant("generator", gemini_api_key="test-key", gemini_base_url=fake.url)
     gateway = stack.start_variant("gateway", generator_addr=generator.address, gemini_api_key="test-key",
                                   default_model="gemini-2.5-flash")
-    yield f"http://127.0.0.1:{gateway.app.http_port}", fake
+    yield f"http://127.0.0.1:{gateway.app.http_port}", fake, gateway.address
     fake.server.stop()
 
 
@@ -36,7 +39,7 @@ def sent_prompt(fake: FakeGemini) -> tuple[str, str]:
 
 
 def test_corrections_go_into_the_system_prompt(gemini_gateway) -> None:
-    url, fake = gemini_gateway
+    url, fake, _ = gemini_gateway
     reply = httpx.post(url + "/api/corrections", json={
         "user_id": "analyst-7", "question": "Who manages Kestrel?", "wrong_answer": "Ana Souza",
         "correction": "Kestrel's lead PM is Tomás Herrera."})
@@ -50,7 +53,7 @@ def test_corrections_go_into_the_system_prompt(gemini_gateway) -> None:
 
 
 def test_factsheets_are_fenced_grouped_and_carry_their_json_once(gemini_gateway) -> None:
-    url, fake = gemini_gateway
+    url, fake, _ = gemini_gateway
     fake.stream(text("Kestrel returned 3.67% in Q1 2024 [1]."))
     events = sse(url + "/api/chat/ask/stream", {
         "question": "Kestrel performance holdings and commentary in the March 2024 factsheet",
@@ -64,7 +67,7 @@ def test_factsheets_are_fenced_grouped_and_carry_their_json_once(gemini_gateway)
 
 
 def test_deep_questions_use_the_deep_reasoner_prompt(gemini_gateway) -> None:
-    url, fake = gemini_gateway
+    url, fake, _ = gemini_gateway
     fake.stream(text("Comparing [1] and [2]: both cut risk."))
     events = sse(url + "/api/chat/ask/stream",
                  {"question": "Compare how Harborview and Kestrel managed risk in 2024"})
@@ -74,7 +77,7 @@ def test_deep_questions_use_the_deep_reasoner_prompt(gemini_gateway) -> None:
 
 
 def test_web_search_sends_the_tool_and_grounding_becomes_web_citations(gemini_gateway) -> None:
-    url, fake = gemini_gateway
+    url, fake, address = gemini_gateway
     fake.stream(text("Internally [1]. On the web, rates rose."),
                 chunk({"text": ""}, grounding=grounding([("Rates news", "https://example.org/rates")], ["kestrel rates"])))
     events = sse(url + "/api/chat/ask/stream", {"question": "What did Kestrel say about rates?",
@@ -83,10 +86,24 @@ def test_web_search_sends_the_tool_and_grounding_becomes_web_citations(gemini_ga
     assert any("googleSearch" in tool or "google_search" in tool for tool in body.get("tools", []))
     web = [c for c in one(events, "citations") if c["url"]]
     assert web == [{**web[0], "url": "https://example.org/rates", "title": "Rates news"}]
+    [sources] = [e for e in events if "citations" in e]
+    assert sources["web_queries"] == ["kestrel rates"], "the searches the model ran reach the client"
+
+    fake.stream(text("Internally [1]."), chunk({"text": ""}, grounding=grounding([], ["kestrel rates 2024"])))
+    body = httpx.post(url + "/api/chat/ask", json={"question": "What did Kestrel say about rates?",
+                                                   "data_sources": ["Meeting Notes", "Web Search"]}, timeout=60).json()
+    assert body["web_queries"] == ["kestrel rates 2024"] and not [c for c in body["citations"] if c["url"]]
+
+    fake.stream(text("Internally [1]."), chunk({"text": ""}, grounding=grounding([], ["kestrel rates grpc"])))
+    with grpc.insecure_channel(address) as channel:
+        events = list(gateway_pb2_grpc.GatewayStub(channel).Ask(gateway_pb2.AskRequest(
+            question="What did Kestrel say about rates?", data_sources=["Meeting Notes", "Web Search"]), timeout=60))
+    [sources] = [e.citations for e in events if e.HasField("citations")]
+    assert list(sources.web_queries) == ["kestrel rates grpc"]
 
 
 def test_an_uncited_unhedged_answer_is_replaced(gemini_gateway) -> None:
-    url, fake = gemini_gateway
+    url, fake, _ = gemini_gateway
     fake.stream(text("Kestrel is the best fund ever and "), text("will double next year."))
     events = sse(url + "/api/chat/ask/stream", {"question": "What did Kestrel do with its Brazil exposure?"})
     assert answer_of(events) == NOT_ENOUGH

@@ -74,6 +74,7 @@ def test_streams_thinking_content_grounding_and_usage_and_sends_what_step_7_says
     web = events[-3].grounding.web
     assert [(c.title, c.url) for c in web] == [("Reuters", "https://reuters.example/brazil"),
                                                ("FT", "https://ft.example/em")]
+    assert list(events[-3].grounding.queries) == ["Kestrel Brazil exposure"]
     u = events[-2].usage
     assert (u.prompt_tokens, u.completion_tokens, u.thinking_tokens, u.total_tokens) == (120, 40, 25, 185)
     assert events[-1].done.model == "gemini-2.5-flash"  # the modelVersion the API reported

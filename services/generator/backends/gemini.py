@@ -91,6 +91,7 @@ class _Answer:
     def __init__(self, api_model: str) -> None:
         self.model = api_model
         self.web: dict[str, Citation] = {}  # url -> citation, first mention first
+        self.queries: dict[str, None] = {}  # the Google searches the model ran, in order, once each
         self.usage: dict[str, int] = {}
         self.finish = "stop"
 
@@ -104,6 +105,7 @@ class _Answer:
         if candidate.finish_reason:
             self.finish = str(getattr(candidate.finish_reason, "value", candidate.finish_reason)).lower()
         if candidate.grounding_metadata:
+            self.queries |= dict.fromkeys(candidate.grounding_metadata.web_search_queries or [])
             for source in candidate.grounding_metadata.grounding_chunks or []:
                 if source.web and source.web.uri and source.web.uri not in self.web:
                     self.web[source.web.uri] = Citation(len(self.web) + 1, title=source.web.title or "",
@@ -112,7 +114,8 @@ class _Answer:
         return [GenEvent("thinking" if p.thought else "content", text=p.text) for p in parts if p.text]
 
     def ending(self) -> list[GenEvent]:
-        events = [GenEvent("grounding", citations=list(self.web.values()))] if self.web else []
+        grounded = self.web or self.queries
+        events = [GenEvent("grounding", citations=list(self.web.values()), queries=list(self.queries))] if grounded else []
         if self.usage:
             events.append(GenEvent("usage", usage=self.usage))
         return events + [GenEvent("done", model=self.model, text=self.finish)]

@@ -34,29 +34,49 @@ class Upserter:
         self.batch_chunks = batch_chunks
 
     async def upsert(self, stream: AsyncIterator[tuple[Chunk, np.ndarray | None]]) -> UpsertSummary:
+        """Reads the stream while the previous batch is written: one batch in flight at most,
+        so memory stays at two batches and a failed write stops the load at that batch."""
         summary = UpsertSummary()
         batch: list[tuple[DocumentRecord, list[StoredChunk]]] = []
+        batched = 0  # chunks in `batch`
         current: list[StoredChunk] = []
+        writing: asyncio.Task | None = None
 
         def close_document() -> None:
+            nonlocal batched
             if not current:
                 return
             try:
                 batch.append((self._record(current), list(current)))
+                batched += len(current)
             except InvalidArgument as exc:
                 summary.rejected += 1
                 if len(summary.errors) < MAX_ERRORS:
                     summary.errors.append(f"{current[0].chunk.doc_id}: {exc}")
             current.clear()
 
-        async for chunk, vector in stream:
-            if current and _key(current[0].chunk) != _key(chunk):
-                close_document()
-                if sum(len(c) for _, c in batch) >= self.batch_chunks:
-                    await self._flush(batch, summary)
-            current.append(StoredChunk(chunk, vector))
-        close_document()
-        await self._flush(batch, summary)
+        async def hand_over() -> None:
+            nonlocal batch, batched, writing
+            if writing is not None:
+                await writing
+            writing = asyncio.create_task(self._write(batch, summary)) if batch else None
+            batch, batched = [], 0
+
+        try:
+            async for chunk, vector in stream:
+                if current and _key(current[0].chunk) != _key(chunk):
+                    close_document()
+                    if batched >= self.batch_chunks:
+                        await hand_over()
+                current.append(StoredChunk(chunk, vector))
+            close_document()
+            await hand_over()
+            if writing is not None:
+                await writing
+        except BaseException:
+            if writing is not None:  # the caller went away: let the batch being written finish
+                await asyncio.shield(writing)
+            raise
         return summary
 
     def _record(self, chunks: list[StoredChunk]) -> DocumentRecord:
@@ -85,13 +105,10 @@ class Upserter:
             chunk_count=len(chunks),
         )
 
-    async def _flush(self, batch: list[tuple[DocumentRecord, list[StoredChunk]]], summary: UpsertSummary) -> None:
-        if not batch:
-            return
-        await asyncio.to_thread(self.committer.replace, list(batch))
+    async def _write(self, batch: list[tuple[DocumentRecord, list[StoredChunk]]], summary: UpsertSummary) -> None:
+        await asyncio.to_thread(self.committer.replace, batch)
         summary.documents += len(batch)
         summary.chunks += sum(len(c) for _, c in batch)
-        batch.clear()
 
 
 def _key(chunk: Chunk) -> tuple[str, str, str]:

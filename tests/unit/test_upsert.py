@@ -1,0 +1,78 @@
+"""Bulk Upsert: batches are written while the next one is read, every document lands once,
+and a failed write stops the load with the batches before it kept whole."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragmesh.store.sqlite import SqliteStore
+from ragmesh.types import Chunk
+from services.retriever.index import IndexRegistry
+from services.retriever.ingest.commit import Committer
+from services.retriever.ingest.upsert import Upserter
+
+DIM = 8
+
+
+def chunks(docs: int, per_doc: int = 3) -> list[tuple[Chunk, np.ndarray]]:
+    rng = np.random.default_rng(7)
+    out = []
+    for d in range(docs):
+        for i in range(per_doc):
+            chunk = Chunk(f"c/d{d}#{i}", f"d{d}", "c", f"document {d} part {i} words", {}, "", "", "", i)
+            out.append((chunk, rng.standard_normal(DIM).astype(np.float32)))
+    return out
+
+
+class SlowStore(SqliteStore):
+    """Slow writes that note how many messages were read meanwhile; fails write `fail_at`."""
+
+    def __init__(self, path: Path, fail_at: int = 0) -> None:
+        super().__init__(path)
+        self.writes = 0
+        self.fail_at = fail_at
+        self.read = 0  # messages the stream has handed out
+        self.read_while_writing = 0
+
+    async def stream(self, items: list[tuple[Chunk, np.ndarray]]) -> AsyncIterator[tuple[Chunk, np.ndarray]]:
+        for item in items:
+            await asyncio.sleep(0)  # a network stream yields to the loop between messages
+            self.read += 1
+            yield item
+
+    def replace_documents(self, items):  # type: ignore[no-untyped-def]
+        self.writes += 1
+        if self.writes == self.fail_at:
+            raise OSError("disk full")
+        before = self.read
+        time.sleep(0.02)
+        self.read_while_writing += self.read - before
+        return super().replace_documents(items)
+
+
+def test_every_document_lands_once_across_overlapping_batches(tmp_path: Path) -> None:
+    store = SlowStore(tmp_path / "s.db")
+    registry = IndexRegistry(DIM)
+    upserter = Upserter(Committer(store, registry), batch_chunks=10)
+    summary = asyncio.run(upserter.upsert(store.stream(chunks(100))))
+    assert (summary.documents, summary.chunks, summary.rejected) == (100, 300, 0)
+    assert store.writes == 25, "batches of 4 documents (12 chunks, the first past 10)"
+    assert registry.get("c").live == 300
+    assert store.read_while_writing > 0, "the next batch is read while one is written"
+    assert [s.chunk.chunk_id for s in store.iter_chunks()] == [c.chunk_id for c, _ in chunks(100)]
+
+
+def test_a_failed_write_stops_the_load_and_keeps_the_batches_before(tmp_path: Path) -> None:
+    store = SlowStore(tmp_path / "s.db", fail_at=3)
+    registry = IndexRegistry(DIM)
+    upserter = Upserter(Committer(store, registry), batch_chunks=10)
+    with pytest.raises(OSError, match="disk full"):
+        asyncio.run(upserter.upsert(store.stream(chunks(100))))
+    stored = [s.chunk.doc_id for s in store.iter_chunks()]
+    assert stored == [f"d{d}" for d in range(8) for _ in range(3)], "two whole batches, nothing of the third"
+    assert registry.get("c").live == 24
