@@ -77,7 +77,7 @@ def measure_index(
     extra_id = len(corpus)
     index.add(extra_id, corpus[0])
     _, after_write_ms = timed_ms(index.top_k, queries[0], 10)
-    index.remove(extra_id)  # back to the corpus rank_bm25 will hold
+    index.remove(extra_id, corpus[0])  # back to the corpus rank_bm25 will hold
     figures = {
         "index_p50_ms": float(np.percentile(index_ms, 50)),
         "index_p99_ms": float(np.percentile(index_ms, 99)),

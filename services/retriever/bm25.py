@@ -26,8 +26,10 @@ contains no query term scores exactly 0 in rank_bm25; those are never returned.
 Writes. `add` appends to per-term growable buffers (amortised, 25% headroom). `remove` marks a
 tombstone: N, document frequencies and total length change at once, dead postings are
 skipped at query time and a term's postings are compacted when more than a quarter are
-dead. A per-document forward list of term ids (flat int32 buffer) makes removal touch
-only the removed document's terms.
+dead. The caller hands `remove` the document's tokens again (the retriever re-analyses the
+chunk's text, which it keeps anyway), so removal touches only the removed document's terms
+without a forward list per live document: that list cost as much as a third of the index.
+Only removed documents keep their term ids, until their dead postings are purged.
 
 Concurrency: one writer at a time, and readers must not run during a write (buffers are
 reallocated and compacted in place). Readers may run concurrently with each other.
@@ -44,7 +46,7 @@ import numpy as np
 
 _MAX_DOC_ID = 2**31 - 1  # postings store doc ids as int32
 _DEAD_SHARE = 0.25  # compact a term's postings once this share of them is tombstoned
-_FWD_MIN_COMPACT = 1 << 16  # forward-list garbage below this many entries is left alone
+_PURGE_MIN = 1 << 16  # removed documents' term ids kept below this many before a full purge
 _EMPTY_POSTINGS = np.zeros((2, 0), dtype=np.int32)
 _NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_SCORES = np.zeros(0, dtype=np.float64)
@@ -88,13 +90,12 @@ class BM25Index:
         # Per doc id.
         self._alive = np.zeros(0, dtype=bool)
         self._doc_len = np.zeros(0, dtype=np.int64)
-        self._stale = np.zeros(0, dtype=bool)  # removed, postings maybe not yet compacted
-        self._fwd_start = np.zeros(0, dtype=np.int64)
-        self._fwd_count = np.zeros(0, dtype=np.int64)
-        # Forward lists: unique term ids of each doc, concatenated.
-        self._fwd = np.zeros(0, dtype=np.int32)
-        self._fwd_used = 0
-        self._fwd_live = 0
+        self._doc_terms = np.zeros(0, dtype=np.int32)  # distinct terms: checks remove's tokens
+        # Removed docs whose postings may still be stored: their term ids, so reusing the id
+        # purges them first.
+        self._removed: dict[int, np.ndarray] = {}
+        self._removed_pairs = 0  # term ids held in _removed
+        self._live_pairs = 0  # postings of live docs
         self._n_docs = 0
         self._total_len = 0
         self._version = 0
@@ -140,32 +141,39 @@ class BM25Index:
         pairs, tfs = np.unique((term_ids << 32) | owner, return_counts=True)
         pair_terms, pair_owner = pairs >> 32, pairs & 0xFFFFFFFF
         self._append_postings(pair_terms, ids[pair_owner].astype(np.int32), tfs.astype(np.int32))
-        self._append_forward(ids, pair_terms, pair_owner)
+        self._doc_terms[ids] = np.bincount(pair_owner, minlength=len(ids))
 
         self._alive[ids] = True
         self._doc_len[ids] = lengths
         self._n_docs += len(ids)
         self._total_len += int(lengths.sum())
+        self._live_pairs += len(pairs)
         self._version += 1
 
-    def remove(self, doc_id: int) -> None:
-        """Tombstone a live document; its statistics leave the index immediately."""
+    def remove(self, doc_id: int, tokens: Sequence[str]) -> None:
+        """Tombstone a live document, given the tokens it was added with; its statistics
+        leave the index immediately."""
         if doc_id not in self:
             raise KeyError(f"doc id {doc_id} is not in the index")
-        start, count = int(self._fwd_start[doc_id]), int(self._fwd_count[doc_id])
-        terms = self._fwd[start : start + count].astype(np.int64)
+        try:
+            terms = np.unique(np.fromiter(map(self._vocab.__getitem__, tokens), dtype=np.int64))
+        except KeyError:
+            terms = None
+        if terms is None or len(tokens) != self._doc_len[doc_id] or len(terms) != self._doc_terms[doc_id]:
+            raise ValueError(f"the tokens given for doc id {doc_id} are not those it was added with")
         self._alive[doc_id] = False
-        self._stale[doc_id] = count > 0
         self._n_docs -= 1
         self._total_len -= int(self._doc_len[doc_id])
         self._doc_len[doc_id] = 0
         self._df[terms] -= 1
         self._dead[terms] += 1
-        self._fwd_live -= count
+        self._live_pairs -= len(terms)
         for term in terms[self._dead[terms] > _DEAD_SHARE * self._used[terms]]:
             self._compact_term(int(term))
-        if self._fwd_used - self._fwd_live > max(self._fwd_live, _FWD_MIN_COMPACT):
-            self._compact_forward()
+        self._removed[doc_id] = terms.astype(np.int32)
+        self._removed_pairs += len(terms)
+        if self._removed_pairs > max(self._live_pairs, _PURGE_MIN):
+            self._purge_all()
         self._version += 1
 
     def _check_new_ids(self, ids: np.ndarray) -> None:
@@ -194,18 +202,25 @@ class BM25Index:
     def _ensure_docs(self, size: int) -> None:
         self._alive = _grown(self._alive, size)
         self._doc_len = _grown(self._doc_len, size)
-        self._stale = _grown(self._stale, size)
-        self._fwd_start = _grown(self._fwd_start, size)
-        self._fwd_count = _grown(self._fwd_count, size)
+        self._doc_terms = _grown(self._doc_terms, size)
 
     def _purge_stale(self, ids: np.ndarray) -> None:
         """Drop the dead postings of reused ids, so a stored posting of a live id is current."""
-        for doc_id in ids[self._stale[ids]]:
-            start, count = int(self._fwd_start[doc_id]), int(self._fwd_count[doc_id])
-            for term in self._fwd[start : start + count]:
-                if self._dead[term]:
+        if not self._removed:
+            return
+        for doc_id in ids.tolist():
+            terms = self._removed.pop(doc_id, None)
+            if terms is not None:
+                self._removed_pairs -= len(terms)
+                for term in terms[self._dead[terms] > 0]:
                     self._compact_term(int(term))
-            self._stale[doc_id] = False
+
+    def _purge_all(self) -> None:
+        """Compact every term with dead postings; removed docs' term ids are then not needed."""
+        for term in np.flatnonzero(self._dead):
+            self._compact_term(int(term))
+        self._removed.clear()
+        self._removed_pairs = 0
 
     def _append_postings(self, terms: np.ndarray, docs: np.ndarray, tfs: np.ndarray) -> None:
         """Append runs of postings (sorted by term); one Python step per distinct term."""
@@ -224,18 +239,6 @@ class BM25Index:
         self._used[run_terms] += sizes
         self._df[run_terms] += sizes
 
-    def _append_forward(self, ids: np.ndarray, pair_terms: np.ndarray, pair_owner: np.ndarray) -> None:
-        """Record each new doc's unique term ids, for removal without scanning postings."""
-        order = np.argsort(pair_owner, kind="stable")
-        counts = np.bincount(pair_owner, minlength=len(ids))
-        total = len(order)
-        self._fwd = _grown(self._fwd, self._fwd_used + total)
-        self._fwd[self._fwd_used : self._fwd_used + total] = pair_terms[order]
-        self._fwd_start[ids] = self._fwd_used + np.cumsum(counts) - counts
-        self._fwd_count[ids] = counts
-        self._fwd_used += total
-        self._fwd_live += total
-
     def _compact_term(self, term: int) -> None:
         used = int(self._used[term])
         postings = self._postings[term][:, :used]
@@ -243,21 +246,6 @@ class BM25Index:
         self._postings[term] = np.ascontiguousarray(kept) if kept.shape[1] else _EMPTY_POSTINGS
         self._used[term] = kept.shape[1]
         self._dead[term] = 0
-
-    def _compact_forward(self) -> None:
-        """Drop removed docs' forward lists; first purge every dead posting they point to."""
-        for term in np.flatnonzero(self._dead):
-            self._compact_term(int(term))
-        self._stale[:] = False
-        live = np.flatnonzero(self._alive)
-        counts = self._fwd_count[live]
-        new_starts = np.cumsum(counts) - counts
-        gather = np.repeat(self._fwd_start[live] - new_starts, counts) + np.arange(int(counts.sum()))
-        self._fwd = self._fwd[gather]
-        self._fwd_start[:] = 0
-        self._fwd_start[live] = new_starts
-        self._fwd_count[~self._alive] = 0
-        self._fwd_used = self._fwd_live = len(self._fwd)
 
     # ----------------------------------------------------------------- reads
 
@@ -338,7 +326,7 @@ class BM25Index:
     def nbytes(self) -> int:
         """Approximate memory held: numpy buffers plus the vocabulary dict and its keys."""
         postings = sum(sys.getsizeof(p) for p in self._postings if p is not _EMPTY_POSTINGS)
-        columns = (self._used, self._df, self._dead, self._alive, self._doc_len, self._stale,
-                   self._fwd_start, self._fwd_count, self._fwd)
+        columns = (self._used, self._df, self._dead, self._alive, self._doc_len, self._doc_terms,
+                   *self._removed.values())
         vocab = sys.getsizeof(self._vocab) + sum(sys.getsizeof(t) for t in self._vocab)
         return postings + sys.getsizeof(self._postings) + sum(a.nbytes for a in columns) + vocab

@@ -38,6 +38,9 @@ DocKey = tuple[str, str]  # (tenant, doc_id)
 Ranked = tuple[np.ndarray, np.ndarray]  # (slots, scores), best first
 COMPACT_MIN_DEAD = 1000
 COMPACT_DEAD_SHARE = 0.25
+# Bumped whenever the pickled classes change shape: a snapshot in another format is rebuilt
+# from the store, never unpickled into objects the code no longer matches.
+SNAPSHOT_FORMAT = 2
 # One FAISS thread per search (set per thread: OpenMP settings are thread-local): a single query
 # is faster that way, and BM25 runs on the other core. Measured: 1M p50 95 -> 63 ms.
 _DENSE_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dense",
@@ -107,12 +110,17 @@ class CollectionIndex:
             self.columns.reserve(capacity)
 
     def apply(self, changes: list[tuple[DocKey, list[StoredChunk]]]) -> None:
-        """Replaces each document's chunks (an empty list deletes it) in one step for readers."""
+        """Replaces each document's chunks (an empty list deletes it) in one step for readers.
+        One writer at a time (the registry's lock), so the texts being replaced are read, and
+        analysed again for BM25's removal, before readers are shut out."""
+        latest = dict(changes)  # a document given twice: the later version wins, as in the store
         prepared = [
             (key, [(s.chunk, s.vector, self.analyzer.analyze(s.chunk.text)) for s in chunks if s.vector is not None],
              [s.chunk for s in chunks if s.vector is None])
-            for key, chunks in changes
+            for key, chunks in latest.items()
         ]
+        replaced = {slot: self.analyzer.analyze(self.chunks[slot].text)
+                    for key in latest for slot in self.by_doc.get(key, [])}
         vectors = [v for _, items, _ in prepared for _, v, _ in items]
         new_slots: list[int] = []
         new_tokens: list[list[str]] = []
@@ -127,7 +135,7 @@ class CollectionIndex:
                     self.alive[slot] = False
                     self.chunks[slot] = None
                     self.columns.clear(slot)
-                    self.sparse.remove(slot)
+                    self.sparse.remove(slot, replaced[slot])
                 start = len(self.chunks)
                 self._reserve(start + len(items))
                 slots = list(range(start, start + len(items)))
@@ -303,16 +311,19 @@ class IndexRegistry:
                     _atomic_write(directory / f"{name}.pkl", lambda fh: pickle.dump(index, fh, protocol=5))
                     _atomic_write(directory / f"{name}.faiss",
                                   lambda fh: faiss.write_index(index.dense.index, faiss.PyCallbackIOWriter(fh.write)))
-            manifest = {"version": version, "dimensions": self.dimensions, "collections": names}
+            manifest = {"format": SNAPSHOT_FORMAT, "version": version, "dimensions": self.dimensions,
+                        "collections": names}
             _atomic_write(directory / "manifest.json", lambda fh: fh.write(json.dumps(manifest).encode()))
 
     def load_snapshot(self, directory: Path, version: int) -> bool:
-        """Loads the snapshot if it matches the store's version; False means rebuild."""
+        """Loads the snapshot if it matches the store's version and this code's snapshot
+        format; False means rebuild."""
         try:
             manifest = json.loads((directory / "manifest.json").read_text())
         except (OSError, ValueError):
             return False
-        if manifest.get("version") != version or manifest.get("dimensions") != self.dimensions:
+        if (manifest.get("format"), manifest.get("version"), manifest.get("dimensions")) != (
+                SNAPSHOT_FORMAT, version, self.dimensions):
             return False
         loaded = {}
         for name in manifest["collections"]:

@@ -111,8 +111,7 @@ def edit_history(draw: st.DrawFn) -> tuple[dict[int, list[str]], BM25Index, list
         action = draw(st.sampled_from(["add", "add", "reuse", "remove", "remove"]))
         if action == "remove" and live:
             doc_id = draw(st.sampled_from(sorted(live)))
-            index.remove(doc_id)
-            del live[doc_id]
+            index.remove(doc_id, live.pop(doc_id))
         else:
             if action == "reuse" and removed:
                 doc_id = draw(st.sampled_from(removed))
@@ -124,8 +123,8 @@ def edit_history(draw: st.DrawFn) -> tuple[dict[int, list[str]], BM25Index, list
     return live, index, query
 
 
-@pytest.mark.parametrize("forward_compaction_floor", [bm25._FWD_MIN_COMPACT, 0])
-def test_adds_and_removes_equal_a_fresh_build(forward_compaction_floor: int) -> None:
+@pytest.mark.parametrize("purge_floor", [bm25._PURGE_MIN, 0])
+def test_adds_and_removes_equal_a_fresh_build(purge_floor: int) -> None:
     @SETTINGS
     @given(edit_history())
     def check(history: tuple[dict[int, list[str]], BM25Index, list[str]]) -> None:
@@ -148,7 +147,7 @@ def test_adds_and_removes_equal_a_fresh_build(forward_compaction_floor: int) -> 
         top_ids, _ = index.top_k(query, 10)
         assert_same_ranking(np.array([position[i] for i in top_ids.tolist()], dtype=np.int64), ref_scores, ref_order)
 
-    with mock.patch.object(bm25, "_FWD_MIN_COMPACT", forward_compaction_floor):
+    with mock.patch.object(bm25, "_PURGE_MIN", purge_floor):
         check()
 
 
@@ -189,10 +188,13 @@ def test_writes_reject_bad_ids() -> None:
     with pytest.raises(ValueError):
         index.add(-1, ["x"])
     with pytest.raises(KeyError):
-        index.remove(2)
-    index.remove(3)
+        index.remove(2, ["x"])
+    for wrong in (["y"], ["x", "x"], []):
+        with pytest.raises(ValueError, match="not those it was added with"):
+            index.remove(3, wrong)
+    index.remove(3, ["x"])
     with pytest.raises(KeyError):
-        index.remove(3)
+        index.remove(3, ["x"])
     assert len(index) == 0 and 3 not in index
     assert index.scores(["x"])[0].size == 0
 
@@ -239,7 +241,7 @@ def test_analyzer_is_safe_across_threads() -> None:
 def test_pickled_index_scores_the_same() -> None:
     corpus = [["a", "b"], ["b", "c", "c"], [], ["a"]]
     index = built(corpus)
-    index.remove(1)
+    index.remove(1, corpus[1])
     index.top_k(["a"], 3)  # fills the statistics cache, which the pickle leaves out
     copy = pickle.loads(pickle.dumps(index))
     assert copy._stats_cache is None

@@ -70,3 +70,12 @@ def test_deletes_tombstone_and_compaction_keeps_results() -> None:
     assert found.chunks[int(dense_slots[0])].chunk_id == "keep#0"
     assert len(found.sparse[0][0]) == 3
     assert after.search(["kept"], query.reshape(1, -1), 10, SearchFilter()).admitted == 0, "tenant scope applies"
+
+
+def test_a_document_given_twice_in_one_write_ends_as_its_later_version() -> None:
+    registry = IndexRegistry(DIM)
+    registry.apply("c", [document("doc", "first", 2)])
+    registry.apply("c", [document("doc", "second", 3), document("other", "o", 1), document("doc", "third", 4)])
+    index = registry.get("c")
+    assert index.live == 5 and index.sparse.doc_freq("third") == 4
+    assert index.sparse.doc_freq("first") == index.sparse.doc_freq("second") == 0

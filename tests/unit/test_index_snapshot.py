@@ -1,0 +1,33 @@
+"""Index snapshots: read back only when they match the store's version and this code's
+snapshot format; a loaded index takes further writes like a built one."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ragmesh.types import SearchFilter
+from services.retriever.index import IndexRegistry
+from tests.unit.test_index_concurrency import DIM, document
+
+
+def test_a_snapshot_loads_only_in_its_format_and_version_and_takes_writes(tmp_path: Path) -> None:
+    registry = IndexRegistry(DIM)
+    registry.apply("c", [document("a", "alpha", 3), document("b", "beta", 2)])
+    registry.save_snapshot(tmp_path, version=7)
+
+    assert not IndexRegistry(DIM).load_snapshot(tmp_path, version=8), "another store version: rebuild"
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "format": manifest["format"] - 1}))
+    assert not IndexRegistry(DIM).load_snapshot(tmp_path, version=7), "another format: rebuild"
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+
+    loaded = IndexRegistry(DIM)
+    assert loaded.load_snapshot(tmp_path, version=7)
+    query = np.ones((1, DIM), np.float32)
+    for r in (registry, loaded):  # a replace after loading removes the old terms exactly
+        r.apply("c", [document("a", "gamma", 1)])
+    found = [r.get("c").search(["alpha gamma"], query, 10, SearchFilter()) for r in (registry, loaded)]
+    assert [sorted(f.chunks[int(s)].chunk_id for s in f.sparse[0][0]) for f in found] == [["a#0"]] * 2
+    assert loaded.get("c").sparse.doc_freq("alpha") == 0 and loaded.get("c").live == 3
