@@ -441,7 +441,7 @@ def run_search(size: int, n_queries: int) -> Section:
     section.add("retriever peak memory (VmHWM) through load + searches", max(hwm_load_mb, hwm_search_mb), "MB",
                 Target("<=", memory_target) if memory_target else None)
     section.add("retriever peak memory incl. graceful stop", hwm_exit_mb, "MB",
-                note=f"stop took {stop_s:.1f} s: the snapshot is pickled in memory, then written")
+                note=f"stop took {stop_s:.1f} s, writing the index snapshot for a fast restart")
     return section
 
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: one in-process stack with the demo corpus for the integration tests."""
+"""Shared fixtures: one in-process stack with the demo corpus for the integration tests, and a
+Gemini-backed gateway beside it."""
 from __future__ import annotations
 
 import json
@@ -35,6 +36,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     assert outcome["INDEXED"] > 40, outcome
     yield st
     st.stop()
+
+
+@pytest.fixture(scope="module")
+def gemini_gateway(stack: Stack) -> Iterator[tuple]:
+    """A generator on the fake Gemini server and a gateway in front of it, beside the stack's
+    own: (the gateway's HTTP base URL, the FakeGemini, the gateway's gRPC address)."""
+    from tests.fakes.gemini import FakeGemini  # a plugin module: imported after pytest registers it
+
+    fake = FakeGemini()
+    fake.server.start()
+    generator = stack.start_variant("generator", gemini_api_key="test-key", gemini_base_url=fake.url)
+    gateway = stack.start_variant("gateway", generator_addr=generator.address, gemini_api_key="test-key",
+                                  default_model="gemini-2.5-flash")
+    yield f"http://127.0.0.1:{gateway.app.http_port}", fake, gateway.address
+    fake.server.stop()
 
 
 def sse(url: str, body: dict, timeout: float = 60) -> list[dict]:

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import pickle
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -71,6 +72,20 @@ class Retrieved:
     sparse_ms: float = 0.0
 
 
+_SHARED_VALUE_MAX = 64  # metadata values up to this long repeat across chunks (funds, types, pages)
+
+
+def _shared(chunk: Chunk) -> Chunk:
+    """The chunk with its repeated strings shared: a collection's chunks repeat the same
+    collection, tenant, document, date and metadata keys (and mostly the same short values),
+    which as separate objects cost about 1 KB per ingested chunk. Pickling keeps the sharing."""
+    intern = sys.intern
+    chunk.collection, chunk.tenant, chunk.doc_id = intern(chunk.collection), intern(chunk.tenant), intern(chunk.doc_id)
+    chunk.date, chunk.parent_chunk_id = intern(chunk.date), intern(chunk.parent_chunk_id)
+    chunk.metadata = {intern(k): intern(v) if len(v) <= _SHARED_VALUE_MAX else v for k, v in chunk.metadata.items()}
+    return chunk
+
+
 def _timed(fn, *args) -> tuple[object, float]:
     started = time.perf_counter()
     result = fn(*args)
@@ -115,8 +130,9 @@ class CollectionIndex:
         analysed again for BM25's removal, before readers are shut out."""
         latest = dict(changes)  # a document given twice: the later version wins, as in the store
         prepared = [
-            (key, [(s.chunk, s.vector, self.analyzer.analyze(s.chunk.text)) for s in chunks if s.vector is not None],
-             [s.chunk for s in chunks if s.vector is None])
+            (key, [(_shared(s.chunk), s.vector, self.analyzer.analyze(s.chunk.text)) for s in chunks
+                   if s.vector is not None],
+             [_shared(s.chunk) for s in chunks if s.vector is None])
             for key, chunks in latest.items()
         ]
         replaced = {slot: self.analyzer.analyze(self.chunks[slot].text)

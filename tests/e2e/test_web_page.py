@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.gemini import chunk, grounding, text
 from tests.stack import Stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -18,17 +19,28 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 
 
 @pytest.fixture(scope="module")
-def page(stack: Stack) -> Iterator:
+def browser() -> Iterator:
     if not os.path.exists(CHROMIUM):
         pytest.fail("chromium is not installed: `make test` installs it with apt-get")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        page.goto(stack.http_url + "/")
-        yield page
+        yield browser
         browser.close()
+
+
+def opened(browser, url: str):  # type: ignore[no-untyped-def]
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    page.goto(url + "/")
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(browser, stack: Stack) -> Iterator:
+    page = opened(browser, stack.http_url)
+    yield page
+    page.close()
 
 
 def test_asking_streams_a_cited_answer(page, stack: Stack, tmp_path: Path) -> None:
@@ -78,3 +90,25 @@ def test_bad_input_shows_the_servers_message(page) -> None:
     assert "end_date" in page.locator(".msg.assistant").last.inner_text()
     page.fill("#start-date", "")
     page.fill("#end-date", "")
+
+
+def test_web_search_shows_the_searches_and_linked_pages(browser, gemini_gateway) -> None:
+    """With the Web Search source on, the model's Google searches and the pages it used
+    appear under the answer (the Gemini-backed gateway on the fake Gemini server)."""
+    url, fake, _ = gemini_gateway
+    fake.stream(text("Kestrel cut Brazil [1]. Rates rose on the web."),
+                chunk({"text": ""}, grounding=grounding([("Rates news", "https://example.org/rates")],
+                                                        ["kestrel brazil rates"])))
+    page = opened(browser, url)
+    try:
+        page.wait_for_selector("#data-sources input[value='Web Search']")
+        page.check("#data-sources input[value='Web Search']")
+        page.fill("#question", "What did Kestrel do with its Brazil exposure?")
+        page.click("#send")
+        page.wait_for_selector(".msg.assistant[data-state=done]", timeout=60_000)
+        message = page.locator(".msg.assistant").last
+        assert message.locator(".web-queries").inner_text() == "Searched the web for: kestrel brazil rates"
+        link = message.locator(".sources a", has_text="Rates news")
+        assert link.get_attribute("href") == "https://example.org/rates"
+    finally:
+        page.close()

@@ -5,29 +5,14 @@ with their JSON once, the deep-reasoner prompt, the search tool) and script the 
 (grounding sources become web citations, an uncited answer is replaced)."""
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import grpc
 import httpx
-import pytest
 
 from ragmesh.prompts import NOT_ENOUGH
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.conftest import answer_of, one, sse
 from tests.fakes.gemini import FakeGemini, chunk, grounding, text, usage
 from tests.stack import Stack
-
-
-@pytest.fixture(scope="module")
-def gemini_gateway(stack: Stack) -> Iterator[tuple[str, FakeGemini, str]]:
-    """(HTTP base URL, the fake Gemini, the gateway's gRPC address)."""
-    fake = FakeGemini()
-    fake.server.start()
-    generator = stack.start_variant("generator", gemini_api_key="test-key", gemini_base_url=fake.url)
-    gateway = stack.start_variant("gateway", generator_addr=generator.address, gemini_api_key="test-key",
-                                  default_model="gemini-2.5-flash")
-    yield f"http://127.0.0.1:{gateway.app.http_port}", fake, gateway.address
-    fake.server.stop()
 
 
 def sent_prompt(fake: FakeGemini) -> tuple[str, str]:

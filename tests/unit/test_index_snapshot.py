@@ -31,3 +31,23 @@ def test_a_snapshot_loads_only_in_its_format_and_version_and_takes_writes(tmp_pa
     found = [r.get("c").search(["alpha gamma"], query, 10, SearchFilter()) for r in (registry, loaded)]
     assert [sorted(f.chunks[int(s)].chunk_id for s in f.sparse[0][0]) for f in found] == [["a#0"]] * 2
     assert loaded.get("c").sparse.doc_freq("alpha") == 0 and loaded.get("c").live == 3
+
+
+def test_repeated_strings_are_stored_once_and_stay_so_through_a_snapshot(tmp_path: Path) -> None:
+    """Equal but separate strings (as a store or protobuf hands them over) end up as one object."""
+    def fresh(text: str) -> str:
+        return json.loads(json.dumps(text))
+
+    key, chunks = document("doc", "v1", 3)
+    for c in chunks:
+        c.chunk.collection, c.chunk.metadata = fresh("c"), {fresh("fund_name"): fresh("Kestrel"), "long": "x" * 100}
+    registry = IndexRegistry(DIM)
+    registry.apply("c", [(key, chunks)])
+    registry.save_snapshot(tmp_path, version=1)
+    loaded = IndexRegistry(DIM)
+    assert loaded.load_snapshot(tmp_path, version=1)
+    for r in (registry, loaded):
+        a, b = (r.get("c").chunk(slot) for slot in (0, 2))
+        assert a.collection is b.collection and a.doc_id is b.doc_id
+        [(ka, va), (kb, vb)] = [next(iter(m.items())) for m in (a.metadata, b.metadata)]
+        assert ka is kb and va is vb and va == "Kestrel"
