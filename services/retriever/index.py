@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import faiss
 import numpy as np
@@ -41,7 +42,8 @@ COMPACT_MIN_DEAD = 1000
 COMPACT_DEAD_SHARE = 0.25
 # Bumped whenever the pickled classes change shape: a snapshot in another format is rebuilt
 # from the store, never unpickled into objects the code no longer matches.
-SNAPSHOT_FORMAT = 2
+SNAPSHOT_FORMAT = 3
+_SNAPSHOT_BLOCK = 8192  # chunks per pickle block
 # One FAISS thread per search (set per thread: OpenMP settings are thread-local): a single query
 # is faster that way, and BM25 runs on the other core. Measured: 1M p50 95 -> 63 ms.
 _DENSE_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dense",
@@ -222,14 +224,32 @@ class CollectionIndex:
 
     # -- snapshots: pickled state, read back only when it matches the store's version --------
     # The FAISS index is written apart (faiss.write_index) so a snapshot never holds a second copy in memory.
+    # The chunks follow the rest as pickles of their own, a block at a time: a pickler's memo
+    # holds every object it has written, and for all chunks at once it cost more than a tenth
+    # of the index's memory at the moment the retriever stops.
+    def write_snapshot(self, fh: BinaryIO) -> None:
+        pickle.dump(self, fh, protocol=5)
+        for start in range(0, len(self.chunks), _SNAPSHOT_BLOCK):
+            pickle.dump(self.chunks[start : start + _SNAPSHOT_BLOCK], fh, protocol=5)
+
+    @staticmethod
+    def read_snapshot(fh: BinaryIO) -> "CollectionIndex":
+        index: CollectionIndex = pickle.load(fh)
+        while len(index.chunks) < index._snapshot_chunks:
+            index.chunks += [c if c is None else _shared(c) for c in pickle.load(fh)]  # shared again across blocks
+        del index._snapshot_chunks
+        return index
+
     def __getstate__(self) -> dict:
-        state = {k: v for k, v in self.__dict__.items() if k not in ("lock", "dense", "analyzer")}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("lock", "dense", "analyzer", "chunks")}
         state["options"] = asdict(self.options)
+        state["_snapshot_chunks"] = len(self.chunks)
         return state
 
     def __setstate__(self, state: dict) -> None:
         options = CollectionOptions(**state.pop("options"))
         self.__dict__.update(state)
+        self.chunks = []
         self.options = options
         self.analyzer = Analyzer.from_options(options.analyzer)
         self.dense = DenseIndex(self.dimensions, options.dense)
@@ -324,7 +344,7 @@ class IndexRegistry:
             for name in names:
                 index = self._indexes[name]
                 with index.lock.read():
-                    _atomic_write(directory / f"{name}.pkl", lambda fh: pickle.dump(index, fh, protocol=5))
+                    _atomic_write(directory / f"{name}.pkl", index.write_snapshot)
                     _atomic_write(directory / f"{name}.faiss",
                                   lambda fh: faiss.write_index(index.dense.index, faiss.PyCallbackIOWriter(fh.write)))
             manifest = {"format": SNAPSHOT_FORMAT, "version": version, "dimensions": self.dimensions,
@@ -344,7 +364,7 @@ class IndexRegistry:
         loaded = {}
         for name in manifest["collections"]:
             with open(directory / f"{name}.pkl", "rb") as fh:
-                loaded[name] = pickle.load(fh)
+                loaded[name] = CollectionIndex.read_snapshot(fh)
             loaded[name].dense.index = faiss.read_index(str(directory / f"{name}.faiss"))
         with self._writer:
             self._indexes = loaded

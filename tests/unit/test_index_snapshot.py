@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
 from ragmesh.types import SearchFilter
+from services.retriever import index as index_module
 from services.retriever.index import IndexRegistry
 from tests.unit.test_index_concurrency import DIM, document
 
@@ -15,7 +17,8 @@ from tests.unit.test_index_concurrency import DIM, document
 def test_a_snapshot_loads_only_in_its_format_and_version_and_takes_writes(tmp_path: Path) -> None:
     registry = IndexRegistry(DIM)
     registry.apply("c", [document("a", "alpha", 3), document("b", "beta", 2)])
-    registry.save_snapshot(tmp_path, version=7)
+    with mock.patch.object(index_module, "_SNAPSHOT_BLOCK", 2):  # the chunks in three blocks
+        registry.save_snapshot(tmp_path, version=7)
 
     assert not IndexRegistry(DIM).load_snapshot(tmp_path, version=8), "another store version: rebuild"
     manifest = json.loads((tmp_path / "manifest.json").read_text())
@@ -25,6 +28,7 @@ def test_a_snapshot_loads_only_in_its_format_and_version_and_takes_writes(tmp_pa
 
     loaded = IndexRegistry(DIM)
     assert loaded.load_snapshot(tmp_path, version=7)
+    assert [c.chunk_id for c in loaded.get("c").chunks] == [c.chunk_id for c in registry.get("c").chunks]
     query = np.ones((1, DIM), np.float32)
     for r in (registry, loaded):  # a replace after loading removes the old terms exactly
         r.apply("c", [document("a", "gamma", 1)])
