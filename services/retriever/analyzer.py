@@ -6,6 +6,8 @@ index with exactly the analysis its documents were indexed with.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import re
 import threading
 from dataclasses import dataclass
@@ -33,6 +35,12 @@ ENGLISH_STOPWORDS: frozenset[str] = _BASE_STOPWORDS | frozenset(
     just don should now d ll m o re ve y ain aren couldn didn doesn hadn hasn haven isn ma
     mightn mustn needn shan shouldn wasn weren won wouldn""".split()
 )
+
+# What text analysis depends on beyond a collection's options: a snapshot made under another
+# analysis is rebuilt, since BM25 finds a replaced chunk's terms by analysing its text again.
+ANALYSIS = hashlib.sha256(json.dumps([
+    Stemmer.version(), _TOKEN_LOWER.pattern, _TOKEN_MIXED.pattern, sorted(ENGLISH_STOPWORDS),
+]).encode()).hexdigest()[:16]
 
 _STEM_CACHE_SIZE = 200_000  # distinct words; about 20 MB at most
 # word -> stem, shared by all threads (single dict reads and writes are atomic under the GIL).

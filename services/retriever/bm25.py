@@ -29,13 +29,17 @@ skipped at query time and a term's postings are compacted when more than a quart
 dead. The caller hands `remove` the document's tokens again (the retriever re-analyses the
 chunk's text, which it keeps anyway), so removal touches only the removed document's terms
 without a forward list per live document: that list cost as much as a third of the index.
-Only removed documents keep their term ids, until their dead postings are purged.
+An 8-byte signature per document (length and a hash of its distinct term ids) checks those
+tokens; tokens that do not match (an analyzer that changed) fall back to finding the
+document's terms by scanning the postings: slow, but never wrong. Only removed documents
+keep their term ids, until their dead postings are purged.
 
 Concurrency: one writer at a time, and readers must not run during a write (buffers are
 reallocated and compacted in place). Readers may run concurrently with each other.
 """
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from collections.abc import Iterable, Sequence
@@ -43,6 +47,8 @@ from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 _MAX_DOC_ID = 2**31 - 1  # postings store doc ids as int32
 _DEAD_SHARE = 0.25  # compact a term's postings once this share of them is tombstoned
@@ -60,6 +66,17 @@ class _Stats:
     n_docs: int
     floor: float  # epsilon * mean raw idf, replaces negative idfs
     norm: np.ndarray  # per doc id: k1 * (1 - b + b * dl / avgdl)
+
+
+def _mixed(terms: np.ndarray) -> np.ndarray:
+    """splitmix64 of each term id (+1, so no term mixes to 0): summed over a document's
+    distinct terms, its signature."""
+    x = (terms.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
 
 
 def _grown(array: np.ndarray, size: int) -> np.ndarray:
@@ -90,7 +107,7 @@ class BM25Index:
         # Per doc id.
         self._alive = np.zeros(0, dtype=bool)
         self._doc_len = np.zeros(0, dtype=np.int64)
-        self._doc_terms = np.zeros(0, dtype=np.int32)  # distinct terms: checks remove's tokens
+        self._doc_sig = np.zeros(0, dtype=np.uint64)  # sum of _mixed(distinct terms): checks remove's tokens
         # Removed docs whose postings may still be stored: their term ids, so reusing the id
         # purges them first.
         self._removed: dict[int, np.ndarray] = {}
@@ -141,7 +158,9 @@ class BM25Index:
         pairs, tfs = np.unique((term_ids << 32) | owner, return_counts=True)
         pair_terms, pair_owner = pairs >> 32, pairs & 0xFFFFFFFF
         self._append_postings(pair_terms, ids[pair_owner].astype(np.int32), tfs.astype(np.int32))
-        self._doc_terms[ids] = np.bincount(pair_owner, minlength=len(ids))
+        signatures = np.zeros(len(ids), dtype=np.uint64)
+        np.add.at(signatures, pair_owner, _mixed(pair_terms))  # wraps modulo 2**64, order-free
+        self._doc_sig[ids] = signatures
 
         self._alive[ids] = True
         self._doc_len[ids] = lengths
@@ -150,17 +169,17 @@ class BM25Index:
         self._live_pairs += len(pairs)
         self._version += 1
 
-    def remove(self, doc_id: int, tokens: Sequence[str]) -> None:
-        """Tombstone a live document, given the tokens it was added with; its statistics
-        leave the index immediately."""
+    def remove(self, doc_id: int, tokens: Sequence[str] | None = None) -> None:
+        """Tombstone a live document; its statistics leave the index immediately. Given the
+        tokens it was added with, this touches only its terms; otherwise it scans."""
         if doc_id not in self:
             raise KeyError(f"doc id {doc_id} is not in the index")
-        try:
-            terms = np.unique(np.fromiter(map(self._vocab.__getitem__, tokens), dtype=np.int64))
-        except KeyError:
-            terms = None
-        if terms is None or len(tokens) != self._doc_len[doc_id] or len(terms) != self._doc_terms[doc_id]:
-            raise ValueError(f"the tokens given for doc id {doc_id} are not those it was added with")
+        terms = self._terms_given(doc_id, tokens) if tokens is not None else None
+        if terms is None:
+            if tokens is not None:
+                log.warning("BM25 removal scans the postings: the tokens given differ from those the "
+                            "document was added with (did the analyzer change?)", extra={"doc_id": doc_id})
+            terms = self._terms_scanned(doc_id)
         self._alive[doc_id] = False
         self._n_docs -= 1
         self._total_len -= int(self._doc_len[doc_id])
@@ -175,6 +194,23 @@ class BM25Index:
         if self._removed_pairs > max(self._live_pairs, _PURGE_MIN):
             self._purge_all()
         self._version += 1
+
+    def _terms_given(self, doc_id: int, tokens: Sequence[str]) -> np.ndarray | None:
+        """The document's distinct term ids from its tokens, or None if they do not match it."""
+        if len(tokens) != self._doc_len[doc_id]:
+            return None
+        try:
+            terms = np.unique(np.fromiter(map(self._vocab.__getitem__, tokens), dtype=np.int64, count=len(tokens)))
+        except KeyError:
+            return None
+        return terms if _mixed(terms).sum(dtype=np.uint64) == self._doc_sig[doc_id] else None
+
+    def _terms_scanned(self, doc_id: int) -> np.ndarray:
+        """The document's distinct term ids, found in the postings (a reused id's old postings
+        were purged when it came back, so every stored posting of a live id is its own)."""
+        found = [term for term, postings in enumerate(self._postings)
+                 if self._used[term] and (postings[0, : self._used[term]] == doc_id).any()]
+        return np.array(found, dtype=np.int64)
 
     def _check_new_ids(self, ids: np.ndarray) -> None:
         if ids.min() < 0 or ids.max() > _MAX_DOC_ID:
@@ -202,7 +238,7 @@ class BM25Index:
     def _ensure_docs(self, size: int) -> None:
         self._alive = _grown(self._alive, size)
         self._doc_len = _grown(self._doc_len, size)
-        self._doc_terms = _grown(self._doc_terms, size)
+        self._doc_sig = _grown(self._doc_sig, size)
 
     def _purge_stale(self, ids: np.ndarray) -> None:
         """Drop the dead postings of reused ids, so a stored posting of a live id is current."""
@@ -326,7 +362,7 @@ class BM25Index:
     def nbytes(self) -> int:
         """Approximate memory held: numpy buffers plus the vocabulary dict and its keys."""
         postings = sum(sys.getsizeof(p) for p in self._postings if p is not _EMPTY_POSTINGS)
-        columns = (self._used, self._df, self._dead, self._alive, self._doc_len, self._doc_terms,
+        columns = (self._used, self._df, self._dead, self._alive, self._doc_len, self._doc_sig,
                    *self._removed.values())
         vocab = sys.getsizeof(self._vocab) + sum(sys.getsizeof(t) for t in self._vocab)
         return postings + sys.getsizeof(self._postings) + sum(a.nbytes for a in columns) + vocab

@@ -28,7 +28,7 @@ import numpy as np
 
 from ragmesh.store import Store
 from ragmesh.types import Chunk, SearchFilter, StoredChunk
-from services.retriever.analyzer import Analyzer
+from services.retriever.analyzer import ANALYSIS, Analyzer
 from services.retriever.bm25 import BM25Index
 from services.retriever.columns import Columns
 from services.retriever.dense import FLAT, DenseIndex
@@ -348,24 +348,29 @@ class IndexRegistry:
                     _atomic_write(directory / f"{name}.faiss",
                                   lambda fh: faiss.write_index(index.dense.index, faiss.PyCallbackIOWriter(fh.write)))
             manifest = {"format": SNAPSHOT_FORMAT, "version": version, "dimensions": self.dimensions,
-                        "collections": names}
+                        "analysis": ANALYSIS, "collections": names}
             _atomic_write(directory / "manifest.json", lambda fh: fh.write(json.dumps(manifest).encode()))
 
     def load_snapshot(self, directory: Path, version: int) -> bool:
-        """Loads the snapshot if it matches the store's version and this code's snapshot
-        format; False means rebuild."""
+        """Loads the snapshot if it matches the store's version, this code's snapshot format
+        and text analysis; False means rebuild (also for a snapshot that does not read back:
+        it is a cache of the store, never a reason not to start)."""
         try:
             manifest = json.loads((directory / "manifest.json").read_text())
         except (OSError, ValueError):
             return False
-        if (manifest.get("format"), manifest.get("version"), manifest.get("dimensions")) != (
-                SNAPSHOT_FORMAT, version, self.dimensions):
+        wanted = {"format": SNAPSHOT_FORMAT, "version": version, "dimensions": self.dimensions, "analysis": ANALYSIS}
+        if {key: manifest.get(key) for key in wanted} != wanted:
             return False
         loaded = {}
-        for name in manifest["collections"]:
-            with open(directory / f"{name}.pkl", "rb") as fh:
-                loaded[name] = CollectionIndex.read_snapshot(fh)
-            loaded[name].dense.index = faiss.read_index(str(directory / f"{name}.faiss"))
+        try:
+            for name in manifest["collections"]:
+                with open(directory / f"{name}.pkl", "rb") as fh:
+                    loaded[name] = CollectionIndex.read_snapshot(fh)
+                loaded[name].dense.index = faiss.read_index(str(directory / f"{name}.faiss"))
+        except Exception as exc:  # truncated, corrupt or foreign files
+            log.warning("index snapshot unreadable; rebuilding from the store", extra={"error": repr(exc)})
+            return False
         with self._writer:
             self._indexes = loaded
         return True

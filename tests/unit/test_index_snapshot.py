@@ -22,8 +22,9 @@ def test_a_snapshot_loads_only_in_its_format_and_version_and_takes_writes(tmp_pa
 
     assert not IndexRegistry(DIM).load_snapshot(tmp_path, version=8), "another store version: rebuild"
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "format": manifest["format"] - 1}))
-    assert not IndexRegistry(DIM).load_snapshot(tmp_path, version=7), "another format: rebuild"
+    for other in ({"format": manifest["format"] - 1}, {"analysis": "another stemmer"}):
+        (tmp_path / "manifest.json").write_text(json.dumps({**manifest, **other}))
+        assert not IndexRegistry(DIM).load_snapshot(tmp_path, version=7), f"{other}: rebuild"
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
 
     loaded = IndexRegistry(DIM)
@@ -44,10 +45,12 @@ def test_repeated_strings_are_stored_once_and_stay_so_through_a_snapshot(tmp_pat
 
     key, chunks = document("doc", "v1", 3)
     for c in chunks:
-        c.chunk.collection, c.chunk.metadata = fresh("c"), {fresh("fund_name"): fresh("Kestrel"), "long": "x" * 100}
+        c.chunk.collection, c.chunk.doc_id = fresh("c"), fresh("doc")
+        c.chunk.metadata = {fresh("fund_name"): fresh("Kestrel"), "long": "x" * 100}
     registry = IndexRegistry(DIM)
     registry.apply("c", [(key, chunks)])
-    registry.save_snapshot(tmp_path, version=1)
+    with mock.patch.object(index_module, "_SNAPSHOT_BLOCK", 1):  # each chunk a pickle of its own
+        registry.save_snapshot(tmp_path, version=1)
     loaded = IndexRegistry(DIM)
     assert loaded.load_snapshot(tmp_path, version=1)
     for r in (registry, loaded):
@@ -55,3 +58,12 @@ def test_repeated_strings_are_stored_once_and_stay_so_through_a_snapshot(tmp_pat
         assert a.collection is b.collection and a.doc_id is b.doc_id
         [(ka, va), (kb, vb)] = [next(iter(m.items())) for m in (a.metadata, b.metadata)]
         assert ka is kb and va is vb and va == "Kestrel"
+
+
+def test_an_unreadable_snapshot_means_rebuild_not_a_crash(tmp_path: Path) -> None:
+    registry = IndexRegistry(DIM)
+    registry.apply("c", [document("a", "alpha", 3)])
+    registry.save_snapshot(tmp_path, version=1)
+    pkl = tmp_path / "c.pkl"
+    pkl.write_bytes(pkl.read_bytes()[: pkl.stat().st_size // 2])
+    assert not IndexRegistry(DIM).load_snapshot(tmp_path, version=1)

@@ -83,12 +83,12 @@ TRANSCRIPT = {"transcript_id": "t-1", "raw_text": "um so we agreed to move the l
               "echodate": "2024-04-10T09:30:00Z"}
 
 
-def parsed(content: bytes, filename: str, **kw: object) -> list[Parsed]:
+def parsed(content: bytes, filename: str, **kw: object) -> list[Parsed | BadRecord]:
     return parse(Document(doc_id=filename, collection="c", content=content, filename=filename, **kw), LIMIT)
 
 
-def only(docs: list[Parsed]) -> Parsed:
-    assert len(docs) == 1
+def only(docs: list[Parsed | BadRecord]) -> Parsed:
+    assert len(docs) == 1 and isinstance(docs[0], Parsed)
     return docs[0]
 
 
@@ -228,6 +228,8 @@ def test_empty_oversized_undecodable_and_broken_files_are_refused_by_name() -> N
     assert "not a readable Word document" in failure(b"PK\x03\x04 not a zip", "bad.docx")
     assert "not a readable PowerPoint" in failure(b"nope", "bad.pptx")
     assert "line 1 is not valid JSON" in failure(b'{broken', "bad.jsonl")
+    pretty = failure(b'{\n  "text": "pretty-printed, not JSON Lines"\n}', "pretty.jsonl")
+    assert "line 1 is not valid JSON" in pretty and pretty.endswith("(and all 2 other records fail)")
     assert "record 1 is a JSON int" in failure(b"[1]", "ints.json")
     assert "is not valid JSON (Expecting value at line 1)" in failure(b"[1, ", "cut.json")
     assert "no text to index" in failure(b"   \n\n  ", "blank.md")

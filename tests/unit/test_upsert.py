@@ -76,3 +76,25 @@ def test_a_failed_write_stops_the_load_and_keeps_the_batches_before(tmp_path: Pa
     stored = [s.chunk.doc_id for s in store.iter_chunks()]
     assert stored == [f"d{d}" for d in range(8) for _ in range(3)], "two whole batches, nothing of the third"
     assert registry.get("c").live == 24
+
+
+def test_a_cancelled_load_returns_only_after_the_batch_in_flight_is_written(tmp_path: Path) -> None:
+    """The caller goes away mid-write: the write's thread cannot be stopped, so the load waits
+    for it; nothing is written after the cancellation has been reported."""
+    store = SlowStore(tmp_path / "s.db")
+    upserter = Upserter(Committer(store, IndexRegistry(DIM)), batch_chunks=10)
+
+    async def cancel_mid_write() -> tuple[int, int]:
+        load = asyncio.create_task(upserter.upsert(store.stream(chunks(100))))
+        while store.writes < 2:  # the second batch is being written (each write takes 20 ms)
+            await asyncio.sleep(0.001)
+        load.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await load
+        written = len(list(store.iter_chunks()))
+        await asyncio.sleep(0.1)  # a write still running would land now
+        return written, len(list(store.iter_chunks()))
+
+    at_cancel, later = asyncio.run(cancel_mid_write())
+    assert at_cancel == later, "the batch in flight finished before the load returned"
+    assert at_cancel >= 24 and at_cancel % 12 == 0, "whole batches only"

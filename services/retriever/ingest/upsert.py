@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -15,6 +16,8 @@ from ragmesh.errors import InvalidArgument
 from ragmesh.types import Chunk, DocumentRecord, StoredChunk
 from ragmesh.validation import check_date, check_name
 from services.retriever.ingest.commit import Committer
+
+log = logging.getLogger(__name__)
 
 MAX_ERRORS = 100
 
@@ -58,7 +61,7 @@ class Upserter:
         async def hand_over() -> None:
             nonlocal batch, batched, writing
             if writing is not None:
-                await writing
+                await asyncio.shield(writing)  # cancelling the load must not cancel a write mid-way
             writing = asyncio.create_task(self._write(batch, summary)) if batch else None
             batch, batched = [], 0
 
@@ -72,10 +75,15 @@ class Upserter:
             close_document()
             await hand_over()
             if writing is not None:
-                await writing
-        except BaseException:
-            if writing is not None:  # the caller went away: let the batch being written finish
                 await asyncio.shield(writing)
+        except BaseException as exc:
+            # The caller went away or the stream broke: the batch in flight finishes first (its
+            # thread cannot be stopped), so nothing writes after the error has been reported.
+            if writing is not None:
+                await asyncio.wait([writing])
+                failed = None if writing.cancelled() else writing.exception()
+                if failed is not None and failed is not exc:
+                    log.error("an upsert batch failed while the load was ending", extra={"error": repr(failed)})
             raise
         return summary
 

@@ -5,7 +5,7 @@ cannot be ingested is a BadRecord beside the others rather than the failure of t
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import PurePosixPath
 
 from ragmesh.types import Document
@@ -14,12 +14,12 @@ from services.retriever.ingest.parsers.markup import parse_html, parse_markdown
 from services.retriever.ingest.parsers.records import parse_json, parse_jsonl
 from services.retriever.ingest.parsers.text import parse_text, sections_at_headings
 
-Parser = Callable[[bytes, str], list[Parsed | BadRecord]]
+Parser = Callable[[bytes, str], Sequence[Parsed | BadRecord]]
 
 
 def _lazy(module: str, function: str) -> Parser:
     """pypdf, python-docx and python-pptx (~33 MB) load with the first file of their kind, not at start."""
-    def parse(content: bytes, name: str) -> list[Parsed | BadRecord]:
+    def parse(content: bytes, name: str) -> Sequence[Parsed | BadRecord]:
         return getattr(importlib.import_module(f"services.retriever.ingest.parsers.{module}"), function)(content, name)
 
     return parse
@@ -81,8 +81,9 @@ def parse(doc: Document, max_bytes: int) -> list[Parsed | BadRecord]:
             if p.doc_id in seen:
                 out[number - 1] = BadRecord(number, f"record {number} repeats doc_id {p.doc_id!r}")
             seen.add(p.doc_id)
-    if len(out) == 1 and isinstance(out[0], BadRecord):
-        raise UnreadableFile(name, out[0].reason)
+    if all(isinstance(p, BadRecord) for p in out):  # not a file of records at all, say so once
+        more = f" (and all {len(out) - 1} other records fail)" if len(out) > 1 else ""
+        raise UnreadableFile(name, out[0].reason + more)
     return out
 
 
