@@ -29,7 +29,7 @@ skipped at query time and a term's postings are compacted when more than a quart
 dead. The caller hands `remove` the document's tokens again (the retriever re-analyses the
 chunk's text, which it keeps anyway), so removal touches only the removed document's terms
 without a forward list per live document: that list cost as much as a third of the index.
-An 8-byte signature per document (length and a hash of its distinct term ids) checks those
+The document's length and an 8-byte signature (a hash of its distinct term ids) check those
 tokens; tokens that do not match (an analyzer that changed) fall back to finding the
 document's terms by scanning the postings: slow, but never wrong. Only removed documents
 keep their term ids, until their dead postings are purged.

@@ -242,7 +242,7 @@ def test_a_bad_record_is_reported_alone_and_the_file_goes_on() -> None:
     lines = b'{"id": "a", "text": "Alpha."}\n{broken\n7\n{"id": "b", "text": "  "}\n{"id": "a", "text": "Again."}\n' \
             b'{"id": "c", "text": "Gamma."}'
     out = parsed(lines, "mixed.jsonl")
-    assert [p.doc_id if isinstance(p, Parsed) else p.number for p in out] == ["a", 2, 3, 4, 5, "c"]
+    assert [p.doc_id if isinstance(p, Parsed) else n for n, p in enumerate(out, 1)] == ["a", 2, 3, 4, 5, "c"]
     assert [p.reason for p in out if isinstance(p, BadRecord)] == [
         "line 2 is not valid JSON (Expecting property name enclosed in double quotes)",
         "record 3 is a JSON int, not an object", "record 4 has no text to index", "record 5 repeats doc_id 'a'",

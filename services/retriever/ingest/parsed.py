@@ -18,10 +18,10 @@ class UnreadableFile(InvalidArgument):
 
 @dataclass(frozen=True)
 class BadRecord:
-    """One record of a multi-record file that cannot be ingested: it is reported as failed
-    and the file's other records go on (a file is not one transaction, its records are)."""
+    """One record of a multi-record file that cannot be ingested (it stands in the record's
+    place in the file's list): it is reported as failed and the file's other records go on
+    (a file is not one transaction, its records are)."""
 
-    number: int  # 1-based position in the file
     reason: str  # "line 7 is not valid JSON (...)", "record 3 has no text to index"
 
 

@@ -107,11 +107,11 @@ class Ingestor:
             yield Progress(doc.doc_id, doc.collection, "FAILED", error=str(exc), filename=doc.filename)
             return
         label = doc.filename or doc.doc_id
-        for p in parsed:
+        for number, p in enumerate(parsed, 1):
             if isinstance(p, BadRecord):
                 error = f"{label}: {p.reason}"
                 log.warning("record failed", extra={"doc_id": doc.doc_id, "error": error})
-                yield Progress(f"{doc.doc_id}#{p.number}", doc.collection, "FAILED", error=error, filename=doc.filename)
+                yield Progress(f"{doc.doc_id}#{number}", doc.collection, "FAILED", error=error, filename=doc.filename)
                 continue
             async for progress in self._ingest(doc, p, label if len(parsed) == 1 else f"{label} ({p.doc_id})"):
                 yield progress

@@ -79,7 +79,7 @@ def parse(doc: Document, max_bytes: int) -> list[Parsed | BadRecord]:
     for number, p in enumerate(out, 1):
         if isinstance(p, Parsed):
             if p.doc_id in seen:
-                out[number - 1] = BadRecord(number, f"record {number} repeats doc_id {p.doc_id!r}")
+                out[number - 1] = BadRecord(f"record {number} repeats doc_id {p.doc_id!r}")
             seen.add(p.doc_id)
     if all(isinstance(p, BadRecord) for p in out):  # not a file of records at all, say so once
         more = f" (and all {len(out) - 1} other records fail)" if len(out) > 1 else ""
@@ -94,6 +94,6 @@ def _checked(p: Parsed | BadRecord, number: int, file_id: str, records: int) -> 
     p.sections = compact(p.sections)
     if not p.sections:
         hint = " (a scanned PDF? text recognition is not supported)" if p.filetype == "pdf" else ""
-        return BadRecord(number, f"{f'record {number} ' if records > 1 else ''}has no text to index{hint}")
+        return BadRecord(f"{f'record {number} ' if records > 1 else ''}has no text to index{hint}")
     p.doc_id = p.doc_id or (file_id if records == 1 else f"{file_id}#{number}")
     return p

@@ -39,7 +39,7 @@ def _load(data: bytes, name: str, lines: bool) -> list[Any]:
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                records.append(BadRecord(len(records) + 1, f"line {number} is not valid JSON ({exc.msg})"))
+                records.append(BadRecord(f"line {number} is not valid JSON ({exc.msg})"))
     return records
 
 
@@ -140,7 +140,7 @@ def _parse(data: bytes, name: str, lines: bool) -> list[Parsed | BadRecord]:
         elif isinstance(r, dict):
             out.append(_record(r))
         else:
-            out.append(BadRecord(number, f"record {number} is a JSON {type(r).__name__}, not an object"))
+            out.append(BadRecord(f"record {number} is a JSON {type(r).__name__}, not an object"))
     return out
 
 
