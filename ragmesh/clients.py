@@ -12,9 +12,12 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 
-from ragmesh import convert
+from ragmesh import convert, tls
 from ragmesh import types as t
-from ragmesh.errors import InvalidArgument, NotFound, RagmeshError, ResourceExhausted, Unauthenticated, Unavailable
+from ragmesh.config import Settings
+from ragmesh.errors import InvalidArgument, Misconfigured, NotFound, RagmeshError, ResourceExhausted, Unavailable
+from ragmesh.identity import identity_var
+from ragmesh.identity.authenticator import service_token
 from ragmesh.logging import request_id_var
 from ragmesh.serving import REQUEST_ID_HEADER, deadline_var
 from ragmesh.v1 import (
@@ -40,8 +43,43 @@ def call_timeout(default: float) -> float:
     return max(0.001, min(default, deadline - time.monotonic()))
 
 
-def call_metadata() -> tuple[tuple[str, str], ...]:
-    return ((REQUEST_ID_HEADER, request_id_var.get() or uuid.uuid4().hex[:16]),)
+@dataclass(frozen=True)
+class ClientAuth:
+    """What a client proves on every call: a bearer token (the service token, or an operator's or
+    a user's key) and, with TLS, the channel's credentials (our certificate under mTLS)."""
+
+    token: str = ""
+    # A service token also says on whose behalf it calls: the identity of the call being served.
+    forward_identity: bool = False
+    channel: grpc.ChannelCredentials | None = None
+
+    @classmethod
+    def service(cls, settings: Settings) -> "ClientAuth":
+        """How one service calls another."""
+        return cls(service_token(settings), True, tls.channel_credentials(settings))
+
+    @classmethod
+    def key(cls, settings: Settings, key: str) -> "ClientAuth":
+        """How an operator's tool (the CLI, the demo loader, benchmarks) calls with an API key."""
+        return cls(key, False, tls.channel_credentials(settings))
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        if not self.token:
+            return ()
+        found = (("authorization", f"Bearer {self.token}"),)
+        identity = identity_var.get() if self.forward_identity else None
+        return found + identity.headers() if identity is not None else found
+
+
+def call_metadata(auth: ClientAuth | None = None) -> tuple[tuple[str, str], ...]:
+    request_id = ((REQUEST_ID_HEADER, request_id_var.get() or uuid.uuid4().hex[:16]),)
+    return request_id + auth.metadata() if auth is not None else request_id
+
+
+def channel(address: str, auth: ClientAuth | None = None) -> grpc.aio.Channel:
+    if auth is not None and auth.channel is not None:
+        return grpc.aio.secure_channel(address, auth.channel, options=_CHANNEL_OPTIONS)
+    return grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
 
 
 _ERRORS: dict[grpc.StatusCode, type[RagmeshError]] = {
@@ -49,7 +87,11 @@ _ERRORS: dict[grpc.StatusCode, type[RagmeshError]] = {
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
-    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    # The next hop refused *our* credential, or a provider refused its key: the caller's request was
+    # fine, the deployment is not. Never a 401 to the caller, whose own credential was accepted.
+    grpc.StatusCode.UNAUTHENTICATED: Misconfigured,
+    grpc.StatusCode.PERMISSION_DENIED: Misconfigured,
+    grpc.StatusCode.FAILED_PRECONDITION: Misconfigured,
 }
 
 
@@ -69,21 +111,22 @@ def _translated(service: str) -> Iterator[None]:
 
 
 class _Client:
-    def __init__(self, address: str, timeout: float) -> None:
+    def __init__(self, address: str, timeout: float, auth: ClientAuth | None = None) -> None:
         self.address = address
         self.timeout = timeout
-        self.channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self.auth = auth
+        self.channel = channel(address, auth)
 
     def _opts(self, timeout: float | None = None) -> dict:
-        return {"timeout": call_timeout(timeout or self.timeout), "metadata": call_metadata()}
+        return {"timeout": call_timeout(timeout or self.timeout), "metadata": call_metadata(self.auth)}
 
     async def close(self) -> None:
         await self.channel.close()
 
 
 class EmbedderClient(_Client):
-    def __init__(self, address: str, timeout: float) -> None:
-        super().__init__(address, timeout)
+    def __init__(self, address: str, timeout: float, auth: ClientAuth | None = None) -> None:
+        super().__init__(address, timeout, auth)
         self.stub = embedder_pb2_grpc.EmbedderStub(self.channel)
 
     async def embed(self, texts: list[str], task: str = "DOCUMENT") -> np.ndarray:
@@ -110,8 +153,9 @@ class SearchResult:
 
 
 class RetrieverClient(_Client):
-    def __init__(self, address: str, timeout: float, ingest_timeout: float = 600.0) -> None:
-        super().__init__(address, timeout)
+    def __init__(self, address: str, timeout: float, ingest_timeout: float = 600.0,
+                 auth: ClientAuth | None = None) -> None:
+        super().__init__(address, timeout, auth)
         self.ingest_timeout = ingest_timeout
         self.stub = retriever_pb2_grpc.RetrieverStub(self.channel)
 
@@ -161,22 +205,34 @@ class RetrieverClient(_Client):
         with _translated("retriever"):
             return await self.stub.Stats(retriever_pb2.StatsRequest(), **self._opts())
 
-    async def get_document(self, collection: str, doc_id: str, tenant: str = "") -> t.DocumentRecord:
-        """A document's header with its summaries and outline; NotFound when there is none."""
-        request = retriever_pb2.GetDocumentRequest(collection=collection, doc_id=doc_id, tenant=tenant)
+    async def get_document(self, collection: str, doc_id: str) -> t.DocumentRecord:
+        """A document's header with its summaries and outline, in the caller's tenant; NotFound when
+        there is none."""
+        request = retriever_pb2.GetDocumentRequest(collection=collection, doc_id=doc_id)
         with _translated("retriever"):
             return convert.document_info_from_proto(await self.stub.GetDocument(request, **self._opts()))
 
-    async def field_values(self, field: str, collections: list[str], tenant: str = "") -> list[str]:
-        request = retriever_pb2.FieldValuesRequest(field=field, collections=collections, tenant=tenant)
+    async def field_values(self, field: str, collections: list[str]) -> list[str]:
+        """Distinct values of a metadata field in the caller's tenant."""
+        request = retriever_pb2.FieldValuesRequest(field=field, collections=collections)
         with _translated("retriever"):
             reply = await self.stub.FieldValues(request, **self._opts())
         return list(reply.values)
 
+    async def delete(self, collection: str, doc_ids: list[str] | None = None,
+                     where: t.SearchFilter | None = None) -> tuple[int, int]:
+        """Deletes documents by id or by filter in the caller's tenant; (documents, chunks) removed."""
+        request = retriever_pb2.DeleteRequest(collection=collection, doc_ids=doc_ids or [])
+        if where is not None:
+            request.filter.CopyFrom(convert.filter_to_proto(where))
+        with _translated("retriever"):
+            reply = await self.stub.Delete(request, **self._opts())
+        return reply.documents, reply.chunks
+
 
 class GeneratorClient(_Client):
-    def __init__(self, address: str, timeout: float) -> None:
-        super().__init__(address, timeout)
+    def __init__(self, address: str, timeout: float, auth: ClientAuth | None = None) -> None:
+        super().__init__(address, timeout, auth)
         self.stub = generator_pb2_grpc.GeneratorStub(self.channel)
 
     async def generate(

@@ -104,6 +104,30 @@ class Settings:
     monthly_message_limit: int = field(default_factory=lambda: _int("MONTHLY_MESSAGE_LIMIT", 0))
     monthly_token_limit: int = field(default_factory=lambda: _int("MONTHLY_TOKEN_LIMIT", 0))
 
+    # Identity (see ragmesh.identity). Empty secrets on a loopback bind are made once under
+    # DATA_DIR/secrets; a service bound elsewhere needs them set explicitly.
+    service_token: str = field(default_factory=lambda: _env("SERVICE_TOKEN", ""))
+    api_key_pepper: str = field(default_factory=lambda: _env("API_KEY_PEPPER", ""))
+    # The key a command-line client (ragmesh ingest, the benchmarks) sends.
+    api_key: str = field(default_factory=lambda: _env("RAGMESH_API_KEY", ""))
+    jwt_secret: str = field(default_factory=lambda: _env("JWT_SECRET", ""))          # HS256
+    jwt_public_key: str = field(default_factory=lambda: _env("JWT_PUBLIC_KEY", ""))  # PEM text or a file
+    jwt_jwks_url: str = field(default_factory=lambda: _env("JWT_JWKS_URL", ""))
+    jwt_issuer: str = field(default_factory=lambda: _env("JWT_ISSUER", ""))
+    jwt_audience: str = field(default_factory=lambda: _env("JWT_AUDIENCE", ""))
+    jwt_tenant_claim: str = field(default_factory=lambda: _env("JWT_TENANT_CLAIM", "tenant"))
+    jwt_user_claim: str = field(default_factory=lambda: _env("JWT_USER_CLAIM", "sub"))
+    jwt_role_claim: str = field(default_factory=lambda: _env("JWT_ROLE_CLAIM", "role"))
+    # TLS on every gRPC port and on HTTP (files); with TLS_CA, internal services require client
+    # certificates signed by it (mTLS) and clients verify servers against it.
+    tls_cert: str = field(default_factory=lambda: _env("TLS_CERT", ""))
+    tls_key: str = field(default_factory=lambda: _env("TLS_KEY", ""))
+    tls_ca: str = field(default_factory=lambda: _env("TLS_CA", ""))
+    # A non-loopback bind without TLS is refused unless TLS is terminated in front (a mesh sidecar).
+    allow_plaintext: bool = field(default_factory=lambda: _env("ALLOW_PLAINTEXT", "false").lower() == "true")
+    # Host names the HTTP bridge answers to (comma-separated; "*" = any); default: the bind host.
+    allowed_hosts: str = field(default_factory=lambda: _env("ALLOWED_HOSTS", ""))
+
     # Store: MongoDB when MONGODB_URI is set, else SQLite under DATA_DIR.
     mongodb_uri: str = field(default_factory=lambda: _env("MONGODB_URI", ""))
     mongodb_db: str = field(default_factory=lambda: _env("MONGODB_DB", "ragmesh"))
@@ -136,7 +160,8 @@ class Settings:
             if f.name == "mongodb_uri":
                 out[f.name] = redact_uri(value)
             else:
-                out[f.name] = "***" if "key" in f.name and value else str(value)
+                secret = any(word in f.name for word in ("key", "token", "secret", "pepper"))
+                out[f.name] = "***" if secret and value else str(value)
         return out
 
 

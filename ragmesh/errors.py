@@ -35,7 +35,23 @@ class ResourceExhausted(RagmeshError):
 
 
 class Unauthenticated(RagmeshError):
-    """A provider rejected our credentials: retrying cannot help until an operator fixes the key."""
+    """The caller sent no credential, or one that is unknown, revoked, expired or badly signed."""
 
     code = "UNAUTHENTICATED"
     http_status = 401
+
+
+class PermissionDenied(RagmeshError):
+    """The caller is known but its role may not do this (never used for another tenant's objects:
+    those answer NotFound, exactly as unknown ids do)."""
+
+    code = "PERMISSION_DENIED"
+    http_status = 403
+
+
+class Misconfigured(RagmeshError):
+    """A hop or provider rejected our own credentials (a bad provider key, a wrong service token):
+    the caller's request was fine and retrying cannot help until an operator fixes the settings."""
+
+    code = "FAILED_PRECONDITION"
+    http_status = 502

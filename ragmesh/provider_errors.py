@@ -1,6 +1,6 @@
 """Provider failures as domain errors, so callers get a gRPC code they can act on:
 retry later (RESOURCE_EXHAUSTED, UNAVAILABLE), fix the request (INVALID_ARGUMENT) or
-fix the key (UNAUTHENTICATED). Shared by every backend that calls a model over HTTP."""
+fix the key (FAILED_PRECONDITION: our key, not the caller's, is wrong). Shared by every backend that calls a model over HTTP."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,10 +9,10 @@ import httpx
 
 from ragmesh.errors import (
     InvalidArgument,
+    Misconfigured,
     NotFound,
     RagmeshError,
     ResourceExhausted,
-    Unauthenticated,
     Unavailable,
 )
 
@@ -23,7 +23,7 @@ def http_error(provider: str, status: int, message: str, retry_after: str = "") 
         wait = f"; retry in {retry_after}" if retry_after else ""
         return ResourceExhausted(f"{provider} rate limit: {message}{wait}")
     if status in (401, 403):
-        return Unauthenticated(f"{provider} rejected the credentials: {message}")
+        return Misconfigured(f"{provider} rejected the credentials: {message}")
     if status == 404:
         return NotFound(f"{provider}: {message}")
     if 400 <= status < 500:
@@ -56,7 +56,7 @@ def gemini_error(exc: Exception) -> RagmeshError | None:
     message = exc.message or str(exc)
     # Google answers a bad API key with 400 INVALID_ARGUMENT and reason API_KEY_INVALID.
     if any(d.get("reason") == "API_KEY_INVALID" for d in details):
-        return Unauthenticated(f"gemini rejected the API key: {message}")
+        return Misconfigured(f"gemini rejected the API key: {message}")
     retry = next((d.get("retryDelay", "") for d in details if d.get("@type", "").endswith("RetryInfo")), "")
     return http_error("gemini", int(exc.code or 500), message, retry)
 

@@ -1,9 +1,10 @@
 """One server bootstrap for all four services.
 
-grpc.aio server, health (NOT_SERVING until warm-up finishes), reflection (so
-`grpcurl list` works), graceful stop on SIGTERM/SIGINT, and an interceptor that
-carries the request id and the caller's deadline into the handler's context so
-the clients in `ragmesh.clients` pass both to the next hop.
+grpc.aio server (TLS, and mTLS for internal services, when configured), health (NOT_SERVING
+until warm-up finishes), reflection (so `grpcurl list` works), graceful stop on SIGTERM/SIGINT,
+and an interceptor that authenticates every call (health and reflection stay open) and carries
+the caller's identity, request id and deadline into the handler's context, so the clients in
+`ragmesh.clients` pass them to the next hop.
 """
 from __future__ import annotations
 
@@ -21,10 +22,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ragmesh import config
+from ragmesh import config, tls
 from ragmesh import logging as rlog
 from ragmesh.config import Settings
 from ragmesh.errors import RagmeshError, Unavailable
+from ragmesh.identity import identity_var
+from ragmesh.identity.authenticator import Audience, Authenticator, ConfigError
+from ragmesh.store.lazy import LazyStore
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +36,8 @@ log = logging.getLogger(__name__)
 deadline_var: ContextVar[float | None] = ContextVar("deadline", default=None)
 
 REQUEST_ID_HEADER = "x-request-id"
+# Open to anyone: load balancers probe health, and reflection only describes the public contract.
+_OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 _SERVER_OPTIONS = [
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -51,7 +57,18 @@ def _enter_call(context: grpc.aio.ServicerContext, request_id: str) -> None:
 
 
 class ContextInterceptor(grpc.aio.ServerInterceptor):
-    """Sets request id and deadline for the handler, and turns domain errors into status codes."""
+    """Authenticates the caller, sets identity, request id and deadline for the handler, and turns
+    domain errors into status codes."""
+
+    def __init__(self, authenticator: Authenticator | None) -> None:
+        self.authenticator = authenticator  # None: a test server with no identity
+
+    async def _enter(self, context: grpc.aio.ServicerContext, metadata: dict, request_id: str, method: str) -> None:
+        _enter_call(context, request_id)
+        if self.authenticator is None or method.startswith(_OPEN_PREFIXES):
+            return
+        certified = bool(context.auth_context().get("x509_pem_cert"))
+        identity_var.set(await self.authenticator.authenticate(metadata, certified))
 
     async def intercept_service(
         self,
@@ -67,8 +84,8 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
 
         def unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                _enter_call(context, request_id)
                 try:
+                    await self._enter(context, metadata, request_id, method)
                     return await behavior(request, context)
                 except RagmeshError as exc:
                     log.info("request rejected", extra={"method": method, "error": str(exc)})
@@ -78,8 +95,8 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
 
         def streaming(behavior: Callable[..., Any]) -> Callable[..., Any]:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                _enter_call(context, request_id)
                 try:
+                    await self._enter(context, metadata, request_id, method)
                     async for item in behavior(request, context):
                         yield item
                 except RagmeshError as exc:
@@ -106,6 +123,11 @@ class ServiceApp(ABC):
 
     #: Fully qualified gRPC service name, e.g. "ragmesh.v1.Retriever".
     service_name: str
+    #: Who may call: "users" (the gateway: API keys, JWTs) or "internal" (the service credential
+    #: or an operator's admin key).
+    audience: Audience = "internal"
+    #: None: calls are not authenticated (only test doubles that hold no data).
+    key_store: LazyStore | None = None
 
     @abstractmethod
     def register(self, server: grpc.aio.Server) -> None:
@@ -121,12 +143,19 @@ class ServiceApp(ABC):
 class ServiceHost:
     """Runs one ServiceApp on a grpc.aio server; tests start several on free loopback ports."""
 
-    def __init__(self, app: ServiceApp, host: str, port: int, grace: float = 5.0) -> None:
+    def __init__(self, app: ServiceApp, settings: Settings, port: int, grace: float = 5.0) -> None:
+        """Raises ConfigError for settings the service must not start with (the message says why)."""
+        try:
+            tls.check(settings)
+        except ValueError as exc:
+            raise ConfigError(f"{app.service_name}: {exc}") from None
         self.app = app
-        self.host = host
+        self.settings = settings
+        self.host = settings.host
         self.port = port
         self.grace = grace
-        self.server = grpc.aio.server(interceptors=[ContextInterceptor()], options=_SERVER_OPTIONS)
+        authenticator = Authenticator(settings, app.key_store, app.audience) if app.key_store is not None else None
+        self.server = grpc.aio.server(interceptors=[ContextInterceptor(authenticator)], options=_SERVER_OPTIONS)
         self.health = health.aio.HealthServicer()
         self._stopped = asyncio.Event()
         self._retrying: asyncio.Task | None = None
@@ -151,13 +180,17 @@ class ServiceHost:
             ],
             self.server,
         )
-        bound = self.server.add_insecure_port(f"{self.host}:{self.port}")
+        credentials = tls.server_credentials(self.settings, require_client_cert=self.app.audience == "internal")
+        where = f"{self.host}:{self.port}"
+        bound = (self.server.add_secure_port(where, credentials) if credentials
+                 else self.server.add_insecure_port(where))
         if bound == 0:
             raise OSError(f"{self.app.service_name}: cannot bind {self.host}:{self.port}")
         self.port = bound
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.server.start()
-        log.info("listening", extra={"service_name": self.app.service_name, "address": self.address})
+        log.info("listening", extra={"service_name": self.app.service_name, "address": self.address,
+                                     "tls": "mtls" if credentials and self.settings.tls_ca else bool(credentials)})
         try:
             await self._warm_up()
         except Unavailable as exc:
@@ -218,7 +251,11 @@ def main(service: str, app_factory: Callable[[Settings], ServiceApp], port_of: C
 
     async def serve() -> None:
         # Built inside the loop: grpc.aio servers bind to the loop that is running when made.
-        host = ServiceHost(app_factory(settings), settings.host, port_of(settings), settings.grace_period)
+        host = ServiceHost(app_factory(settings), settings, port_of(settings), settings.grace_period)
         await host.run_until_signal()
 
-    asyncio.run(serve())
+    try:
+        asyncio.run(serve())
+    except ConfigError as exc:
+        log.critical("refusing to start", extra={"error": str(exc)})
+        raise SystemExit(f"{service}: refusing to start: {exc}") from None

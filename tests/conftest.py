@@ -12,7 +12,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from ragmesh.clients import RetrieverClient  # noqa: E402
+from ragmesh.clients import ClientAuth, RetrieverClient  # noqa: E402
 from tests.stack import Stack  # noqa: E402
 
 # The fake provider servers' fixtures (fake_gemini, fake_openai) for every test module.
@@ -26,7 +26,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     st = Stack(tmp_path_factory.mktemp("stack")).start()
 
     async def load_demo():
-        client = RetrieverClient(st.address("retriever"), 30, 600)
+        client = RetrieverClient(st.address("retriever"), 30, 600, ClientAuth.key(st.settings, st.admin_key))
         try:
             return await load(client)
         finally:
@@ -53,10 +53,10 @@ def gemini_gateway(stack: Stack) -> Iterator[tuple]:
     fake.server.stop()
 
 
-def sse(url: str, body: dict, timeout: float = 60) -> list[dict]:
-    """POSTs to an SSE endpoint and returns its events, checking the wire format."""
+def sse(url: str, body: dict, headers: dict[str, str], timeout: float = 60) -> list[dict]:
+    """POSTs to an SSE endpoint with a credential and returns its events, checking the wire format."""
     events = []
-    with httpx.stream("POST", url, json=body, timeout=timeout) as resp:
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=timeout) as resp:
         assert resp.status_code == 200, resp.read()
         assert resp.headers["content-type"].startswith("text/event-stream")
         for line in resp.iter_lines():

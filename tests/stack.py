@@ -1,5 +1,9 @@
 """All four services in-process, each a real grpc.aio server on a free loopback port,
-plus the HTTP bridge; the event loop runs in a background thread so tests stay synchronous."""
+plus the HTTP bridge; the event loop runs in a background thread so tests stay synchronous.
+
+Every call needs a credential: `stack.admin_key` is an admin key of tenant DEMO (the tenant the
+demo corpus is loaded into), `stack.key(...)` makes others, `stack.headers` / `stack.metadata`
+carry the admin key over HTTP and gRPC."""
 from __future__ import annotations
 
 import asyncio
@@ -10,7 +14,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ragmesh import config
+from ragmesh.identity import keys
+from ragmesh.identity.authenticator import pepper, service_token
 from ragmesh.serving import ServiceHost
+from ragmesh.store.sqlite import SqliteStore
+from tests.auth import bearer, headers
 from services.embedder.app import EmbedderApp
 from services.gateway.app import GatewayApp
 from services.generator.app import GeneratorApp
@@ -18,13 +26,14 @@ from services.retriever.app import RetrieverApp
 
 T = TypeVar("T")
 HOST = "127.0.0.1"
+DEMO = "demo"
 
 
 class Stack:
     def __init__(self, data_dir: Path, **overrides: Any) -> None:
-        self.settings = dataclasses.replace(
-            config.load(), host=HOST, data_dir=data_dir, http_port=0, extractive_delay_ms=1.0, **overrides
-        )
+        base = dict(host=HOST, data_dir=data_dir, http_port=0, extractive_delay_ms=1.0, service_token="",
+                    api_key_pepper="", tls_cert="", tls_key="", tls_ca="", allowed_hosts="")
+        self.settings = dataclasses.replace(config.load(), **(base | overrides))
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.hosts: dict[str, ServiceHost] = {}
@@ -37,7 +46,33 @@ class Stack:
         self.thread.start()
         for name in ("embedder", "generator", "retriever", "gateway"):
             self.start_service(name)
+        self.admin_key = self.key(DEMO, "admin", "admin")
         return self
+
+    def key(self, tenant: str, user: str, role: str = "member", expires_days: float = 0) -> str:
+        """A new API key, stored as `ragmesh keys create` stores it."""
+        key, record = keys.new_key(pepper(self.settings), tenant, user, role, expires_days=expires_days)
+        store = SqliteStore(self.settings.sqlite_path) if not self.settings.mongodb_uri else None
+        assert store is not None, "the test stack makes keys in its SQLite store"
+        try:
+            store.add_api_key(record)
+        finally:
+            store.close()
+        return key
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """HTTP headers with the DEMO admin key."""
+        return headers(self.admin_key)
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """gRPC metadata with the DEMO admin key (an operator's credential on internal services)."""
+        return bearer(self.admin_key)
+
+    def service_metadata(self, tenant: str = DEMO, user: str = "") -> tuple[tuple[str, str], ...]:
+        """gRPC metadata as the gateway sends it to internal services: the service token, for a tenant."""
+        return bearer(service_token(self.settings), tenant, user)
 
     def _app(self, name: str, settings: config.Settings | None = None):
         return {"embedder": EmbedderApp, "generator": GeneratorApp,
@@ -49,7 +84,7 @@ class Stack:
         settings = dataclasses.replace(self.settings, **overrides)
 
         async def go() -> ServiceHost:
-            host = ServiceHost(self._app(name, settings), HOST, 0, grace=0.5)
+            host = ServiceHost(self._app(name, settings), settings, 0, grace=0.5)
             await host.start()
             return host
 
@@ -59,7 +94,7 @@ class Stack:
 
     def start_service(self, name: str, port: int = 0) -> ServiceHost:
         async def go() -> ServiceHost:
-            host = ServiceHost(self._app(name), HOST, port, grace=0.5)
+            host = ServiceHost(self._app(name), self.settings, port, grace=0.5)
             await host.start()
             return host
 

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from ragmesh.config import Settings
 from ragmesh.errors import Unavailable
+from ragmesh.identity.keys import ApiKeyRecord
 from ragmesh.types import DocumentRecord, StoredChunk
 
 
@@ -37,6 +38,16 @@ class MessageRecord:
     content: str
     meta: dict = field(default_factory=dict)
     created_at: str = ""
+
+
+@dataclass
+class ConversationInfo:
+    conversation_id: str
+    tenant: str
+    user_id: str
+    created_at: str
+    updated_at: str
+    title: str = ""  # the first question, shortened
 
 
 @dataclass
@@ -104,6 +115,12 @@ class Store(Protocol):
 
     def conversation_exists(self, tenant: str, conversation_id: str) -> bool: ...
 
+    def conversation_owner(self, conversation_id: str) -> tuple[str, str] | None:
+        """(tenant, user_id) of a conversation, or None when there is no such conversation."""
+
+    def conversations(self, tenant: str, user_id: str | None, limit: int = 50) -> list[ConversationInfo]:
+        """The tenant's conversations (one user's when user_id is given), most recently updated first."""
+
     def add_message(self, conversation_id: str, role: str, content: str, meta: dict) -> str: ...
 
     def update_message(self, message_id: str, content: str, meta: dict) -> None: ...
@@ -111,7 +128,8 @@ class Store(Protocol):
     def messages(self, conversation_id: str, limit: int | None = None) -> list[MessageRecord]:
         """The conversation's messages, oldest first; with limit, the newest `limit` of them."""
 
-    def delete_conversation(self, tenant: str, conversation_id: str) -> bool: ...
+    def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        """Deletes the conversation with its messages, summary and corrections."""
 
     def conversation_summary(self, conversation_id: str) -> str:
         """The running summary of a long conversation ("" when none yet)."""
@@ -128,6 +146,17 @@ class Store(Protocol):
         """Adds to the month's counters (month = YYYY-MM); returns the new (messages, tokens)."""
 
     def usage(self, tenant: str, user_id: str, month: str) -> tuple[int, int]: ...
+
+    # API keys (only their hashes; see ragmesh.identity.keys)
+    def add_api_key(self, record: ApiKeyRecord) -> None: ...
+
+    def api_key(self, key_id: str) -> ApiKeyRecord | None: ...
+
+    def api_keys(self, tenant: str | None = None) -> list[ApiKeyRecord]:
+        """Every key (one tenant's with tenant), oldest first."""
+
+    def revoke_api_key(self, key_id: str) -> bool:
+        """Marks the key revoked; False when there is no such key or it was revoked already."""
 
     def close(self) -> None: ...
 

@@ -26,7 +26,8 @@ from pymongo.client_session import ClientSession
 from pymongo.errors import DuplicateKeyError, InvalidURI, PyMongoError
 
 from ragmesh.config import redact_uri
-from ragmesh.store import Change, CollectionStats, CorrectionRecord, MessageRecord, StoreUnavailable
+from ragmesh.identity.keys import ApiKeyRecord
+from ragmesh.store import Change, CollectionStats, ConversationInfo, CorrectionRecord, MessageRecord, StoreUnavailable
 from ragmesh.types import Chunk, DocumentRecord, SectionOutline, StoredChunk
 
 T = TypeVar("T")
@@ -87,6 +88,7 @@ class MongoStore:
             self._changes, self._options = db["changes"], db["collection_options"]
             self._convs, self._msgs = db["conversations"], db["messages"]
             self._summaries, self._corrections, self._usage = db["summaries"], db["corrections"], db["usage"]
+            self._keys = db["api_keys"]
             self._create_indexes()
             self._remove_orphans(orphan_grace_s)
         except PyMongoError as exc:
@@ -131,6 +133,11 @@ class MongoStore:
             IndexModel([("tenant", ASCENDING), ("user_id", ASCENDING), ("order", DESCENDING)], name="user_order"),
         ])
         self._changes.create_indexes([IndexModel([("version", ASCENDING)], name="version")])
+        self._convs.create_indexes([
+            IndexModel([("tenant", ASCENDING), ("user_id", ASCENDING), ("updated_at", DESCENDING)], name="owner"),
+        ])
+        self._corrections.create_indexes([IndexModel([("conversation_id", ASCENDING)], name="conversation")])
+        self._keys.create_indexes([IndexModel([("tenant", ASCENDING), ("created_at", ASCENDING)], name="tenant")])
         self._meta.update_one({"_id": "version"}, {"$setOnInsert": {"value": 0}}, upsert=True)
 
     def _remove_orphans(self, grace_s: float) -> None:
@@ -329,6 +336,21 @@ class MongoStore:
     def conversation_exists(self, tenant: str, conversation_id: str) -> bool:
         return self._convs.count_documents({"_id": conversation_id, "tenant": tenant}, limit=1) > 0
 
+    def conversation_owner(self, conversation_id: str) -> tuple[str, str] | None:
+        found = self._convs.find_one({"_id": conversation_id, "tenant": {"$exists": True}},
+                                     {"tenant": 1, "user_id": 1})
+        return (found["tenant"], found["user_id"]) if found else None
+
+    def conversations(self, tenant: str, user_id: str | None, limit: int = 50) -> list[ConversationInfo]:
+        where = {"tenant": tenant} if user_id is None else {"tenant": tenant, "user_id": user_id}
+        out = []
+        for c in self._convs.find(where).sort("updated_at", DESCENDING).limit(max(limit, 1)):
+            first = self._msgs.find_one({"conversation_id": c["_id"], "role": "user"}, {"content": 1},
+                                        sort=[("seq", ASCENDING)])
+            out.append(ConversationInfo(c["_id"], tenant, c["user_id"], _iso(c["created_at"]),
+                                        _iso(c["updated_at"]), (first or {}).get("content", "")[:80]))
+        return out
+
     def add_message(self, conversation_id: str, role: str, content: str, meta: dict) -> str:
         """The sequence number comes from an atomic $inc on the conversation: safe with many writers."""
         now = _now()
@@ -367,6 +389,8 @@ class MongoStore:
             # Messages first: a crash leaves a conversation to delete again, never stray messages
             # that a reused id would bring back (or collide with on seq).
             self._msgs.delete_many({"conversation_id": conversation_id}, session=s)
+            self._summaries.delete_one({"_id": conversation_id}, session=s)
+            self._corrections.delete_many({"conversation_id": conversation_id}, session=s)
             self._convs.delete_one(owned, session=s)
             return True
 
@@ -412,8 +436,32 @@ class MongoStore:
         found = self._usage.find_one({"_id": f"{tenant}\x1f{user_id}\x1f{month}"})
         return (int(found["messages"]), int(found["tokens"])) if found else (0, 0)
 
+    def add_api_key(self, record: ApiKeyRecord) -> None:
+        doc = asdict(record)
+        self._keys.insert_one({"_id": doc.pop("key_id"), **doc})
+
+    def api_key(self, key_id: str) -> ApiKeyRecord | None:
+        found = self._keys.find_one({"_id": key_id})
+        return _key_record(found) if found else None
+
+    def api_keys(self, tenant: str | None = None) -> list[ApiKeyRecord]:
+        where = {} if tenant is None else {"tenant": tenant}
+        return [_key_record(d) for d in self._keys.find(where).sort([("created_at", ASCENDING), ("_id", ASCENDING)])]
+
+    def revoke_api_key(self, key_id: str) -> bool:
+        stamp = _now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        return self._keys.update_one({"_id": key_id, "revoked_at": ""}, {"$set": {"revoked_at": stamp}}).modified_count > 0
+
     def close(self) -> None:
         self._client.close()
+
+
+def _key_record(d: dict[str, Any]) -> ApiKeyRecord:
+    return ApiKeyRecord(key_id=d["_id"], **{f.name: d[f.name] for f in fields(ApiKeyRecord) if f.name != "key_id"})
+
+
+def _iso(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _now() -> datetime:

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from ragmesh.errors import InvalidArgument
-from ragmesh.store import Change, CollectionStats, CorrectionRecord, MessageRecord
+from ragmesh.identity.keys import ApiKeyRecord
+from ragmesh.store import Change, CollectionStats, ConversationInfo, CorrectionRecord, MessageRecord
 from ragmesh.types import Chunk, DocumentRecord, SectionOutline, StoredChunk
 
 _SCHEMA = """
@@ -60,6 +61,12 @@ CREATE TABLE IF NOT EXISTS corrections (
   wrong_answer TEXT NOT NULL, correction TEXT NOT NULL, conversation_id TEXT NOT NULL, created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS corrections_by_user ON corrections (tenant, user_id, created_at);
+CREATE TABLE IF NOT EXISTS api_keys (
+  key_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, user_id TEXT NOT NULL, role TEXT NOT NULL,
+  secret_hash TEXT NOT NULL, created_at TEXT NOT NULL, expires_at TEXT NOT NULL, revoked_at TEXT NOT NULL,
+  label TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS conversations_by_owner ON conversations (tenant, user_id, updated_at);
 CREATE TABLE IF NOT EXISTS usage (
   tenant TEXT NOT NULL, user_id TEXT NOT NULL, month TEXT NOT NULL,
   messages INTEGER NOT NULL, tokens INTEGER NOT NULL, PRIMARY KEY (tenant, user_id, month)
@@ -75,6 +82,13 @@ _CHUNK_COLUMNS = (
     "SELECT chunk_id, tenant, collection, doc_id, chunk_index, text, metadata, date, parent_chunk_id, vector, rowid "
     "FROM chunks"
 )
+
+
+_KEY_COLUMNS = "key_id, tenant, user_id, role, secret_hash, created_at, expires_at, revoked_at, label"
+
+
+def _key_row(r: ApiKeyRecord) -> tuple:
+    return (r.key_id, r.tenant, r.user_id, r.role, r.secret_hash, r.created_at, r.expires_at, r.revoked_at, r.label)
 
 
 def _stored_chunk(r: tuple) -> StoredChunk:
@@ -263,6 +277,23 @@ class SqliteStore:
             ).fetchone()
         return row is not None
 
+    def conversation_owner(self, conversation_id: str) -> tuple[str, str] | None:
+        with self._lock:
+            row = self._db.execute("SELECT tenant, user_id FROM conversations WHERE conversation_id = ?",
+                                   (conversation_id,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def conversations(self, tenant: str, user_id: str | None, limit: int = 50) -> list[ConversationInfo]:
+        mine, args = ("AND c.user_id = ?", (tenant, user_id)) if user_id is not None else ("", (tenant,))
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT c.conversation_id, c.user_id, c.created_at, c.updated_at, "
+                "(SELECT content FROM messages m WHERE m.conversation_id = c.conversation_id AND m.role = 'user' "
+                " ORDER BY seq LIMIT 1) FROM conversations c "
+                f"WHERE c.tenant = ? {mine} ORDER BY c.updated_at DESC, c.rowid DESC LIMIT ?", (*args, limit),
+            ).fetchall()
+        return [ConversationInfo(r[0], tenant, r[1], _iso(r[2]), _iso(r[3]), (r[4] or "")[:80]) for r in rows]
+
     def add_message(self, conversation_id: str, role: str, content: str, meta: dict) -> str:
         message_id = uuid.uuid4().hex
         now = time.time()
@@ -311,7 +342,8 @@ class SqliteStore:
                 (tenant, conversation_id),
             ).rowcount
             if found:
-                db.execute("DELETE FROM messages WHERE conversation_id = ?", (conversation_id,))
+                for table in ("messages", "conversation_summaries", "corrections"):
+                    db.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (conversation_id,))
             return bool(found)
 
     def conversation_summary(self, conversation_id: str) -> str:
@@ -361,6 +393,27 @@ class SqliteStore:
             row = self._db.execute("SELECT messages, tokens FROM usage WHERE tenant = ? AND user_id = ? AND month = ?",
                                    (tenant, user_id, month)).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def add_api_key(self, record: ApiKeyRecord) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO api_keys VALUES (?,?,?,?,?,?,?,?,?)", _key_row(record))
+
+    def api_key(self, key_id: str) -> ApiKeyRecord | None:
+        with self._lock:
+            row = self._db.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,)).fetchone()
+        return ApiKeyRecord(*row) if row else None
+
+    def api_keys(self, tenant: str | None = None) -> list[ApiKeyRecord]:
+        scope, args = ("WHERE tenant = ?", (tenant,)) if tenant is not None else ("", ())
+        with self._lock:
+            rows = self._db.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys {scope} ORDER BY created_at, rowid",
+                                    args).fetchall()
+        return [ApiKeyRecord(*r) for r in rows]
+
+    def revoke_api_key(self, key_id: str) -> bool:
+        with self._tx() as db:
+            return db.execute("UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at = ''",
+                              (_iso(time.time()), key_id)).rowcount > 0
 
     def close(self) -> None:
         with self._lock:

@@ -179,6 +179,32 @@ class Conversation(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     def __init__(self, conversation_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
+class ListConversationsRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
+class ConversationSummary(_message.Message):
+    __slots__ = ("conversation_id", "user_id", "title", "created_at", "updated_at")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    user_id: str
+    title: str
+    created_at: str
+    updated_at: str
+    def __init__(self, conversation_id: _Optional[str] = ..., user_id: _Optional[str] = ..., title: _Optional[str] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ...) -> None: ...
+
+class ListConversationsResponse(_message.Message):
+    __slots__ = ("conversations",)
+    CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
+    conversations: _containers.RepeatedCompositeFieldContainer[ConversationSummary]
+    def __init__(self, conversations: _Optional[_Iterable[_Union[ConversationSummary, _Mapping]]] = ...) -> None: ...
+
 class DeleteConversationRequest(_message.Message):
     __slots__ = ("conversation_id", "tenant")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]

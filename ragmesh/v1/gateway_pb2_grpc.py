@@ -51,6 +51,11 @@ class GatewayStub:
                 request_serializer=ragmesh_dot_v1_dot_gateway__pb2.GetConversationRequest.SerializeToString,
                 response_deserializer=ragmesh_dot_v1_dot_gateway__pb2.Conversation.FromString,
                 _registered_method=True)
+        self.ListConversations = channel.unary_unary(
+                '/ragmesh.v1.Gateway/ListConversations',
+                request_serializer=ragmesh_dot_v1_dot_gateway__pb2.ListConversationsRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_gateway__pb2.ListConversationsResponse.FromString,
+                _registered_method=True)
         self.DeleteConversation = channel.unary_unary(
                 '/ragmesh.v1.Gateway/DeleteConversation',
                 request_serializer=ragmesh_dot_v1_dot_gateway__pb2.DeleteConversationRequest.SerializeToString,
@@ -86,6 +91,13 @@ class GatewayServicer:
 
     def GetConversation(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListConversations(self, request, context):
+        """The caller's conversations (an admin key: every user's in its tenant), newest first.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -127,6 +139,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.GetConversation,
                     request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.GetConversationRequest.FromString,
                     response_serializer=ragmesh_dot_v1_dot_gateway__pb2.Conversation.SerializeToString,
+            ),
+            'ListConversations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConversations,
+                    request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.ListConversationsRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_gateway__pb2.ListConversationsResponse.SerializeToString,
             ),
             'DeleteConversation': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteConversation,
@@ -226,6 +243,33 @@ class Gateway:
             '/ragmesh.v1.Gateway/GetConversation',
             ragmesh_dot_v1_dot_gateway__pb2.GetConversationRequest.SerializeToString,
             ragmesh_dot_v1_dot_gateway__pb2.Conversation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConversations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/ListConversations',
+            ragmesh_dot_v1_dot_gateway__pb2.ListConversationsRequest.SerializeToString,
+            ragmesh_dot_v1_dot_gateway__pb2.ListConversationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

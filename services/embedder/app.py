@@ -7,6 +7,7 @@ import grpc
 
 from ragmesh.config import Settings
 from ragmesh.serving import ServiceApp
+from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import embedder_pb2_grpc
 from services.embedder import backends
 from services.embedder.servicer import EmbedderServicer
@@ -17,9 +18,13 @@ class EmbedderApp(ServiceApp):
 
     def __init__(self, settings: Settings) -> None:
         self.backend = backends.create(settings)
+        self.key_store = LazyStore(settings)  # operators' keys; opened on the first one
 
     def register(self, server: grpc.aio.Server) -> None:
         embedder_pb2_grpc.add_EmbedderServicer_to_server(EmbedderServicer(self.backend), server)
 
     async def warm_up(self) -> None:
         await asyncio.to_thread(self.backend.warm_up)
+
+    async def close(self) -> None:
+        self.key_store.close()

@@ -10,16 +10,18 @@ import grpc
 import uvicorn
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient
+from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient, RetrieverClient
 from ragmesh.config import Settings
 from ragmesh.errors import RagmeshError
+from ragmesh.identity.authenticator import Authenticator
 from ragmesh.models import default_model
 from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import gateway_pb2_grpc
-from services.gateway.documents import documents_router
+from services.gateway.api import create_app
+from services.gateway.api.auth import allowed_hosts
+from services.gateway.conversations import Conversations
 from services.gateway.history import History
-from services.gateway.http import create_app
 from services.gateway.limits import UsageLimiter
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
@@ -35,22 +37,27 @@ FUNDS_REFRESH_S = 60.0
 
 class GatewayApp(ServiceApp):
     service_name = "ragmesh.v1.Gateway"
+    audience = "users"
 
     def __init__(self, settings: Settings) -> None:
+        """Raises ConfigError for settings the HTTP bridge must not start with."""
         self.settings = settings
         self.store = LazyStore(settings)  # opened at warm-up: an unreachable database means NOT_SERVING
+        self.key_store = self.store
+        self.allowed_hosts = allowed_hosts(settings)
         self.history = History(self.store)
         self.http_port = settings.http_port
         self._http: uvicorn.Server | None = None
         self._http_task: asyncio.Task | None = None
-        self._funds: tuple[float, list[str]] = (0.0, [])
+        self._funds: dict[str, tuple[float, list[str]]] = {}  # per tenant: (fetched at, names)
 
     def register(self, server: grpc.aio.Server) -> None:
         s = self.settings
         # Channels bind to the running loop, so clients are made here, inside the server's start.
-        self.embedder = EmbedderClient(s.address("embedder"), s.embed_timeout)
-        self.retriever = RetrieverClient(s.address("retriever"), s.search_timeout, s.ingest_timeout)
-        self.generator = GeneratorClient(s.address("generator"), s.generate_timeout)
+        auth = ClientAuth.service(s)  # on behalf of the caller the gateway authenticated
+        self.embedder = EmbedderClient(s.address("embedder"), s.embed_timeout, auth)
+        self.retriever = RetrieverClient(s.address("retriever"), s.search_timeout, s.ingest_timeout, auth)
+        self.generator = GeneratorClient(s.address("generator"), s.generate_timeout, auth)
         self.memory = Memory(self.store, self.retriever, self.generator, self.embedder, s.summary_after_turns)
         planner = Planner(
             self.retriever, self.generator, self.embedder, ScopeCache(s.scope_cache_ttl_s, s.scope_cache_size),
@@ -64,8 +71,9 @@ class GatewayApp(ServiceApp):
         )
         self.pipeline = AskPipeline(self.history, self.generator, planner, self.memory,
                                     UsageLimiter(self.store, s.monthly_message_limit, s.monthly_token_limit))
+        self.conversations = Conversations(self.history, self.memory, self.pipeline)
         gateway_pb2_grpc.add_GatewayServicer_to_server(
-            GatewayServicer(self.pipeline, self.history, self.retriever, self.memory), server
+            GatewayServicer(self.pipeline, self.conversations, self.retriever, self.memory), server
         )
 
     async def upstream_health(self) -> dict[str, str]:
@@ -80,13 +88,14 @@ class GatewayApp(ServiceApp):
                   (("embedder", self.embedder), ("retriever", self.retriever), ("generator", self.generator))]
         return {"gateway": "SERVING", **dict(await asyncio.gather(*checks))}
 
-    async def known_funds(self) -> list[str]:
-        """Fund names in the corpus (000's ALL_FUND_NAMES), refreshed at most once a minute."""
-        fetched, funds = self._funds
+    async def known_funds(self, tenant: str) -> list[str]:
+        """Fund names in the tenant's corpus (000's ALL_FUND_NAMES), refreshed at most once a minute.
+        Called while serving one of the tenant's users, so the retriever answers for that tenant."""
+        fetched, funds = self._funds.get(tenant, (0.0, []))
         if time.monotonic() - fetched > FUNDS_REFRESH_S or not funds:
             try:
                 funds = await self.retriever.field_values("fund_name", list(SOURCE_COLLECTIONS.values()))
-                self._funds = (time.monotonic(), funds)
+                self._funds[tenant] = (time.monotonic(), funds)
             except RagmeshError as exc:
                 log.warning("fund names unavailable", extra={"error": str(exc)})
         return funds
@@ -95,10 +104,16 @@ class GatewayApp(ServiceApp):
         await asyncio.to_thread(self.store.connect)
         if self._http is not None:
             return  # a retry after the store came back: the HTTP bridge is up already
-        app = create_app(self.pipeline, self.history, self.memory, self.upstream_health, self.known_funds)
-        app.include_router(documents_router(lambda: self.retriever, self.settings.ingest_max_bytes))
-        config = uvicorn.Config(app, host=self.settings.host, port=self.http_port, log_config=None,
-                                lifespan="off", access_log=False)
+        s = self.settings
+        app = create_app(
+            pipeline=self.pipeline, memory=self.memory, conversations=self.conversations,
+            retriever=lambda: self.retriever, authenticator=Authenticator(s, self.store, "users"),
+            allowed_hosts=self.allowed_hosts, health=self.upstream_health, funds=self.known_funds,
+            max_upload_bytes=s.ingest_max_bytes,
+        )
+        tls_files = {"ssl_certfile": s.tls_cert, "ssl_keyfile": s.tls_key} if s.tls_cert else {}
+        config = uvicorn.Config(app, host=s.host, port=self.http_port, log_config=None, lifespan="off",
+                                access_log=False, **tls_files)
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve())
         while not self._http.started:
@@ -106,8 +121,8 @@ class GatewayApp(ServiceApp):
                 raise OSError(f"HTTP bridge failed to start on port {self.http_port}")
             await asyncio.sleep(0.02)
         self.http_port = self._http.servers[0].sockets[0].getsockname()[1]
-        log.info("http bridge listening", extra={"url": f"http://{self.settings.host}:{self.http_port}/"})
-        await self.known_funds()
+        scheme = "https" if s.tls_cert else "http"
+        log.info("http bridge listening", extra={"url": f"{scheme}://{s.host}:{self.http_port}/"})
 
     async def close(self) -> None:
         try:  # background memory work finishes before the clients close

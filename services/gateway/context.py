@@ -9,6 +9,7 @@ that repeat an earlier block's are dropped (003 step 1.3). Retrieved text is fen
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 
 from ragmesh.prompts import PROMPTS, system_instruction
@@ -148,6 +149,15 @@ def build(hits: list[Hit], budget: int) -> Context:
     return Context(blocks, "\n---\n".join(rendered), used)
 
 
+_FENCE_TAG = re.compile(r"<(\s*/?\s*data\b)", re.IGNORECASE)
+
+
+def fence_safe(text: str) -> str:
+    """Retrieved text with every <data> / </data> tag (any case or spacing) escaped, so a document
+    cannot close the data fence and speak as instructions."""
+    return _FENCE_TAG.sub(r"&lt;\1", text)
+
+
 def build_prompt(prompt_name: str, question: str, history: list[Turn], summary: str, context: Context,
                  data_sources: list[str]) -> tuple[str, str]:
     """(system instruction, user prompt) for the route's prompt."""
@@ -163,7 +173,7 @@ def build_prompt(prompt_name: str, question: str, history: list[Turn], summary: 
     parts.append(prompt.instructions + "\n")
     parts.append(f"Available data sources: {', '.join(data_sources)}\n")
     if context.blocks:
-        parts.append(f"Internal Data:\n<data>\nAvailable Data Sources:\n\n{context.text}\n</data>\n")
+        parts.append(f"Internal Data:\n<data>\nAvailable Data Sources:\n\n{fence_safe(context.text)}\n</data>\n")
     parts.append("Now provide a comprehensive answer.")
     return system_instruction(prompt), "\n".join(parts)
 

@@ -2,7 +2,9 @@
 the answer right after (or the partial answer when the user stopped it)."""
 from __future__ import annotations
 
-from ragmesh.store import MessageRecord, Store
+from ragmesh.errors import NotFound
+from ragmesh.identity import Identity
+from ragmesh.store import ConversationInfo, MessageRecord, Store
 from ragmesh.types import Turn
 
 STOPPED_MARK = "*[Response stopped by user]*"
@@ -35,3 +37,16 @@ class History:
 
     def messages(self, conversation_id: str) -> list[MessageRecord]:
         return self.store.messages(conversation_id)
+
+    def require(self, who: Identity, conversation_id: str, *, owner_only: bool = False) -> None:
+        """Raises NotFound unless the conversation is the caller's (or, without owner_only, in an admin's
+        tenant). Unknown and not-yours raise the same error, so ids cannot be probed."""
+        owner = self.store.conversation_owner(conversation_id)
+        mine = owner is not None and owner[0] == who.tenant and (
+            owner[1] == who.user or (who.is_admin and not owner_only))
+        if not mine:
+            raise NotFound(f"conversation {conversation_id!r} not found")
+
+    def conversations(self, who: Identity, limit: int = 50) -> list[ConversationInfo]:
+        """The caller's conversations; an admin's are every user's in its tenant."""
+        return self.store.conversations(who.tenant, None if who.is_admin else who.user, limit)

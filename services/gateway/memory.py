@@ -14,9 +14,10 @@ import numpy as np
 from ragmesh import convert
 from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient
 from ragmesh.errors import InvalidArgument, NotFound, RagmeshError
+from ragmesh.identity import Identity
 from ragmesh.store import CorrectionRecord, Store
 from ragmesh.text import strip_citations, tokenize
-from ragmesh.types import ContextBlock, Document
+from ragmesh.types import ContextBlock, Document, SearchFilter
 from ragmesh.v1 import retriever_pb2
 from services.gateway.history import History
 
@@ -35,25 +36,32 @@ class Memory:
         self.generator = generator
         self.embedder = embedder
         self.summary_after_turns = summary_after_turns
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: dict[asyncio.Task, str] = {}  # background work -> its conversation
 
-    def _spawn(self, work: Coroutine) -> None:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, conversation_id: str, work: Coroutine) -> None:
+        task = asyncio.create_task(work)  # copies the context: the work acts as the caller's identity
+        self._tasks[task] = conversation_id
+        task.add_done_callback(lambda t: self._tasks.pop(t, None))
 
     async def idle(self) -> None:
         """Waits for the background work scheduled so far (tests, graceful shutdown)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
+    async def forget(self, conversation_id: str) -> None:
+        """Removes a deleted conversation's messages from the conversation memory, after its pending
+        background work, so none of it comes back."""
+        pending = [t for t, c in self._tasks.items() if c == conversation_id]
+        await asyncio.gather(*pending, return_exceptions=True)
+        await self.retriever.delete(MEMORY_COLLECTION, where=SearchFilter(equals={"conversation_id": conversation_id}))
+
     def after_turn(self, tenant: str, user_id: str, conversation_id: str, turns: int, model: str,
                    messages: list[tuple[str, str, str]]) -> None:
         """Schedules memory embedding, and the summary once the conversation is long.
         `messages` are (message_id, role, text)."""
-        self._spawn(self._remember(tenant, user_id, conversation_id, messages))
+        self._spawn(conversation_id, self._remember(tenant, user_id, conversation_id, messages))
         if turns >= self.summary_after_turns:
-            self._spawn(self._summarize(conversation_id, model))
+            self._spawn(conversation_id, self._summarize(conversation_id, model))
 
     async def _remember(self, tenant: str, user_id: str, conversation_id: str,
                         messages: list[tuple[str, str, str]]) -> None:
@@ -91,17 +99,22 @@ class Memory:
             log.info("conversation summary updated", extra={"conversation_id": conversation_id, "chars": len(summary)})
 
     # -- corrections ----------------------------------------------------------------------------
-    def record_correction(self, record: CorrectionRecord, message_id: str = "") -> str:
-        """Stores a correction; with a message id, the question and the wrong answer come from the log."""
+    def record_correction(self, who: Identity, record: CorrectionRecord, message_id: str = "") -> str:
+        """Stores the caller's correction; with a message id, the question and the wrong answer come from
+        the log. The conversation must be the caller's own: another's answers the same NotFound as an
+        unknown id, and nothing of it is copied."""
         if not record.correction.strip():
             raise InvalidArgument("correction", "must say what the right answer is")
+        record.tenant, record.user_id = who.tenant, who.user
+        if message_id and not record.conversation_id:
+            raise InvalidArgument("conversation_id", "is needed with message_id")
+        if record.conversation_id:
+            History(self.store).require(who, record.conversation_id, owner_only=True)
         if message_id:
-            if not record.conversation_id:
-                raise InvalidArgument("conversation_id", "is needed with message_id")
             messages = self.store.messages(record.conversation_id)
             found = [i for i, m in enumerate(messages) if m.message_id == message_id and m.role == "assistant"]
             if not found:
-                raise NotFound(f"message {message_id!r} is no answer in conversation {record.conversation_id!r}")
+                raise NotFound(f"message {message_id!r} not found")
             i = found[0]
             record.wrong_answer = record.wrong_answer or messages[i].content
             if i and not record.question:

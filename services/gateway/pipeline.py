@@ -20,6 +20,7 @@ from typing import Any
 
 from ragmesh.clients import GeneratorClient
 from ragmesh.errors import RagmeshError
+from ragmesh.identity import Identity, identity_var
 from ragmesh.models import EXTRACTIVE
 from ragmesh.store import CorrectionRecord
 from ragmesh.text import citation_numbers
@@ -84,14 +85,21 @@ class AskPipeline:
     def default_model(self) -> str:
         return self.settings.default_model
 
-    def prepare(self, ask: AskInput) -> AskInput:
-        """Validates and checks usage limits (raising before anything is written); fills defaults."""
+    async def prepare(self, ask: AskInput, caller: Identity) -> AskInput:
+        """Settles who asks (the caller, or a user an admin names), validates, checks usage limits and
+        that a named conversation is the asker's own, all before anything is written; fills defaults."""
+        who = caller.acting_for(ask.tenant, ask.user_id)
+        ask.tenant, ask.user_id, ask.identity = who.tenant, who.user, who
         ask.validate()
-        self.limits.check(ask.tenant, ask.user_id)
-        ask.conversation_id = ask.conversation_id or uuid.uuid4().hex
+        await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
+        if ask.conversation_id:  # another's, or unknown: the same NotFound
+            await asyncio.to_thread(self.history.require, who, ask.conversation_id, owner_only=True)
+        else:
+            ask.conversation_id = uuid.uuid4().hex
         return ask
 
     def stop(self, conversation_id: str) -> bool:
+        """Stops a running answer; callers check the conversation is the caller's first."""
         event = self._running.get(conversation_id)
         if event is None:
             return False
@@ -101,6 +109,7 @@ class AskPipeline:
     async def run(self, ask: AskInput) -> AsyncIterator[Event]:
         """Streams the events of one answer; `prepare` must have accepted `ask`."""
         conv = ask.conversation_id
+        identity_var.set(ask.identity)  # the retriever searches, and memory is written, as this user
         stop = self._running.setdefault(conv, asyncio.Event())
         stop.clear()
         try:

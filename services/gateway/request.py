@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ragmesh.errors import InvalidArgument
+from ragmesh.identity import Identity
 from ragmesh.models import KNOWN_MODELS
 from ragmesh.validation import check_date_range, check_top_k
 
@@ -34,6 +35,7 @@ class AskInput:
     user_id: str = ""
     top_k: int | None = None
     document_ids: list[str] = field(default_factory=list)  # documents in scope; one enables SUMMARY
+    identity: Identity | None = None  # who asks, settled by AskPipeline.prepare from the credential
 
     def validate(self) -> None:
         if not self.question.strip():

@@ -1,4 +1,5 @@
-"""Gateway gRPC servicer: AskRequest to AskInput, pipeline events to ChatEvents."""
+"""Gateway gRPC servicer: AskRequest to AskInput, pipeline events to ChatEvents. The caller's
+identity comes from the server interceptor (ragmesh.identity.current)."""
 from __future__ import annotations
 
 import asyncio
@@ -6,11 +7,11 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from ragmesh import convert
+from ragmesh import convert, identity
 from ragmesh.clients import RetrieverClient
 from ragmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, retriever_pb2
 from ragmesh.store import CorrectionRecord
-from services.gateway.history import History
+from services.gateway.conversations import Conversations
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline, Event
 from services.gateway.request import AskInput
@@ -50,22 +51,30 @@ def event_to_proto(event: Event) -> gateway_pb2.ChatEvent:
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
-    def __init__(self, pipeline: AskPipeline, history: History, retriever: RetrieverClient, memory: Memory) -> None:
+    def __init__(self, pipeline: AskPipeline, conversations: Conversations, retriever: RetrieverClient,
+                 memory: Memory) -> None:
         self.pipeline = pipeline
-        self.history = history
+        self.conversations = conversations
         self.retriever = retriever
         self.memory = memory
 
     async def Ask(self, request: gateway_pb2.AskRequest, context: grpc.aio.ServicerContext):
-        ask = self.pipeline.prepare(ask_from_proto(request))
+        ask = await self.pipeline.prepare(ask_from_proto(request), identity.current())
         async for event in self.pipeline.run(ask):
             yield event_to_proto(event)
 
     async def Stop(self, request: gateway_pb2.StopRequest, context: grpc.aio.ServicerContext):
-        return gateway_pb2.StopResponse(stopped=self.pipeline.stop(request.conversation_id))
+        stopped = await self.conversations.stop(identity.current(), request.conversation_id)
+        return gateway_pb2.StopResponse(stopped=stopped)
+
+    async def ListConversations(self, request: gateway_pb2.ListConversationsRequest, context):
+        found = await self.conversations.list(identity.current(), request.limit if request.HasField("limit") else None)
+        return gateway_pb2.ListConversationsResponse(conversations=[
+            gateway_pb2.ConversationSummary(conversation_id=c.conversation_id, user_id=c.user_id, title=c.title,
+                                            created_at=c.created_at, updated_at=c.updated_at) for c in found])
 
     async def GetConversation(self, request: gateway_pb2.GetConversationRequest, context):
-        messages = await asyncio.to_thread(self.history.messages, request.conversation_id)
+        messages = await self.conversations.messages(identity.current(), request.conversation_id)
         return gateway_pb2.Conversation(
             conversation_id=request.conversation_id,
             messages=[
@@ -78,18 +87,20 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         )
 
     async def DeleteConversation(self, request: gateway_pb2.DeleteConversationRequest, context):
-        deleted = await asyncio.to_thread(self.history.store.delete_conversation, request.tenant,
-                                          request.conversation_id)
-        return gateway_pb2.DeleteConversationResponse(deleted=deleted)
+        who = identity.current().acting_for(request.tenant, "")
+        await self.conversations.delete(who, request.conversation_id)  # NotFound when not the caller's
+        return gateway_pb2.DeleteConversationResponse(deleted=True)
 
     async def Ingest(
         self, request_iterator: AsyncIterator[retriever_pb2.Document], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
+        identity.current().require_admin("ingesting documents")  # into the caller's tenant, whatever a document says
         async for progress in self.retriever.ingest(request_iterator):
             yield progress
 
     async def Correct(self, request: gateway_pb2.CorrectionRequest, context: grpc.aio.ServicerContext):
-        record = CorrectionRecord("", request.tenant, request.user_id, request.question, request.wrong_answer,
+        author = identity.current().acting_for(request.tenant, request.user_id)
+        record = CorrectionRecord("", author.tenant, author.user, request.question, request.wrong_answer,
                                   request.correction, request.conversation_id)
-        correction_id = await asyncio.to_thread(self.memory.record_correction, record, request.message_id)
+        correction_id = await asyncio.to_thread(self.memory.record_correction, author, record, request.message_id)
         return gateway_pb2.CorrectionResponse(correction_id=correction_id)

@@ -77,7 +77,7 @@ class PipelineSettings:
 
 class Planner:
     def __init__(self, retriever: RetrieverClient, generator: GeneratorClient, embedder: EmbedderClient,
-                 cache: ScopeCache, known_funds: Callable[[], Awaitable[list[str]]], settings: PipelineSettings,
+                 cache: ScopeCache, known_funds: Callable[[str], Awaitable[list[str]]], settings: PipelineSettings,
                  today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.timezone.utc).date()) -> None:
         self.retriever = retriever
         self.generator = generator
@@ -141,7 +141,7 @@ class Planner:
         record = None
         for name in [collection] if collection else s.collections:
             try:
-                record = await self.retriever.get_document(name, doc_id, ask.tenant)
+                record = await self.retriever.get_document(name, doc_id)
                 break
             except NotFound:
                 continue
@@ -173,7 +173,7 @@ class Planner:
         if not (ask.start_date or ask.end_date) and (hint := time_hint(ask.question, self.today())):
             s.filter = dataclasses.replace(s.filter, start_date=hint.start, end_date=hint.end)
             s.time_hint = hint.phrase
-        if not ask.selected_funds and (funds := mentioned_funds(ask.question, await self.known_funds())):
+        if not ask.selected_funds and (funds := mentioned_funds(ask.question, await self.known_funds(ask.tenant))):
             s.filter = dataclasses.replace(s.filter, any_of={"fund_name": funds})
             s.detected_funds = funds
 

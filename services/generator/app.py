@@ -6,6 +6,7 @@ import grpc
 from ragmesh.config import Settings
 from ragmesh.models import EXTRACTIVE, GEMINI_MODELS, LOCAL, OPENAI, default_model
 from ragmesh.serving import ServiceApp
+from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import generator_pb2_grpc
 from services.generator.backends import GenerationBackend
 from services.generator.backends.extractive import ExtractiveBackend
@@ -39,6 +40,7 @@ class GeneratorApp(ServiceApp):
 
     def __init__(self, settings: Settings) -> None:
         self.backends = build_backends(settings)
+        self.key_store = LazyStore(settings)  # operators' keys; opened on the first one
         self.service = GenerationService(self.backends, default_model(settings.default_model, settings.gemini_api_key))
 
     def register(self, server: grpc.aio.Server) -> None:
@@ -48,3 +50,4 @@ class GeneratorApp(ServiceApp):
         """Closes the HTTP clients of the LLM backends (one per backend, shared by its model names)."""
         for backend in {id(b): b for b in self.backends.values()}.values():
             await backend.close()
+        self.key_store.close()

@@ -7,7 +7,7 @@ import logging
 import grpc
 import numpy as np
 
-from ragmesh.clients import EmbedderClient, GeneratorClient
+from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient
 from ragmesh.config import Settings
 from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.validation import check_name
@@ -34,6 +34,7 @@ class RetrieverApp(ServiceApp):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.store = LazyStore(settings)  # opened at warm-up: an unreachable database means NOT_SERVING
+        self.key_store = self.store
         self.registry = IndexRegistry(FALLBACK_DIMENSIONS)
         self.snapshot_dir = settings.data_dir / "index"
         self.embedder: EmbedderClient | None = None
@@ -81,9 +82,11 @@ class RetrieverApp(ServiceApp):
 
     async def warm_up(self) -> None:
         await asyncio.to_thread(self.store.connect)
-        self.embedder = self.embedder or EmbedderClient(self.settings.address("embedder"), self.settings.embed_timeout)
+        auth = ClientAuth.service(self.settings)
+        self.embedder = self.embedder or EmbedderClient(self.settings.address("embedder"), self.settings.embed_timeout,
+                                                        auth)
         self.generator = self.generator or GeneratorClient(self.settings.address("generator"),
-                                                           self.settings.generate_timeout)
+                                                           self.settings.generate_timeout, auth)
         try:
             info = await self.embedder.info()
             self.registry.dimensions = info.dimensions

@@ -7,7 +7,9 @@ from collections.abc import AsyncIterator
 import grpc
 import numpy as np
 
-from ragmesh import convert
+import dataclasses
+
+from ragmesh import convert, identity
 from ragmesh.errors import NotFound
 from ragmesh.store import CollectionStats, Store
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
@@ -20,6 +22,12 @@ from services.retriever.search import SearchEngine, SearchQuery
 
 def _opt(msg, name: str, default):
     return getattr(msg, name) if msg.HasField(name) else default
+
+
+def _tenant() -> str:
+    """The caller's tenant: from its key, or from the gateway's service call on a user's behalf.
+    Tenant fields in requests are ignored (kept in the contract for old clients)."""
+    return identity.current().require_tenant()
 
 
 class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
@@ -36,7 +44,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         query = SearchQuery(
             query=request.query,
             collections=list(request.collections),
-            filter=convert.filter_from_proto(request.filter),
+            filter=dataclasses.replace(convert.filter_from_proto(request.filter), tenant=_tenant()),
             top_k=_opt(request, "top_k", 50),
             dense_weight=_opt(request, "dense_weight", None),
             sparse_weight=_opt(request, "sparse_weight", None),
@@ -65,8 +73,11 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Ingest(
         self, request_iterator: AsyncIterator[retriever_pb2.Document], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
+        tenant = _tenant()
+
         async def documents():
             async for doc in request_iterator:
+                doc.tenant = tenant
                 yield convert.document_from_proto(doc)
 
         async for p in self.ingestor.ingest(documents()):
@@ -80,8 +91,11 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Upsert(
         self, request_iterator: AsyncIterator[retriever_pb2.UpsertRequest], context: grpc.aio.ServicerContext
     ) -> retriever_pb2.UpsertResponse:
+        tenant = _tenant()
+
         async def chunks():
             async for r in request_iterator:
+                r.chunk.tenant = tenant
                 yield convert.chunk_from_proto(r.chunk), np.asarray(r.vector, np.float32) if r.vector else None
 
         s = await self.upserter.upsert(chunks())
@@ -90,11 +104,11 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
 
     async def Delete(self, request: retriever_pb2.DeleteRequest, context: grpc.aio.ServicerContext):
         where = convert.filter_from_proto(request.filter) if request.HasField("filter") else None
-        docs, chunks = await self.ingestor.delete(request.tenant, request.collection, list(request.doc_ids), where)
+        docs, chunks = await self.ingestor.delete(_tenant(), request.collection, list(request.doc_ids), where)
         return retriever_pb2.DeleteResponse(documents=docs, chunks=chunks)
 
     async def GetDocument(self, request: retriever_pb2.GetDocumentRequest, context: grpc.aio.ServicerContext):
-        record = await asyncio.to_thread(self.store.get_document, request.tenant, request.collection, request.doc_id)
+        record = await asyncio.to_thread(self.store.get_document, _tenant(), request.collection, request.doc_id)
         if record is None:
             raise NotFound(f"document {request.doc_id!r} not found in collection {request.collection!r}")
         return convert.document_info_to_proto(record)
@@ -115,19 +129,22 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         return infos
 
     async def ListCollections(self, request, context: grpc.aio.ServicerContext):
+        identity.current().require_service("ListCollections (counts across tenants)")
         return retriever_pb2.ListCollectionsResponse(collections=self._collections())
 
     async def Stats(self, request, context: grpc.aio.ServicerContext):
+        identity.current().require_service("Stats (counts across tenants)")
         return retriever_pb2.StatsResponse(
             collections=self._collections(), store=repr(self.store),
             dimensions=self.engine.registry.dimensions, searches=self.engine.searches,
         )
 
     async def FieldValues(self, request: retriever_pb2.FieldValuesRequest, context: grpc.aio.ServicerContext):
-        values = field_values(self.engine.registry, request.field, list(request.collections), request.tenant)
+        values = field_values(self.engine.registry, request.field, list(request.collections), _tenant())
         return retriever_pb2.FieldValuesResponse(values=values)
 
     async def ConfigureCollection(self, request: retriever_pb2.ConfigureCollectionRequest, context):
+        identity.current().require_service("ConfigureCollection (collections are shared by every tenant)")
         analyzer = {name: getattr(request, name) for name in ("stemming", "stopwords", "min_token_len")
                     if request.HasField(name)}
         await self.configure(request.name, request.dense_index or "flat", analyzer)

@@ -1,4 +1,7 @@
-"""The web chat page in a real browser (Debian's headless Chromium, driven by Playwright)."""
+"""The web chat page in a real browser (Debian's headless Chromium, driven by Playwright).
+
+The page signs in with an API key: a `#key=<key>` link (the key moves to localStorage and leaves
+the address bar) or the sign-in box; every /api/* call then carries `Authorization: Bearer <key>`."""
 from __future__ import annotations
 
 import os
@@ -8,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from ragmesh.store.sqlite import SqliteStore
 from tests.fakes.gemini import chunk, grounding, text
 from tests.stack import Stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
+KEY_NAME = "ragmesh.key"  # where the page keeps the key (localStorage)
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
@@ -30,17 +35,49 @@ def browser() -> Iterator:
         browser.close()
 
 
-def opened(browser, url: str):  # type: ignore[no-untyped-def]
+def opened(browser, url: str, key: str = ""):  # type: ignore[no-untyped-def]
+    """A new page (its own context, so its own localStorage), signed in through a `#key=` link when
+    given a key, and waited on until /api/meta has filled in the options."""
     page = browser.new_page(viewport={"width": 1200, "height": 900})
-    page.goto(url + "/")
+    page.goto(f"{url}/#key={key}" if key else f"{url}/")
+    if key:
+        page.wait_for_selector("#data-sources input", timeout=15_000)
     return page
+
+
+def stored_key(page) -> str | None:  # type: ignore[no-untyped-def]
+    return page.evaluate(f"() => localStorage.getItem({KEY_NAME!r})")
+
+
+def ask_and_wait(page, question: str, state: str = "done", timeout: float = 60_000):  # type: ignore[no-untyped-def]
+    before = page.locator(".msg.assistant").count()
+    page.fill("#question", question)
+    page.click("#send")
+    message = page.locator(".msg.assistant").nth(before)
+    message.wait_for()
+    page.wait_for_function(
+        "([n, state]) => { const m = document.querySelectorAll('.msg.assistant')[n];"
+        " return m && m.getAttribute('data-state') === state; }", arg=[before, state], timeout=timeout)
+    return message
 
 
 @pytest.fixture(scope="module")
 def page(browser, stack: Stack) -> Iterator:
-    page = opened(browser, stack.http_url)
+    page = opened(browser, stack.http_url, stack.admin_key)
     yield page
     page.close()
+
+
+def test_a_key_link_signs_in_and_leaves_the_address_bar(page, stack: Stack) -> None:
+    assert "key=" not in page.url and stack.admin_key not in page.url, page.url
+    assert page.url == stack.http_url + "/"
+    assert stored_key(page) == stack.admin_key
+    assert page.locator("#signin").is_hidden()
+    assert page.locator("#app").is_visible()
+    assert page.locator("#sign-out").is_visible()
+    who = page.locator("#who")  # /api/meta names the caller
+    assert who.get_attribute("data-user") == "admin" and who.get_attribute("data-tenant") == "demo"
+    assert "admin" in who.inner_text()
 
 
 def test_asking_streams_a_cited_answer(page, stack: Stack, tmp_path: Path) -> None:
@@ -92,14 +129,80 @@ def test_bad_input_shows_the_servers_message(page) -> None:
     page.fill("#end-date", "")
 
 
-def test_web_search_shows_the_searches_and_linked_pages(browser, gemini_gateway) -> None:
+def test_without_a_key_the_page_asks_for_one(browser, stack: Stack) -> None:
+    page = opened(browser, stack.http_url)
+    try:
+        page.wait_for_selector("#signin", state="visible")
+        assert page.locator("#app").is_hidden()
+        assert page.locator("#sign-out").is_hidden()
+        assert page.locator("#api-key").get_attribute("type") == "password"
+        assert stored_key(page) is None
+
+        page.fill("#api-key", "rmk_0123456789abcdef_" + "x" * 43)
+        page.click("#sign-in")
+        page.wait_for_selector("#signin-error", state="visible")
+        assert "That key was not accepted" in page.locator("#signin-error").inner_text()
+        assert page.locator("#app").is_hidden()
+        assert stored_key(page) is None
+
+        page.fill("#api-key", stack.admin_key)
+        page.click("#sign-in")
+        page.wait_for_selector("#data-sources input", timeout=15_000)
+        assert page.locator("#signin").is_hidden()
+        assert stored_key(page) == stack.admin_key
+        message = ask_and_wait(page, "What did Kestrel do with its Brazil exposure in March 2024?")
+        assert "12% to 4%" in message.locator(".answer").inner_text()
+
+        page.click("#sign-out")
+        page.wait_for_selector("#signin", state="visible")
+        assert page.locator("#app").is_hidden()
+        assert stored_key(page) is None
+        assert page.locator("#signin-error").is_hidden()
+    finally:
+        page.close()
+
+
+def test_a_rejected_key_link_shows_the_sign_in_box(browser, stack: Stack) -> None:
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    try:
+        page.goto(f"{stack.http_url}/#key=not-a-key")
+        page.wait_for_selector("#signin-error", state="visible", timeout=15_000)
+        assert "That key was not accepted" in page.locator("#signin-error").inner_text()
+        assert "key=" not in page.url
+        assert page.locator("#app").is_hidden()
+        assert stored_key(page) is None
+    finally:
+        page.close()
+
+
+def test_a_key_revoked_while_signed_in_signs_the_page_out(browser, stack: Stack) -> None:
+    key = stack.key("demo", "web-revoked")
+    page = opened(browser, stack.http_url, key)
+    try:
+        ask_and_wait(page, "What did Kestrel do with its Brazil exposure in March 2024?")
+        store = SqliteStore(stack.settings.sqlite_path)
+        try:
+            assert store.revoke_api_key(key.split("_")[1])
+        finally:
+            store.close()
+        page.fill("#question", "And in June 2024?")
+        page.click("#send")
+        page.wait_for_selector("#signin", state="visible", timeout=15_000)
+        assert "not accepted" in page.locator("#signin-error").inner_text()
+        assert stored_key(page) is None
+        assert page.locator(".msg.assistant").last.get_attribute("data-state") == "error"
+    finally:
+        page.close()
+
+
+def test_web_search_shows_the_searches_and_linked_pages(browser, stack: Stack, gemini_gateway) -> None:
     """With the Web Search source on, the model's Google searches and the pages it used
     appear under the answer (the Gemini-backed gateway on the fake Gemini server)."""
     url, fake, _ = gemini_gateway
     fake.stream(text("Kestrel cut Brazil [1]. Rates rose on the web."),
                 chunk({"text": ""}, grounding=grounding([("Rates news", "https://example.org/rates")],
                                                         ["kestrel brazil rates"])))
-    page = opened(browser, url)
+    page = opened(browser, url, stack.admin_key)
     try:
         page.wait_for_selector("#data-sources input[value='Web Search']")
         page.check("#data-sources input[value='Web Search']")

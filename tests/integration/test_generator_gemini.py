@@ -115,9 +115,9 @@ def test_frontend_names_map_to_api_models_and_thinking(fake_gemini: FakeGemini, 
     (dict(status=400, message="thinking_level is not supported by this model"),
      grpc.StatusCode.INVALID_ARGUMENT, ["thinking_level is not supported"]),
     (dict(status=401, message="Request had invalid authentication credentials"),
-     grpc.StatusCode.UNAUTHENTICATED, ["invalid authentication credentials"]),
+     grpc.StatusCode.FAILED_PRECONDITION, ["invalid authentication credentials"]),
     (dict(status=400, message="API key not valid. Please pass a valid API key.", reason="API_KEY_INVALID"),
-     grpc.StatusCode.UNAUTHENTICATED, ["API key not valid"]),
+     grpc.StatusCode.FAILED_PRECONDITION, ["API key not valid"]),
     (dict(status=503, message="The model is overloaded"), grpc.StatusCode.UNAVAILABLE, ["overloaded"]),
 ])
 def test_provider_errors_become_status_codes_a_caller_can_act_on(

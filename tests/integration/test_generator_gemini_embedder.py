@@ -53,7 +53,7 @@ def test_embeds_in_batches_of_100_with_task_types_and_unit_length_768_dim_vector
 
 
 @pytest.mark.parametrize("status, code", [(429, grpc.StatusCode.RESOURCE_EXHAUSTED),
-                                          (401, grpc.StatusCode.UNAUTHENTICATED)])
+                                          (401, grpc.StatusCode.FAILED_PRECONDITION)])
 def test_provider_errors_become_status_codes(fake_gemini: FakeGemini, status: int, code: grpc.StatusCode) -> None:
     fake_gemini.error(status, "no embeddings for you", retry_delay="3s", rpc="batchEmbedContents")
 

@@ -64,7 +64,7 @@ def test_streams_reasoning_content_and_usage_from_the_chat_completions_stream(fa
     (429, "Rate limit reached for requests", "7", grpc.StatusCode.RESOURCE_EXHAUSTED,
      ["rate limit", "Rate limit reached", "retry in 7s"]),
     (400, "context length exceeded", None, grpc.StatusCode.INVALID_ARGUMENT, ["context length exceeded"]),
-    (401, "Incorrect API key provided", None, grpc.StatusCode.UNAUTHENTICATED, ["Incorrect API key"]),
+    (401, "Incorrect API key provided", None, grpc.StatusCode.FAILED_PRECONDITION, ["Incorrect API key"]),
     (502, "upstream model crashed", None, grpc.StatusCode.UNAVAILABLE, ["HTTP 502", "model crashed"]),
 ])
 def test_http_errors_become_status_codes(fake_openai: FakeOpenAI, status: int, message: str,

@@ -1,6 +1,9 @@
 """`POST /api/documents`: files (multipart/form-data) or JSON text in, the retriever's ingest
 progress out as Server-Sent Events, one JSON object per `data:` line.
 
+Ingesting and deleting need an admin key; the documents go into the key's tenant (a `tenant` field
+naming another tenant is refused). Any key of the tenant may read a document's header.
+
 Multipart fields: `files` (one or more; `file` works too), `collection`, optional `tenant`,
 `metadata` (a JSON object) and/or repeated `meta` (key=value), `summarize` (true/false).
 JSON body: {"collection", "tenant"?, "metadata"?, "summarize"?, "documents": [...]}, each
@@ -14,17 +17,18 @@ that cannot be read gets HTTP 400 before any event."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict, dataclass, field
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 
 from ragmesh.clients import RetrieverClient
-from ragmesh.errors import InvalidArgument, RagmeshError
+from ragmesh.errors import InvalidArgument, NotFound, RagmeshError
+from ragmesh.identity import Identity, identity_var
 from ragmesh.v1 import retriever_pb2
 from ragmesh.validation import check_name
 
@@ -42,7 +46,8 @@ class _Batch:
 
 
 def _template(collection: str, tenant: str, metadata: dict, summarize: object) -> retriever_pb2.Document:
-    """The fields every document of the request shares."""
+    """The fields every document of the request shares (the tenant is the caller's; the retriever
+    takes it from the credential the gateway forwards)."""
     check_name("collection", collection)
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise InvalidArgument("metadata", "must be an object of string values")
@@ -135,7 +140,8 @@ def _sse(data: dict) -> str:
     return f"data: {json.dumps(data)}\n\n"
 
 
-async def _progress(client: RetrieverClient, batch: _Batch) -> AsyncIterator[str]:
+async def _progress(client: RetrieverClient, batch: _Batch, who: Identity) -> AsyncIterator[str]:
+    identity_var.set(who)  # the retriever ingests into the caller's tenant
     totals = {"documents": 0, "chunks": 0, "redactions": 0, "errors": len(batch.refused)}
     for refused in batch.refused:
         yield _sse(refused)
@@ -167,12 +173,14 @@ async def _progress(client: RetrieverClient, batch: _Batch) -> AsyncIterator[str
     yield _sse({"done": True, **totals})
 
 
-def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int) -> APIRouter:
+def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int,
+                     caller: Callable[..., Awaitable[Identity]]) -> APIRouter:
     """The router; `retriever` returns the gateway's client (made once its event loop runs)."""
     router = APIRouter()
 
     @router.post("/api/documents")
-    async def ingest_documents(request: Request):
+    async def ingest_documents(request: Request, who: Identity = Depends(caller)):
+        who.require_admin("ingesting documents")
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         try:
             if kind == "multipart/form-data":
@@ -183,7 +191,22 @@ def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int) -
                 raise InvalidArgument("content-type", "send files as multipart/form-data or text as application/json")
         except InvalidArgument as exc:
             return JSONResponse({"error": {"code": exc.code, "message": str(exc)}}, status_code=400)
-        return StreamingResponse(_progress(retriever(), batch), media_type="text/event-stream",
+        who.acting_for(batch.template.tenant, "")  # a tenant field naming another tenant: 403
+        return StreamingResponse(_progress(retriever(), batch, who), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @router.get("/api/documents/{collection}/{doc_id:path}")
+    async def get_document(collection: str, doc_id: str, who: Identity = Depends(caller)) -> dict:
+        check_name("collection", collection)
+        return asdict(await retriever().get_document(collection, doc_id))
+
+    @router.delete("/api/documents/{collection}/{doc_id:path}")
+    async def delete_document(collection: str, doc_id: str, who: Identity = Depends(caller)) -> dict:
+        who.require_admin("deleting documents")
+        check_name("collection", collection)
+        documents, chunks = await retriever().delete(collection, [doc_id])
+        if not documents:  # another tenant's answers exactly as an unknown id
+            raise NotFound(f"document {doc_id!r} not found in collection {collection!r}")
+        return {"documents": documents, "chunks": chunks}
 
     return router

@@ -1,0 +1,83 @@
+"""Identity: the one place that turns a credential into a tenant, a user and a role.
+
+Every service asks it. The gateway authenticates users (API keys, JWTs); the internal services
+(embedder, retriever, generator) accept the gateway's service credential (a shared token or a
+client certificate signed by TLS_CA), which says on whose behalf it calls, or an operator's
+admin key. A request field never decides the tenant: the identity does.
+"""
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from ragmesh.errors import PermissionDenied
+
+ADMIN = "admin"
+MEMBER = "member"
+SERVICE = "service"
+ROLES = (ADMIN, MEMBER)
+
+# Metadata the gateway sets on calls to internal services, after it authenticated the user.
+TENANT_HEADER = "x-ragmesh-tenant"
+USER_HEADER = "x-ragmesh-user"
+ROLE_HEADER = "x-ragmesh-role"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is calling. `via` says how that was proven: key | jwt | service_token | certificate."""
+
+    tenant: str
+    user: str
+    role: str
+    via: str
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == ADMIN
+
+    @property
+    def is_service(self) -> bool:
+        """The platform itself (the gateway, or an operator holding the service credential)."""
+        return self.via in ("service_token", "certificate")
+
+    def require_tenant(self) -> str:
+        """The tenant the call acts in; a service call that names none is refused (fail closed)."""
+        if not self.tenant:
+            raise PermissionDenied("this call needs a tenant, and the credential names none")
+        return self.tenant
+
+    def require_admin(self, what: str) -> None:
+        if not (self.is_admin or self.is_service):
+            raise PermissionDenied(f"{what} needs an admin key; this key's role is {self.role}")
+
+    def require_service(self, what: str) -> None:
+        if not self.is_service:
+            raise PermissionDenied(f"{what} is a platform operation: it needs the service credential")
+
+    def acting_for(self, tenant: str, user: str) -> "Identity":
+        """The identity a request acts as when it names a tenant or user: an admin may act for users
+        of its own tenant, a member only as itself, nobody for another tenant."""
+        if tenant and tenant != self.tenant:
+            raise PermissionDenied(f"tenant: this credential is for tenant {self.tenant!r}, not {tenant!r}")
+        if user and user != self.user:
+            if not (self.is_admin or self.is_service):
+                raise PermissionDenied("user_id: a member key acts only as its own user")
+            return Identity(self.tenant, user, MEMBER, self.via)
+        return self
+
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        """Metadata a service credential sends so the next hop knows on whose behalf it calls."""
+        return ((TENANT_HEADER, self.tenant), (USER_HEADER, self.user), (ROLE_HEADER, self.role))
+
+
+# The identity of the call being served; set by the server interceptor (gRPC) or the HTTP bridge.
+identity_var: ContextVar[Identity | None] = ContextVar("identity", default=None)
+
+
+def current() -> Identity:
+    """The caller; only reachable in a handler the interceptor authenticated."""
+    identity = identity_var.get()
+    if identity is None:  # a programming error: every entry point authenticates first
+        raise PermissionDenied("no identity for this call")
+    return identity

@@ -1,0 +1,80 @@
+"""API keys: random, shown once, stored only as an HMAC-SHA256 of the secret under a server-side
+pepper. A key reads `rmk_<id>_<secret>`: the id finds the record (and names the key in `keys list`
+and `keys revoke`), the secret proves possession. The secret has 256 bits of entropy, so a fast
+keyed hash is enough (a slow password hash such as argon2 guards low-entropy secrets, and would
+cost every request milliseconds)."""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+
+from ragmesh.errors import InvalidArgument
+from ragmesh.identity import ROLES
+
+PREFIX = "rmk"
+_KEY = re.compile(rf"^{PREFIX}_([0-9a-f]{{16}})_([A-Za-z0-9_-]{{43}})$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+
+
+@dataclass
+class ApiKeyRecord:
+    """What the store keeps of a key: never the key itself."""
+
+    key_id: str
+    tenant: str
+    user_id: str
+    role: str
+    secret_hash: str
+    created_at: str = ""
+    expires_at: str = ""  # ISO 8601 UTC; empty = never
+    revoked_at: str = ""  # empty = live
+    label: str = ""
+
+    def expired(self, now: dt.datetime | None = None) -> bool:
+        if not self.expires_at:
+            return False
+        now = now or dt.datetime.now(dt.timezone.utc)
+        return now >= dt.datetime.fromisoformat(self.expires_at.replace("Z", "+00:00"))
+
+
+def check_name(field: str, value: str) -> str:
+    """Tenants and users are short printable names: they end up in logs, filters and headers."""
+    if not _NAME.fullmatch(value or ""):  # fullmatch: "$" would let a trailing newline in
+        raise InvalidArgument(field, f"must be 1-128 letters, digits or . _ @ -, starting with a letter or digit; "
+                                     f"got {value!r}")
+    return value
+
+
+def hash_secret(pepper: str, secret: str) -> str:
+    return hmac.new(pepper.encode(), secret.encode(), hashlib.sha256).hexdigest()
+
+
+def new_key(pepper: str, tenant: str, user_id: str, role: str, *, expires_days: float = 0,
+            label: str = "") -> tuple[str, ApiKeyRecord]:
+    """(the key to show once, the record to store)."""
+    check_name("tenant", tenant)
+    check_name("user", user_id)
+    if role not in ROLES:
+        raise InvalidArgument("role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+    if expires_days < 0:
+        raise InvalidArgument("expires_days", "must not be negative")
+    key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
+    now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    expires = (now + dt.timedelta(days=expires_days)).isoformat() if expires_days else ""
+    record = ApiKeyRecord(key_id, tenant, user_id, role, hash_secret(pepper, secret),
+                          created_at=now.isoformat(), expires_at=expires, label=label)
+    return f"{PREFIX}_{key_id}_{secret}", record
+
+
+def parse(key: str) -> tuple[str, str] | None:
+    """(key id, secret) of a well-formed key, else None."""
+    found = _KEY.fullmatch(key)
+    return (found.group(1), found.group(2)) if found else None
+
+
+def looks_like_key(token: str) -> bool:
+    return token.startswith(f"{PREFIX}_")

@@ -1,0 +1,86 @@
+"""The REST/SSE bridge for web clients, in the gateway process: one router per resource (chat,
+conversations, documents), the web page, health, and the rules every route shares: a bearer
+credential on every /api/* route, browser safety, and domain errors as HTTP status codes."""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+
+from ragmesh.clients import RetrieverClient
+from ragmesh.errors import RagmeshError
+from ragmesh.identity import Identity
+from ragmesh.identity.authenticator import Authenticator
+from ragmesh.models import KNOWN_MODELS
+from services.gateway.api.auth import BrowserGuard, caller_dependency
+from services.gateway.api.chat import chat_router
+from services.gateway.api.conversations import conversations_router
+from services.gateway.api.documents import documents_router
+from services.gateway.conversations import Conversations
+from services.gateway.memory import Memory
+from services.gateway.pipeline import AskPipeline
+from services.gateway.request import DATA_SOURCES
+
+WEB_DIR = Path(__file__).parent.parent / "web"
+
+
+def _error(exc: RagmeshError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+    return JSONResponse({"error": {"code": exc.code, "message": str(exc)}}, status_code=exc.http_status,
+                        headers=headers)
+
+
+def create_app(
+    *,
+    pipeline: AskPipeline,
+    memory: Memory,
+    conversations: Conversations,
+    retriever: Callable[[], RetrieverClient],
+    authenticator: Authenticator,
+    allowed_hosts: frozenset[str] | None,
+    health: Callable[[], Awaitable[dict[str, str]]],
+    funds: Callable[[str], Awaitable[list[str]]],
+    max_upload_bytes: int,
+) -> FastAPI:
+    app = FastAPI(title="ragmesh gateway", docs_url="/docs")
+    app.add_middleware(BrowserGuard, hosts=allowed_hosts)
+    caller = caller_dependency(authenticator)
+
+    @app.exception_handler(RagmeshError)
+    async def _domain_error(request: Request, exc: RagmeshError) -> JSONResponse:
+        return _error(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        return JSONResponse(
+            {"error": {"code": "INVALID_ARGUMENT", "message": f"{where}: {first.get('msg', 'invalid request')}"}},
+            status_code=400,
+        )
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(WEB_DIR / "index.html")
+
+    @app.get("/healthz")
+    async def healthz() -> JSONResponse:
+        services = await health()
+        ok = all(v == "SERVING" for v in services.values())
+        return JSONResponse({"status": "ok" if ok else "degraded", "services": services},
+                            status_code=200 if ok else 503)
+
+    @app.get("/api/meta")
+    async def meta(who: Identity = Depends(caller)) -> dict:
+        return {"models": list(KNOWN_MODELS), "default_model": pipeline.default_model,
+                "data_sources": list(DATA_SOURCES), "funds": await funds(who.tenant),
+                "identity": {"tenant": who.tenant, "user": who.user, "role": who.role}}
+
+    app.include_router(chat_router(pipeline, memory, conversations, caller))
+    app.include_router(conversations_router(conversations, caller))
+    app.include_router(documents_router(retriever, max_upload_bytes, caller))
+    return app

@@ -1,0 +1,114 @@
+"""Asking (streamed as Server-Sent Events, or whole as JSON), stopping, and corrections."""
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, Field
+
+from ragmesh.identity import Identity
+from ragmesh.store import CorrectionRecord
+from services.gateway.conversations import Conversations
+from services.gateway.events import event_json
+from services.gateway.memory import Memory
+from services.gateway.pipeline import AskPipeline
+from services.gateway.request import AskInput
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class AskBody(BaseModel):
+    question: str = ""
+    data_sources: list[str] = Field(default_factory=list)
+    start_date: str | None = ""
+    end_date: str | None = ""
+    selected_funds: list[str] = Field(default_factory=list)
+    conversation_id: str | None = ""
+    model: str | None = ""
+    tenant: str = ""  # ignored unless it is the credential's own
+    user_id: str = ""  # another user of the tenant: admin keys only
+    top_k: int | None = None
+    document_ids: list[str] = Field(default_factory=list)
+
+    def to_input(self) -> AskInput:
+        return AskInput(
+            question=self.question, data_sources=self.data_sources, start_date=self.start_date or "",
+            end_date=self.end_date or "", selected_funds=self.selected_funds,
+            conversation_id=self.conversation_id or "", model=self.model or "", tenant=self.tenant,
+            user_id=self.user_id, top_k=self.top_k, document_ids=self.document_ids,
+        )
+
+
+class StopBody(BaseModel):
+    conversation_id: str
+
+
+class CorrectionBody(BaseModel):
+    correction: str
+    tenant: str = ""
+    user_id: str = ""
+    conversation_id: str = ""
+    message_id: str = ""
+    question: str = ""
+    wrong_answer: str = ""
+
+
+def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversations,
+                caller: Callable[..., Awaitable[Identity]]) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/api/chat/ask/stream")
+    async def ask_stream(body: AskBody, who: Identity = Depends(caller)) -> StreamingResponse:
+        ask = await pipeline.prepare(body.to_input(), who)  # bad input: 400 before the stream starts
+
+        async def sse() -> AsyncIterator[str]:
+            async with aclosing(pipeline.run(ask)) as events:
+                async for event in events:
+                    yield f"data: {json.dumps(event_json(event))}\n\n"
+
+        return StreamingResponse(sse(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    @router.post("/api/chat/ask")
+    async def ask(body: AskBody, who: Identity = Depends(caller)) -> JSONResponse:
+        ask = await pipeline.prepare(body.to_input(), who)
+        answer, sources, strategy, done, error = [], {"citations": [], "web_queries": []}, {}, {}, None
+        async with aclosing(pipeline.run(ask)) as events:
+            async for event in events:
+                data = event_json(event)
+                if "content" in data:
+                    answer.append(data["content"])
+                elif "citations" in data:
+                    sources = data
+                elif "strategy" in data:
+                    strategy = data["strategy"]
+                elif "done" in data:
+                    done = data
+                elif "error" in data:
+                    error = data["error"]
+        if error:
+            status = 503 if error["code"] == "UNAVAILABLE" else 500
+            return JSONResponse({"error": error}, status_code=status)
+        return JSONResponse({
+            "answer": "".join(answer), **sources, "conversation_id": ask.conversation_id,
+            "meta": {"model": done.get("model", ask.model), "strategy": strategy,
+                     "retrieval": {"k": strategy.get("k", 0), "candidateCount": strategy.get("candidate_count", 0),
+                                   "timeMs": strategy.get("retrieval_ms", 0.0)}},
+        })
+
+    @router.post("/api/chat/stop")
+    async def stop(body: StopBody, who: Identity = Depends(caller)) -> dict:
+        return {"stopped": await conversations.stop(who, body.conversation_id)}
+
+    @router.post("/api/corrections")
+    async def correct(body: CorrectionBody, who: Identity = Depends(caller)) -> dict:
+        author = who.acting_for(body.tenant, body.user_id)
+        record = CorrectionRecord("", author.tenant, author.user, body.question, body.wrong_answer, body.correction,
+                                  body.conversation_id)
+        correction_id = await asyncio.to_thread(memory.record_correction, author, record, body.message_id)
+        return {"correction_id": correction_id}
+
+    return router
