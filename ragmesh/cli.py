@@ -1,13 +1,24 @@
-"""The `ragmesh` command: ingest files and folders into a collection, or delete documents,
-through the retriever's gRPC API.
+"""The `ragmesh` command: ingest files and folders into a collection or delete documents through
+the retriever's gRPC API, and manage the API keys every caller needs.
 
-    ragmesh ingest PATH... --collection NAME [--meta KEY=VALUE]... [--tenant T] [--retriever ADDR]
-    ragmesh delete --collection NAME (--doc-id ID... | --where KEY=VALUE...) [--tenant T]
+    ragmesh ingest PATH... --collection NAME [--meta KEY=VALUE]... [--key KEY] [--retriever ADDR]
+    ragmesh delete --collection NAME (--doc-id ID... | --where KEY=VALUE...) [--key KEY]
+    ragmesh keys create --tenant T --user U [--role admin|member] [--expires-days N] [--label TEXT]
+    ragmesh keys list [--tenant T]
+    ragmesh keys revoke ID
 
-A file's doc_id is its name, or its path below a folder given on the command line; the
-retriever parses it (PDF, DOCX, PPTX, Markdown, HTML, text, JSON records). Exit status: 0 when
-every document went in, 1 when some failed (each is named with its reason), 2 when nothing could
-be done (bad arguments, retriever unreachable)."""
+ingest and delete send an admin API key (--key, default RAGMESH_API_KEY) as `authorization:
+Bearer <key>`, over TLS when TLS_CERT/TLS_KEY are set; the key decides the tenant. A file's
+doc_id is its name, or its path below a folder given on the command line; the retriever parses it
+(PDF, DOCX, PPTX, Markdown, HTML, text, JSON records).
+
+keys works on the store directly (SQLite under DATA_DIR, or MONGODB_URI), with the services'
+pepper (API_KEY_PEPPER, or the one under DATA_DIR/secrets): run it where the services' settings
+are. `keys create` prints the key once, alone on the last line of stdout; only its hash is kept.
+
+Exit status: 0 when everything was done, 1 when some documents failed (each is named with its
+reason) or there is no live key to revoke, 2 when nothing could be done (bad arguments, missing or
+refused credential, bad settings, retriever unreachable)."""
 from __future__ import annotations
 
 import argparse
@@ -22,8 +33,12 @@ import grpc
 from tqdm import tqdm
 
 from ragmesh import convert
-from ragmesh.clients import call_metadata
+from ragmesh.clients import ClientAuth, call_metadata
 from ragmesh.config import Settings
+from ragmesh.errors import RagmeshError
+from ragmesh.identity import ADMIN, MEMBER, ROLES, keys
+from ragmesh.identity.authenticator import pepper
+from ragmesh.store import open_store
 from ragmesh.types import SearchFilter
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
 
@@ -66,6 +81,23 @@ def _files(paths: list[Path]) -> list[tuple[Path, str]]:
     return found
 
 
+def _credential(args: argparse.Namespace, settings: Settings) -> ClientAuth:
+    """The caller's key and channel credentials; checked before any file is read or anything sent."""
+    key = (args.key or settings.api_key).strip()
+    if not key:
+        raise UsageError("no credential: pass --key or set RAGMESH_API_KEY to an admin key "
+                         "(make one with `ragmesh keys create --tenant T --user U --role admin`)")
+    return ClientAuth.key(settings, key)
+
+
+def _channel(args: argparse.Namespace, settings: Settings, auth: ClientAuth) -> grpc.Channel:
+    """TLS when the settings name a certificate (the retriever then refuses plaintext), else plaintext."""
+    address = args.retriever or settings.address("retriever")
+    if auth.channel is not None:
+        return grpc.secure_channel(address, auth.channel, options=_CHANNEL_OPTIONS)
+    return grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+
+
 @dataclass
 class _Tally:
     indexed: int = 0
@@ -81,6 +113,7 @@ class _Tally:
 
 
 def _ingest(args: argparse.Namespace, settings: Settings) -> int:
+    auth = _credential(args, settings)
     files = _files(args.paths)
     tally, started = _Tally(), time.monotonic()
     bar = tqdm(total=len(files), unit="file", file=sys.stderr, disable=None)
@@ -97,17 +130,18 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
                 bar.update(1)
                 continue
             doc = retriever_pb2.Document(
-                doc_id=doc_id, collection=args.collection, tenant=args.tenant, metadata=dict(args.meta),
+                doc_id=doc_id, collection=args.collection, metadata=dict(args.meta),
                 content=path.read_bytes(), filename=doc_id,
             )
             if args.summaries is not None:
                 doc.summarize = args.summaries
             yield doc
 
-    with grpc.insecure_channel(args.retriever or settings.address("retriever"), options=_CHANNEL_OPTIONS) as channel:
+    with _channel(args, settings, auth) as channel:
         stub = retriever_pb2_grpc.RetrieverStub(channel)
         current = None
-        for p in stub.Ingest(requests(), timeout=args.timeout or settings.ingest_timeout, metadata=call_metadata()):
+        for p in stub.Ingest(requests(), timeout=args.timeout or settings.ingest_timeout,
+                             metadata=call_metadata(auth)):
             if p.filename != current:
                 bar.update(0 if current is None else 1)
                 current = p.filename
@@ -128,7 +162,8 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _delete(args: argparse.Namespace, settings: Settings) -> int:
-    request = retriever_pb2.DeleteRequest(collection=args.collection, tenant=args.tenant, doc_ids=args.doc_ids or [])
+    auth = _credential(args, settings)
+    request = retriever_pb2.DeleteRequest(collection=args.collection, doc_ids=args.doc_ids or [])
     if args.where:
         values: dict[str, list[str]] = defaultdict(list)
         for key, value in args.where:
@@ -137,10 +172,63 @@ def _delete(args: argparse.Namespace, settings: Settings) -> int:
             equals={k: v[0] for k, v in values.items() if len(v) == 1},
             any_of={k: v for k, v in values.items() if len(v) > 1},  # a repeated key: any of its values
         )))
-    with grpc.insecure_channel(args.retriever or settings.address("retriever"), options=_CHANNEL_OPTIONS) as channel:
+    with _channel(args, settings, auth) as channel:
         reply = retriever_pb2_grpc.RetrieverStub(channel).Delete(
-            request, timeout=args.timeout or settings.search_timeout, metadata=call_metadata())
+            request, timeout=args.timeout or settings.search_timeout, metadata=call_metadata(auth))
     print(f"deleted {reply.documents} documents ({reply.chunks} chunks) from {args.collection}")
+    return 0
+
+
+def _when(iso: str, empty: str) -> str:
+    """An ISO timestamp to the minute, for a table that fits a terminal."""
+    return iso[:16].replace("T", " ") if iso else empty
+
+
+def _keys_create(args: argparse.Namespace, settings: Settings) -> int:
+    # The pepper first: with bad settings, fail before touching the store.
+    key, record = keys.new_key(pepper(settings), args.tenant, args.user, args.role,
+                               expires_days=args.expires_days, label=args.label)
+    store = open_store(settings)
+    try:
+        store.add_api_key(record)
+    finally:
+        store.close()
+    # The description on stderr, the key alone on stdout: `KEY=$(ragmesh keys create ...)` works.
+    print(f"created key {record.key_id}: tenant {record.tenant}, user {record.user_id}, role {record.role}, "
+          f"expires {_when(record.expires_at, 'never')}. It is shown only now: keep it safe.", file=sys.stderr)
+    print(key)
+    return 0
+
+
+def _keys_list(args: argparse.Namespace, settings: Settings) -> int:
+    """Never the key nor its hash: the id is enough to name a key in `keys revoke`."""
+    store = open_store(settings)
+    try:
+        records = store.api_keys(args.tenant)
+    finally:
+        store.close()
+    rows = [("ID", "TENANT", "USER", "ROLE", "CREATED (UTC)", "EXPIRES (UTC)", "STATUS", "LABEL")]
+    for r in records:
+        status = "revoked" if r.revoked_at else "expired" if r.expired() else "live"
+        rows.append((r.key_id, r.tenant, r.user_id, r.role, _when(r.created_at, ""), _when(r.expires_at, "never"),
+                     status, r.label))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    return 0
+
+
+def _keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
+    """Takes effect on the next call: services look keys up in the store on every request."""
+    store = open_store(settings)
+    try:
+        revoked = store.revoke_api_key(args.key_id)
+    finally:
+        store.close()
+    if not revoked:
+        print(f"ragmesh: no live key {args.key_id!r} (unknown, or revoked already)", file=sys.stderr)
+        return 1
+    print(f"revoked key {args.key_id}")
     return 0
 
 
@@ -150,12 +238,14 @@ def _parser() -> argparse.ArgumentParser:
 
     def common(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--collection", required=True)
-        sub.add_argument("--tenant", default="")
+        sub.add_argument("--key", default="", metavar="KEY",
+                         help="an admin API key; it decides the tenant (default: RAGMESH_API_KEY)")
         sub.add_argument("--retriever", default="", metavar="HOST:PORT",
                          help="the retriever (default: RETRIEVER_ADDR, else this host and RETRIEVER_PORT)")
         sub.add_argument("--timeout", type=float, default=0.0, metavar="SECONDS")
 
     ingest = commands.add_parser("ingest", help="ingest files and folders (recursively)")
+    ingest.set_defaults(run=_ingest)
     ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     common(ingest)
     ingest.add_argument("--meta", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
@@ -164,20 +254,39 @@ def _parser() -> argparse.ArgumentParser:
                         help="make summaries at ingest (default: the retriever's INGEST_SUMMARIES setting)")
 
     delete = commands.add_parser("delete", help="delete documents by id or by metadata")
+    delete.set_defaults(run=_delete)
     common(delete)
     which = delete.add_mutually_exclusive_group(required=True)
     which.add_argument("--doc-id", dest="doc_ids", nargs="+", action="extend", metavar="ID")
     which.add_argument("--where", nargs="+", action="extend", type=_key_value, metavar="KEY=VALUE",
                        help="documents with a chunk whose metadata matches every key (a repeated key: any value)")
+
+    key_commands = commands.add_parser("keys", help="create, list and revoke API keys (in the store)")
+    actions = key_commands.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", help="make a key; prints it once, alone on the last line")
+    create.set_defaults(run=_keys_create)
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--user", required=True)
+    create.add_argument("--role", choices=ROLES, default=MEMBER,
+                        help=f"{ADMIN}: ingest, delete and operate on the tenant; {MEMBER}: chat as itself (default)")
+    create.add_argument("--expires-days", type=float, default=0, metavar="N", help="default: never expires")
+    create.add_argument("--label", default="", help="a note for `keys list`, e.g. who holds the key")
+    listing = actions.add_parser("list", help="every key (never the key itself)")
+    listing.set_defaults(run=_keys_list)
+    listing.add_argument("--tenant", default=None, help="only this tenant's keys")
+    revoke = actions.add_parser("revoke", help="revoke a key by its id (see `keys list`)")
+    revoke.set_defaults(run=_keys_revoke)
+    revoke.add_argument("key_id", metavar="ID")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    settings = Settings()
     try:
-        return _ingest(args, settings) if args.command == "ingest" else _delete(args, settings)
-    except UsageError as exc:
+        return args.run(args, Settings())
+    # ValueError: bad settings (ConfigError for secrets, unreadable TLS files, malformed numbers);
+    # RagmeshError: a bad name for a key, or an unreachable store.
+    except (UsageError, ValueError, RagmeshError) as exc:
         print(f"ragmesh: {exc}", file=sys.stderr)
         return 2
     except grpc.RpcError as exc:

@@ -1,36 +1,46 @@
 """The `ragmesh` command as a subprocess against the stack's retriever: a folder ingested
 recursively with metadata, a summary line, per-file errors and the exit status; then
-delete by filter and by id."""
+delete by filter and by id. Every call carries an admin key, which decides the tenant: no key,
+a garbage, revoked or member key is refused, and another tenant never sees the documents."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
-import grpc
 import pytest
 
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
-from tests.stack import Stack
+from tests.auth import bearer, channel
+from tests.stack import HOST, Stack
 from tests.unit.test_ingest_parsers import docx_bytes, meeting_note, pdf_bytes, sentence
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTION = "ingest_cli"
+# Settings of the test's own environment that would point the command somewhere else.
+_FOREIGN = ("RAGMESH_API_KEY", "SERVICE_TOKEN", "API_KEY_PEPPER", "MONGODB_URI", "TLS_CERT", "TLS_KEY", "TLS_CA",
+            "RETRIEVER_ADDR")
 
 
-def ragmesh(stack: Stack, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ragmesh.cli", *args, "--retriever", stack.address("retriever")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
+def ragmesh(stack: Stack, *args: str, key: str | None = None, **env: str) -> subprocess.CompletedProcess:
+    """`ragmesh ARGS` in a subprocess with the stack's DATA_DIR (its store and pepper) and retriever;
+    RAGMESH_API_KEY is `key`, the stack's DEMO admin key by default ("" for none)."""
+    base = {k: v for k, v in os.environ.items() if k not in _FOREIGN}
+    base |= {"DATA_DIR": str(stack.settings.data_dir), "RAGMESH_HOST": HOST,
+             "RETRIEVER_ADDR": stack.address("retriever"), "RAGMESH_API_KEY": stack.admin_key if key is None else key}
+    return subprocess.run([sys.executable, "-m", "ragmesh.cli", *args], cwd=ROOT, env=base | env,
+                          capture_output=True, text=True, timeout=120)
 
 
-def doc_ids(stack: Stack) -> set[str]:
-    with grpc.insecure_channel(stack.address("retriever")) as channel:
-        reply = retriever_pb2_grpc.RetrieverStub(channel).Search(
-            retriever_pb2.SearchRequest(query="orchard report", collections=[COLLECTION], top_k=200), timeout=10)
+def doc_ids(stack: Stack, key: str | None = None, collection: str = COLLECTION,
+            query: str = "orchard report") -> set[str]:
+    """The documents a search with `key` (default: the DEMO admin key) finds in the collection."""
+    with channel(stack.address("retriever"), bearer(key or stack.admin_key)) as chan:
+        reply = retriever_pb2_grpc.RetrieverStub(chan).Search(
+            retriever_pb2.SearchRequest(query=query, collections=[collection], top_k=200), timeout=10)
     return {h.chunk.doc_id for h in reply.hits}
 
 
@@ -69,7 +79,9 @@ def test_ingest_a_folder_then_again_then_delete(stack: Stack, folder: Path) -> N
     assert deleted.returncode == 0, deleted.stderr
     assert re.fullmatch(rf"deleted 4 documents \(\d+ chunks\) from {COLLECTION}", deleted.stdout.strip())
     assert doc_ids(stack) == {"mn-cli", "readme.md"}
-    by_id = ragmesh(stack, "delete", "--collection", COLLECTION, "--doc-id", "mn-cli", "readme.md")
+    # --key instead of RAGMESH_API_KEY, and --retriever instead of RETRIEVER_ADDR.
+    by_id = ragmesh(stack, "delete", "--collection", COLLECTION, "--doc-id", "mn-cli", "readme.md",
+                    "--key", stack.admin_key, "--retriever", stack.address("retriever"), key="", RETRIEVER_ADDR="")
     assert by_id.stdout.startswith("deleted 2 documents") and doc_ids(stack) == set()
 
 
@@ -80,3 +92,43 @@ def test_bad_arguments_and_errors_exit_2(stack: Stack, tmp_path: Path) -> None:
     assert bad_meta.returncode == 2 and "expected KEY=VALUE" in bad_meta.stderr
     refused = ragmesh(stack, "delete", "--collection", "bad name!", "--doc-id", "x")
     assert refused.returncode == 2 and "INVALID_ARGUMENT" in refused.stderr
+
+
+def test_a_credential_is_required_and_checked(stack: Stack, folder: Path) -> None:
+    readme = str(folder / "readme.md")
+    none = ragmesh(stack, "ingest", readme, "--collection", COLLECTION, key="")
+    assert none.returncode == 2 and "no credential" in none.stderr and "RAGMESH_API_KEY" in none.stderr
+    no_delete = ragmesh(stack, "delete", "--collection", COLLECTION, "--doc-id", "x", key="")
+    assert no_delete.returncode == 2 and "no credential" in no_delete.stderr
+
+    garbage = ragmesh(stack, "ingest", readme, "--collection", COLLECTION, key="not-a-key")
+    assert garbage.returncode == 2 and "UNAUTHENTICATED" in garbage.stderr, garbage.stderr
+    revoked = stack.key("demo", "gone", "admin")
+    assert ragmesh(stack, "keys", "revoke", revoked.split("_")[1]).returncode == 0
+    refused = ragmesh(stack, "ingest", readme, "--collection", COLLECTION, "--key", revoked)
+    assert refused.returncode == 2 and "UNAUTHENTICATED" in refused.stderr, refused.stderr
+    member = ragmesh(stack, "ingest", readme, "--collection", COLLECTION, key=stack.key("demo", "reader"))
+    assert member.returncode == 2 and "PERMISSION_DENIED" in member.stderr, member.stderr
+
+    # The key decides the tenant: there is no --tenant to name another one.
+    other = ragmesh(stack, "ingest", readme, "--collection", COLLECTION, "--tenant", "other")
+    assert other.returncode == 2 and "unrecognized arguments: --tenant" in other.stderr
+    assert doc_ids(stack) == set()
+
+
+def test_documents_belong_to_the_keys_tenant(stack: Stack, tmp_path: Path) -> None:
+    collection = "ingest_cli_tenants"
+    (tmp_path / "quince.md").write_text("# Quince\n\nThe quince ledger lists every quince tree in the grove.")
+    ingested = ragmesh(stack, "ingest", str(tmp_path), "--collection", collection, "--no-summaries")
+    assert ingested.returncode == 0, ingested.stderr
+    assert doc_ids(stack, collection=collection, query="quince ledger") == {"quince.md"}
+
+    other = stack.key("other", "x", "admin")
+    assert doc_ids(stack, other, collection, "quince ledger") == set()
+    missed = ragmesh(stack, "delete", "--collection", collection, "--doc-id", "quince.md", key=other)
+    assert missed.returncode == 0 and missed.stdout.startswith("deleted 0 documents"), missed.stderr
+    assert doc_ids(stack, collection=collection, query="quince ledger") == {"quince.md"}
+
+    deleted = ragmesh(stack, "delete", "--collection", collection, "--doc-id", "quince.md")
+    assert deleted.stdout.startswith("deleted 1 documents"), deleted.stderr
+    assert doc_ids(stack, collection=collection, query="quince ledger") == set()
