@@ -36,6 +36,8 @@ import numpy as np
 from bench import bm25_bench
 from deploy.run import wait_serving
 from ragmesh import convert
+from ragmesh.clients import blocking_channel
+from ragmesh.identity import TENANT_HEADER, USER_HEADER
 from ragmesh.types import SearchFilter
 from ragmesh.v1 import common_pb2, retriever_pb2, retriever_pb2_grpc
 from services.retriever.dense import FLAT, HNSW, DenseIndex
@@ -337,9 +339,15 @@ class RetrieverProcess:
         self._tmp.cleanup()
 
 
-def channel(address: str) -> grpc.Channel:
-    return grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 * MB),
-                                                   ("grpc.max_send_message_length", 64 * MB)])
+BENCH_TENANT = "bench"
+
+
+def channel(proc: "RetrieverProcess") -> grpc.Channel:
+    """Calls as the gateway does: the retriever's service token (made under its DATA_DIR), for the
+    benchmark's tenant; Stats, a platform call, needs that credential."""
+    token = (proc.data_dir / "secrets" / "service_token").read_text().strip()
+    return blocking_channel(proc.address, (("authorization", f"Bearer {token}"),
+                                           (TENANT_HEADER, BENCH_TENANT), (USER_HEADER, "bench")))
 
 
 # ----------------------------------------------------------------------------- hybrid search latency
@@ -422,7 +430,7 @@ def run_search(size: int, n_queries: int) -> Section:
     log(f"search {size:,}: starting the retriever")
     with RetrieverProcess() as proc:
         idle_mb = proc.memory_mb("VmRSS")
-        stub = retriever_pb2_grpc.RetrieverStub(channel(proc.address))
+        stub = retriever_pb2_grpc.RetrieverStub(channel(proc))
         log(f"search {size:,}: loading through Upsert")
         load_s = load(stub, corpus)
         rss_mb, hwm_load_mb = proc.memory_mb("VmRSS"), proc.memory_mb("VmHWM")

@@ -3,9 +3,10 @@ deadline, capped by the configured default) and the current request id, and
 failures surface as domain errors so callers need not import grpc."""
 from __future__ import annotations
 
+import collections
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -80,6 +81,40 @@ def channel(address: str, auth: ClientAuth | None = None) -> grpc.aio.Channel:
     if auth is not None and auth.channel is not None:
         return grpc.aio.secure_channel(address, auth.channel, options=_CHANNEL_OPTIONS)
     return grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+
+
+class _Details(collections.namedtuple("_Details", ("method", "timeout", "metadata", "credentials",
+                                                   "wait_for_ready", "compression")), grpc.ClientCallDetails):
+    pass
+
+
+class _AddMetadata(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                   grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
+    def __init__(self, metadata: Sequence[tuple[str, str]]) -> None:
+        self.extra = list(metadata)
+
+    def _details(self, d: grpc.ClientCallDetails) -> _Details:
+        return _Details(d.method, d.timeout, list(d.metadata or []) + self.extra, d.credentials,
+                        getattr(d, "wait_for_ready", None), getattr(d, "compression", None))
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    intercept_unary_stream = intercept_unary_unary
+
+    def intercept_stream_unary(self, continuation, details, requests):
+        return continuation(self._details(details), requests)
+
+    intercept_stream_stream = intercept_stream_unary
+
+
+def blocking_channel(address: str, metadata: Sequence[tuple[str, str]],
+                     credentials: grpc.ChannelCredentials | None = None) -> grpc.Channel:
+    """A blocking channel that sends `metadata` (e.g. a credential) on every call: for scripts,
+    benchmarks and tests that use generated stubs directly."""
+    base = (grpc.secure_channel(address, credentials, options=_CHANNEL_OPTIONS) if credentials
+            else grpc.insecure_channel(address, options=_CHANNEL_OPTIONS))
+    return grpc.intercept_channel(base, _AddMetadata(metadata))
 
 
 _ERRORS: dict[grpc.StatusCode, type[RagmeshError]] = {

@@ -2,10 +2,11 @@
 tenant and user it acts for) on every call, the way the CLI, the gateway and grpcurl do."""
 from __future__ import annotations
 
-import collections
 from collections.abc import Sequence
 
 import grpc
+
+from ragmesh.clients import blocking_channel
 
 Metadata = Sequence[tuple[str, str]]
 
@@ -23,35 +24,9 @@ def headers(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
 
 
-class _Details(collections.namedtuple("_Details", ("method", "timeout", "metadata", "credentials",
-                                                   "wait_for_ready", "compression")), grpc.ClientCallDetails):
-    pass
-
-
-class _Sync(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
-            grpc.StreamUnaryClientInterceptor, grpc.StreamStreamClientInterceptor):
-    def __init__(self, metadata: Metadata) -> None:
-        self.extra = list(metadata)
-
-    def _details(self, d: grpc.ClientCallDetails) -> _Details:
-        return _Details(d.method, d.timeout, list(d.metadata or []) + self.extra, d.credentials,
-                        getattr(d, "wait_for_ready", None), getattr(d, "compression", None))
-
-    def intercept_unary_unary(self, continuation, details, request):
-        return continuation(self._details(details), request)
-
-    intercept_unary_stream = intercept_unary_unary
-
-    def intercept_stream_unary(self, continuation, details, requests):
-        return continuation(self._details(details), requests)
-
-    intercept_stream_stream = intercept_stream_unary
-
-
 def channel(address: str, metadata: Metadata, credentials: grpc.ChannelCredentials | None = None) -> grpc.Channel:
     """A blocking channel that adds `metadata` to every call."""
-    base = grpc.secure_channel(address, credentials) if credentials else grpc.insecure_channel(address)
-    return grpc.intercept_channel(base, _Sync(metadata))
+    return blocking_channel(address, metadata, credentials)
 
 
 class _Aio(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor,

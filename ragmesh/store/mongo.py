@@ -342,9 +342,11 @@ class MongoStore:
         return (found["tenant"], found["user_id"]) if found else None
 
     def conversations(self, tenant: str, user_id: str | None, limit: int = 50) -> list[ConversationInfo]:
+        if limit <= 0:
+            return []  # pymongo reads limit(0) as "no limit"
         where = {"tenant": tenant} if user_id is None else {"tenant": tenant, "user_id": user_id}
         out = []
-        for c in self._convs.find(where).sort("updated_at", DESCENDING).limit(max(limit, 1)):
+        for c in self._convs.find(where).sort("updated_at", DESCENDING).limit(limit):
             first = self._msgs.find_one({"conversation_id": c["_id"], "role": "user"}, {"content": 1},
                                         sort=[("seq", ASCENDING)])
             out.append(ConversationInfo(c["_id"], tenant, c["user_id"], _iso(c["created_at"]),

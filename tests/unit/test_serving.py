@@ -1,5 +1,6 @@
 """The shared bootstrap: health after warm-up, request id and deadline carried into handlers
-and on to the next hop, domain errors as status codes. Real grpc.aio servers on loopback."""
+and on to the next hop, domain errors as status codes, and settings it refuses to start with.
+Real grpc.aio servers on loopback. RecorderApp has no key_store, so its calls are not authenticated."""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +13,9 @@ from ragmesh.clients import call_metadata, call_timeout
 from ragmesh.errors import InvalidArgument
 from ragmesh.logging import request_id_var
 from ragmesh.serving import ServiceApp, ServiceHost
+from ragmesh.identity.authenticator import ConfigError
 from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
+from tests.fakes.serving import settings
 
 
 class Recorder(embedder_pb2_grpc.EmbedderServicer):
@@ -48,7 +51,7 @@ class RecorderApp(ServiceApp):
 def test_health_request_id_deadline_and_errors() -> None:
     async def scenario() -> None:
         app = RecorderApp()
-        host = ServiceHost(app, "127.0.0.1", 0, grace=0.1)
+        host = ServiceHost(app, settings(), 0, grace=0.1)
         starting = asyncio.create_task(host.start())
         await app.warmed.wait()
         async with grpc.aio.insecure_channel(host.address) as channel:
@@ -77,5 +80,18 @@ def test_health_request_id_deadline_and_errors() -> None:
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert err.value.details() == "texts: must not be empty"
         await host.stop()
+
+    asyncio.run(scenario())
+
+
+def test_refuses_plaintext_on_a_public_bind() -> None:
+    async def scenario() -> None:
+        with pytest.raises(ConfigError, match="ragmesh.v1.Embedder: refusing to serve plaintext on 0.0.0.0.*TLS_CERT"):
+            ServiceHost(RecorderApp(), settings(host="0.0.0.0"), 0)
+        with pytest.raises(ConfigError, match="TLS_CERT and TLS_KEY go together"):
+            ServiceHost(RecorderApp(), settings(tls_cert="/nonexistent/cert.pem"), 0)
+        # Behind a mesh that terminates TLS, plaintext is allowed explicitly.
+        host = ServiceHost(RecorderApp(), settings(host="0.0.0.0", allow_plaintext=True), 0)
+        assert host.host == "0.0.0.0"
 
     asyncio.run(scenario())

@@ -32,6 +32,7 @@ from mongomock.store import ServerStore
 from pymongo import MongoClient
 
 from ragmesh.config import Settings
+from ragmesh.identity.keys import ApiKeyRecord, new_key
 from ragmesh.store import CorrectionRecord, Store, StoreUnavailable, open_store
 from ragmesh.store.mongo import MongoStore, _chunk_doc
 from ragmesh.store.sqlite import SqliteStore
@@ -483,3 +484,101 @@ def test_a_replacement_reaches_a_change_stream_as_one_transaction(mongo: Backend
     assert sorted(e["operationType"] for e in events) == ["delete", "delete", "insert"]
     assert len({(e.get("txnNumber"), str(e.get("lsid"))) for e in events}) == 1
     assert events[0]["fullDocument"]["text"] == "h2 text 0"
+
+
+# -- API keys and conversation lists (issue 10) ------------------------------------------------
+def key_record(key_id: str, tenant: str, user: str = "u", role: str = "member",
+               created_at: str = "2026-01-01T00:00:00+00:00", **kw: str) -> ApiKeyRecord:
+    return ApiKeyRecord(key_id, tenant, user, role, f"hash-of-{key_id}", created_at=created_at, **kw)
+
+
+def test_api_keys_round_trip_list_and_revoke(backend: Backend) -> None:
+    store = backend.open()
+    assert store.api_key("0" * 16) is None and store.api_keys() == []
+    _, made = new_key("pepper", "acme", "alice", "admin", expires_days=30, label="laptop")
+    store.add_api_key(made)
+    assert store.api_key(made.key_id) == made, "every field comes back as written"
+    # Inserted out of order: listed oldest first.
+    store.add_api_key(key_record("b" * 16, "acme", created_at="2025-06-01T00:00:00+00:00"))
+    store.add_api_key(key_record("a" * 16, "acme", created_at="2025-07-01T00:00:00+00:00"))
+    store.add_api_key(key_record("c" * 16, "umbra", "mallory", created_at="2025-01-01T00:00:00+00:00"))
+    assert [r.key_id for r in store.api_keys("acme")] == ["b" * 16, "a" * 16, made.key_id]
+    assert [r.key_id for r in store.api_keys("umbra")] == ["c" * 16]
+    assert [r.key_id for r in store.api_keys()] == ["c" * 16, "b" * 16, "a" * 16, made.key_id]
+    assert store.api_keys("nobody") == []
+
+    assert store.revoke_api_key("a" * 16)
+    revoked = store.api_key("a" * 16)
+    assert revoked.revoked_at and time.strptime(revoked.revoked_at[:19], "%Y-%m-%dT%H:%M:%S")
+    assert not store.revoke_api_key("a" * 16), "a second revoke changes nothing"
+    assert store.api_key("a" * 16).revoked_at == revoked.revoked_at
+    assert not store.revoke_api_key("f" * 16), "no such key"
+    assert store.api_key("b" * 16).revoked_at == "" and store.api_key(made.key_id).revoked_at == ""
+    store.close()
+    store = backend.open()
+    assert store.api_key("a" * 16).revoked_at == revoked.revoked_at
+    assert store.api_key(made.key_id) == made
+
+
+def test_conversation_owner(backend: Backend) -> None:
+    store = backend.open()
+    assert store.conversation_owner("c1") is None
+    store.ensure_conversation("acme", "alice", "c1")
+    store.ensure_conversation("umbra", "mallory", "c1")  # taken: the first owner keeps it
+    assert store.conversation_owner("c1") == ("acme", "alice")
+    store.add_message("c2", "user", "a message before any owner", {})
+    assert store.conversation_owner("c2") is None, "no owner yet: nobody's"
+    store.delete_conversation("acme", "c1")
+    assert store.conversation_owner("c1") is None
+
+
+def test_conversations_list_most_recent_first_with_the_first_question(backend: Backend) -> None:
+    store = backend.open()
+    assert store.conversations("acme", None) == []
+    for cid, user in (("c1", "alice"), ("c2", "bob"), ("c3", "alice"), ("c4", "alice")):
+        store.ensure_conversation("acme", user, cid)
+        time.sleep(0.02)
+    store.ensure_conversation("umbra", "alice", "u1")  # same user name, another tenant
+    time.sleep(0.02)
+    for cid, question in (("c2", "What did Bob ask?"), ("c1", "First question of c1"),
+                          ("c3", "x" * 200)):
+        store.add_message(cid, "user", question, {})
+        store.add_message(cid, "assistant", f"answer in {cid}", {})
+        time.sleep(0.02)
+    store.add_message("c2", "user", "A later question of c2", {})  # c2 is now the most recent
+    everyone = store.conversations("acme", None)
+    assert [c.conversation_id for c in everyone] == ["c2", "c3", "c1", "c4"]
+    assert [c.title for c in everyone] == ["What did Bob ask?", "x" * 80, "First question of c1", ""]
+    assert [(c.tenant, c.user_id) for c in everyone] == [("acme", "bob"), ("acme", "alice"), ("acme", "alice"),
+                                                         ("acme", "alice")]
+    first = everyone[0]
+    for stamp in (first.created_at, first.updated_at):
+        time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
+    assert first.updated_at >= first.created_at
+    assert [c.conversation_id for c in store.conversations("acme", "alice")] == ["c3", "c1", "c4"]
+    assert [c.conversation_id for c in store.conversations("acme", "alice", limit=2)] == ["c3", "c1"]
+    assert store.conversations("acme", "carol") == []
+    assert [c.conversation_id for c in store.conversations("umbra", None)] == ["u1"]
+    store.delete_conversation("acme", "c3")
+    assert [c.conversation_id for c in store.conversations("acme", "alice")] == ["c1", "c4"]
+
+
+def test_delete_conversation_removes_its_summary_and_corrections_only(backend: Backend) -> None:
+    store = backend.open()
+    for cid in ("c1", "c2"):
+        store.ensure_conversation("acme", "alice", cid)
+        store.add_message(cid, "user", f"q in {cid}", {})
+        store.set_conversation_summary(cid, f"summary of {cid}")
+        store.add_correction(CorrectionRecord("", "acme", "alice", f"q in {cid}", "wrong", f"right in {cid}", cid))
+    store.add_correction(CorrectionRecord("", "acme", "alice", "q", "w", "not tied to a conversation"))
+    assert not store.delete_conversation("umbra", "c1"), "another tenant cannot delete it"
+    assert store.conversation_summary("c1") == "summary of c1"
+    assert len(store.corrections("acme", "alice")) == 3
+
+    assert store.delete_conversation("acme", "c1")
+    assert store.conversation_summary("c1") == "" and store.messages("c1") == []
+    assert sorted(c.correction for c in store.corrections("acme", "alice")) == [
+        "not tied to a conversation", "right in c2"]
+    assert store.conversation_summary("c2") == "summary of c2"
+    assert [m.content for m in store.messages("c2")] == ["q in c2"]
+    assert [c.conversation_id for c in store.conversations("acme", "alice")] == ["c2"]
