@@ -29,8 +29,10 @@ def channel(address: str, metadata: Metadata, credentials: grpc.ChannelCredentia
     return blocking_channel(address, metadata, credentials)
 
 
-class _Aio(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor,
-           grpc.aio.StreamUnaryClientInterceptor, grpc.aio.StreamStreamClientInterceptor):
+class _Aio:
+    """Adds the metadata to a call's details. grpc.aio files an interceptor under the first call kind
+    it implements (unary-unary before the rest), so each kind below is its own interceptor."""
+
     def __init__(self, metadata: Metadata) -> None:
         self.extra = list(metadata)
 
@@ -38,15 +40,23 @@ class _Aio(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInter
         metadata = grpc.aio.Metadata(*(tuple(d.metadata or ()) + tuple(self.extra)))
         return grpc.aio.ClientCallDetails(d.method, d.timeout, metadata, d.credentials, d.wait_for_ready)
 
+
+class _AioUnaryUnary(_Aio, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation, details, request):
         return await continuation(self._details(details), request)
 
+
+class _AioUnaryStream(_Aio, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation, details, request):
         return await continuation(self._details(details), request)
 
+
+class _AioStreamUnary(_Aio, grpc.aio.StreamUnaryClientInterceptor):
     async def intercept_stream_unary(self, continuation, details, requests):
         return await continuation(self._details(details), requests)
 
+
+class _AioStreamStream(_Aio, grpc.aio.StreamStreamClientInterceptor):
     async def intercept_stream_stream(self, continuation, details, requests):
         return await continuation(self._details(details), requests)
 
@@ -54,7 +64,7 @@ class _Aio(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInter
 def aio_channel(address: str, metadata: Metadata,
                 credentials: grpc.ChannelCredentials | None = None) -> grpc.aio.Channel:
     """An asyncio channel that adds `metadata` to every call."""
-    interceptors = [_Aio(metadata)]
+    interceptors = [kind(metadata) for kind in (_AioUnaryUnary, _AioUnaryStream, _AioStreamUnary, _AioStreamStream)]
     if credentials:
         return grpc.aio.secure_channel(address, credentials, interceptors=interceptors)
     return grpc.aio.insecure_channel(address, interceptors=interceptors)

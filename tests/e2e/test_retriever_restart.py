@@ -1,8 +1,11 @@
 """The retriever as its own process: a graceful restart loads the index snapshot, a
 killed process (SIGKILL, mid bulk load) rebuilds from the store, and either way the
-store and the indexes agree afterwards. No embedder runs: vectors come with Upsert."""
+store and the indexes agree afterwards. No embedder runs: vectors come with Upsert. The test
+calls as the gateway does, with the service token (made once under the process's DATA_DIR)
+acting for tenant DEMO; Stats needs that service credential."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sqlite3
@@ -18,8 +21,12 @@ import numpy as np
 import pytest
 
 from deploy.run import wait_serving
+from ragmesh import config
+from ragmesh.identity.authenticator import service_token
 from ragmesh.v1 import common_pb2, retriever_pb2, retriever_pb2_grpc
+from tests.auth import bearer, channel
 from tests.e2e.test_operators import free_port
+from tests.stack import DEMO
 
 pytestmark = pytest.mark.slow
 DIM = 384
@@ -34,6 +41,9 @@ class RetrieverProcess:
                     "FOLLOW_INTERVAL_S": "0.2"}
         self.log = data_dir / f"{name}.log"
         self.proc: subprocess.Popen | None = None
+        # The token the process will read from DATA_DIR/secrets (or SERVICE_TOKEN, when set): made here first.
+        token = service_token(dataclasses.replace(config.load(), host="127.0.0.1", data_dir=data_dir))
+        self.metadata = bearer(token, DEMO, "tester")
 
     @property
     def address(self) -> str:
@@ -51,7 +61,7 @@ class RetrieverProcess:
         return self.proc.wait(30)
 
     def stub(self) -> retriever_pb2_grpc.RetrieverStub:
-        return retriever_pb2_grpc.RetrieverStub(grpc.insecure_channel(self.address))
+        return retriever_pb2_grpc.RetrieverStub(channel(self.address, self.metadata))
 
 
 def upserts(docs: range, collection: str = "bulk", chunks_per_doc: int = 3) -> Iterator[retriever_pb2.UpsertRequest]:
@@ -140,7 +150,9 @@ def test_an_unreachable_database_means_not_serving_not_a_crash(tmp_path: Path) -
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     retriever = RetrieverProcess(tmp_path)
-    retriever.env |= {"MONGODB_URI": f"mongodb://app:secret@127.0.0.1:{free_port()}/", "MONGODB_TIMEOUT_MS": "200"}
+    # A shared store needs a key pepper every process agrees on (refused at start-up without one).
+    retriever.env |= {"MONGODB_URI": f"mongodb://app:secret@127.0.0.1:{free_port()}/", "MONGODB_TIMEOUT_MS": "200",
+                      "API_KEY_PEPPER": "test-pepper"}
     with open(retriever.log, "ab") as log:
         retriever.proc = subprocess.Popen([sys.executable, "-m", "services.retriever"], env=retriever.env,
                                           stdout=log, stderr=subprocess.STDOUT)

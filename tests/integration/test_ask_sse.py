@@ -1,4 +1,5 @@
-"""Gateway.Ask through the SSE bridge, with all four services on loopback and the demo corpus."""
+"""Gateway.Ask through the SSE bridge, with all four services on loopback and the demo corpus.
+Every /api/* call carries the stack's admin key (tenant DEMO, where the demo corpus is)."""
 from __future__ import annotations
 
 import re
@@ -6,8 +7,9 @@ import re
 import httpx
 import pytest
 
+from tests.auth import headers
 from tests.conftest import answer_of, one, sse
-from tests.stack import Stack
+from tests.stack import DEMO, Stack
 
 KESTREL = "Kestrel Emerging Markets"
 NORTHWIND = "Northwind Global Macro Fund"
@@ -15,7 +17,7 @@ NORTHWIND = "Northwind Global Macro Fund"
 
 def test_events_arrive_in_the_documented_order_with_citations_that_resolve(stack: Stack) -> None:
     events = sse(stack.http_url + "/api/chat/ask/stream",
-                 {"question": "What did Kestrel do with its Brazil exposure in March 2024?"})
+                 {"question": "What did Kestrel do with its Brazil exposure in March 2024?"}, stack.headers)
     keys = [next(iter(e)) for e in events]
     assert keys[:4] == ["searching", "searching", "strategy", "generating"]
     assert events[0] == {"searching": True} and events[1] == {"searching": False}
@@ -36,7 +38,7 @@ def test_events_arrive_in_the_documented_order_with_citations_that_resolve(stack
 
 def test_one_selected_fund_gives_only_that_funds_chunks(stack: Stack) -> None:
     events = sse(stack.http_url + "/api/chat/ask/stream",
-                 {"question": "How did net exposure change?", "selected_funds": [NORTHWIND]})
+                 {"question": "How did net exposure change?", "selected_funds": [NORTHWIND]}, stack.headers)
     strategy = one(events, "strategy")
     assert strategy["filter"]["in"] == {"fund_name": [NORTHWIND]}
     assert strategy["chunks"] > 0
@@ -46,7 +48,8 @@ def test_one_selected_fund_gives_only_that_funds_chunks(stack: Stack) -> None:
 
 def test_a_date_range_with_no_documents_returns_no_chunks_and_says_so(stack: Stack) -> None:
     events = sse(stack.http_url + "/api/chat/ask/stream",
-                 {"question": "What was Kestrel's performance?", "start_date": "2019-01-01", "end_date": "2019-12-31"})
+                 {"question": "What was Kestrel's performance?", "start_date": "2019-01-01", "end_date": "2019-12-31"},
+                 stack.headers)
     strategy = one(events, "strategy")
     assert strategy["chunks"] == 0 and strategy["candidate_count"] == 0
     assert one(events, "citations") == []
@@ -55,7 +58,8 @@ def test_a_date_range_with_no_documents_returns_no_chunks_and_says_so(stack: Sta
 
 def test_the_whole_answer_as_json(stack: Stack) -> None:
     reply = httpx.post(stack.http_url + "/api/chat/ask",
-                       json={"question": "Who left Northwind in early 2025?", "selected_funds": [NORTHWIND]}, timeout=60)
+                       json={"question": "Who left Northwind in early 2025?", "selected_funds": [NORTHWIND]},
+                       headers=stack.headers, timeout=60)
     assert reply.status_code == 200, reply.text
     body = reply.json()
     assert "Osei" in body["answer"]
@@ -73,9 +77,15 @@ def test_healthz_reports_every_service(stack: Stack) -> None:
 
 
 def test_meta_lists_models_sources_and_the_demo_funds(stack: Stack) -> None:
-    meta = httpx.get(stack.http_url + "/api/meta").json()
+    meta = httpx.get(stack.http_url + "/api/meta", headers=stack.headers).json()
     assert "extractive" in meta["models"] and "Meeting Notes" in meta["data_sources"]
     assert {KESTREL, NORTHWIND} <= set(meta["funds"]) and len(meta["funds"]) >= 6
+
+
+@pytest.fixture(scope="module")
+def asker(stack: Stack) -> dict[str, str]:
+    """HTTP headers of a member of DEMO who asks only the bad questions below."""
+    return headers(stack.key(DEMO, "bad-input-asker"))
 
 
 @pytest.mark.parametrize("body, field", [
@@ -90,10 +100,11 @@ def test_meta_lists_models_sources_and_the_demo_funds(stack: Stack) -> None:
     ({"question": 5}, "question"),
 ])
 @pytest.mark.parametrize("path", ["/api/chat/ask/stream", "/api/chat/ask"])
-def test_bad_input_is_a_400_naming_the_field_and_writes_nothing(stack: Stack, body: dict, field: str, path: str) -> None:
-    conversation = f"bad-input-{field}"
-    reply = httpx.post(stack.http_url + path, json={**body, "conversation_id": conversation})
+def test_bad_input_is_a_400_naming_the_field_and_writes_nothing(stack: Stack, asker: dict, body: dict, field: str,
+                                                                path: str) -> None:
+    reply = httpx.post(stack.http_url + path, json=body, headers=asker)
     assert reply.status_code == 400, reply.text
     error = reply.json()["error"]
     assert error["code"] == "INVALID_ARGUMENT" and error["message"].startswith(field)
-    assert httpx.get(f"{stack.http_url}/api/conversations/{conversation}").status_code == 404
+    listed = httpx.get(f"{stack.http_url}/api/conversations", headers=asker)
+    assert listed.status_code == 200 and listed.json()["conversations"] == [], "no conversation was started"

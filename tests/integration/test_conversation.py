@@ -1,6 +1,8 @@
-"""Multi-turn routing, stop, restart and the gRPC face of the gateway and retriever."""
+"""Multi-turn routing, stop, restart and the gRPC face of the gateway and retriever. Calls carry the
+stack's admin key; a conversation starts without an id and the gateway's strategy event names it."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -10,13 +12,19 @@ import pytest
 
 from ragmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, retriever_pb2, retriever_pb2_grpc
 from services.gateway.history import STOPPED_MARK
+from tests.auth import channel
 from tests.conftest import answer_of, one, sse
-from tests.stack import Stack
+from tests.stack import DEMO, Stack
 
 
-def ask(stack: Stack, question: str, conversation_id: str, **extra) -> list[dict]:
-    return sse(stack.http_url + "/api/chat/ask/stream",
-               {"question": question, "conversation_id": conversation_id, **extra})
+def ask(stack: Stack, question: str, conversation_id: str = "", **extra) -> list[dict]:
+    """One turn; without a conversation id, the first turn of a new conversation."""
+    body = {"question": question, **extra} | ({"conversation_id": conversation_id} if conversation_id else {})
+    return sse(stack.http_url + "/api/chat/ask/stream", body, stack.headers)
+
+
+def conversation_of(events: list[dict]) -> str:
+    return one(events, "strategy")["conversation_id"]
 
 
 def searches(stack: Stack) -> int:
@@ -24,9 +32,9 @@ def searches(stack: Stack) -> int:
 
 
 def test_follow_ups_reuse_or_skip_retrieval_and_filter_changes_search_again(stack: Stack) -> None:
-    conv = "multi-turn"
-    first = one(ask(stack, "What did Kestrel do with its Brazil exposure?", conv), "strategy")
+    first = one(ask(stack, "What did Kestrel do with its Brazil exposure?"), "strategy")
     assert first["retrieval"] == "RAG_NEW_QUERY"
+    conv = first["conversation_id"]
 
     before = searches(stack)
     second = one(ask(stack, "Why did Kestrel cut the Brazil exposure?", conv), "strategy")
@@ -48,7 +56,7 @@ def test_follow_ups_reuse_or_skip_retrieval_and_filter_changes_search_again(stac
                     selected_funds=["Northwind Global Macro Fund"]), "strategy")
     assert fifth["retrieval"] == "RAG_NEW_QUERY" and "different topic" in fifth["reason"]
 
-    history = httpx.get(f"{stack.http_url}/api/conversations/{conv}").json()["messages"]
+    history = httpx.get(f"{stack.http_url}/api/conversations/{conv}", headers=stack.headers).json()["messages"]
     assert [m["role"] for m in history] == ["user", "assistant"] * 5
     assert history[5]["meta"]["route"] == "NO_RAG"
 
@@ -71,18 +79,22 @@ def _wait_for(predicate, timeout: float = 10.0) -> bool:
 
 
 def _last_answer(stack: Stack, conv: str) -> str:
-    return httpx.get(f"{stack.http_url}/api/conversations/{conv}").json()["messages"][-1]["content"]
+    reply = httpx.get(f"{stack.http_url}/api/conversations/{conv}", headers=stack.headers)
+    return reply.json()["messages"][-1]["content"]
 
 
 def test_closing_the_sse_connection_cancels_generation_upstream(stack: Stack, slow_generation) -> None:
     generator = stack.app("generator").service
     cancelled = generator.cancelled
-    conv = "closed-midway"
-    with httpx.stream("POST", stack.http_url + "/api/chat/ask/stream", timeout=30,
-                      json={"question": "How did Harborview change its net exposure?", "conversation_id": conv}) as resp:
+    conv = ""
+    with httpx.stream("POST", stack.http_url + "/api/chat/ask/stream", timeout=30, headers=stack.headers,
+                      json={"question": "How did Harborview change its net exposure?"}) as resp:
         for line in resp.iter_lines():
+            if '"strategy"' in line:
+                conv = json.loads(line[len("data: "):])["strategy"]["conversation_id"]
             if '"content"' in line:
                 break  # leave mid-answer: the context manager closes the connection
+    assert conv, "the strategy event names the new conversation"
     assert _wait_for(lambda: generator.cancelled == cancelled + 1), "generator never saw the cancellation"
     assert _wait_for(lambda: _last_answer(stack, conv).endswith(STOPPED_MARK))
     assert len(_last_answer(stack, conv)) > len(STOPPED_MARK), "the partial answer is kept"
@@ -91,22 +103,33 @@ def test_closing_the_sse_connection_cancels_generation_upstream(stack: Stack, sl
 def test_stop_endpoint_stops_the_answer_and_keeps_the_partial(stack: Stack, slow_generation) -> None:
     generator = stack.app("generator").service
     cancelled = generator.cancelled
-    conv = "stopped-by-button"
     events: list[dict] = []
-    reader = threading.Thread(target=lambda: events.extend(ask(stack, "How did Harborview change its net exposure?", conv)))
+
+    def read() -> None:  # the events as they arrive, so the conversation id is known mid-answer
+        with httpx.stream("POST", stack.http_url + "/api/chat/ask/stream", timeout=30, headers=stack.headers,
+                          json={"question": "How did Harborview change its net exposure?"}) as resp:
+            assert resp.status_code == 200
+            for line in resp.iter_lines():
+                if line:
+                    events.append(json.loads(line[len("data: "):]))
+
+    reader = threading.Thread(target=read)
     reader.start()
+    assert _wait_for(lambda: any("strategy" in e for e in events))
+    conv = conversation_of(events)
     assert _wait_for(lambda: stack.app("gateway").pipeline.stop(conv) if len(_last_answer_or_empty(stack, conv)) else False)
     reader.join(30)
     done = events[-1]
     assert done["done"] and done["stopped"] is True
     assert _wait_for(lambda: generator.cancelled == cancelled + 1)
     assert _last_answer(stack, conv).endswith(STOPPED_MARK)
-    assert httpx.post(stack.http_url + "/api/chat/stop", json={"conversation_id": conv}).json() == {"stopped": False}
+    assert httpx.post(stack.http_url + "/api/chat/stop", json={"conversation_id": conv},
+                      headers=stack.headers).json() == {"stopped": False}
 
 
 def _last_answer_or_empty(stack: Stack, conv: str) -> str:
     """Non-empty once the question is saved, i.e. generation has started."""
-    reply = httpx.get(f"{stack.http_url}/api/conversations/{conv}")
+    reply = httpx.get(f"{stack.http_url}/api/conversations/{conv}", headers=stack.headers)
     return reply.json()["messages"][-1]["content"] if reply.status_code == 200 else ""
 
 
@@ -116,17 +139,17 @@ def _search(stub: retriever_pb2_grpc.RetrieverStub) -> list[tuple[str, float, in
 
 
 def test_restarting_the_retriever_gives_the_same_hits(stack: Stack) -> None:
-    with grpc.insecure_channel(stack.address("retriever")) as channel:
-        before = _search(retriever_pb2_grpc.RetrieverStub(channel))
+    with channel(stack.address("retriever"), stack.metadata) as ch:
+        before = _search(retriever_pb2_grpc.RetrieverStub(ch))
     assert len(before) == 10
     stack.restart_service("retriever")
-    with grpc.insecure_channel(stack.address("retriever")) as channel:
-        assert _search(retriever_pb2_grpc.RetrieverStub(channel)) == before
+    with channel(stack.address("retriever"), stack.metadata) as ch:
+        assert _search(retriever_pb2_grpc.RetrieverStub(ch)) == before
 
 
 def test_grpc_ask_streams_the_same_events(stack: Stack) -> None:
-    with grpc.insecure_channel(stack.address("gateway")) as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
+    with channel(stack.address("gateway"), stack.metadata) as ch:
+        stub = gateway_pb2_grpc.GatewayStub(ch)
         events = list(stub.Ask(gateway_pb2.AskRequest(question="What premium was paid for Brightwater Bio?"), timeout=60))
         kinds = [e.WhichOneof("event") for e in events]
         assert kinds[:4] == ["searching", "searching", "strategy", "generating"]
@@ -151,20 +174,20 @@ def test_grpc_ask_streams_the_same_events(stack: Stack) -> None:
     ({"query": "x", "filter": common_pb2.Filter(start_date="2024-02-01", end_date="2024-01-01")}, "filter.end_date"),
 ])
 def test_retriever_rejects_bad_searches(stack: Stack, request_kwargs: dict, field: str) -> None:
-    with grpc.insecure_channel(stack.address("retriever")) as channel:
+    with channel(stack.address("retriever"), stack.metadata) as ch:
         with pytest.raises(grpc.RpcError) as err:
-            retriever_pb2_grpc.RetrieverStub(channel).Search(retriever_pb2.SearchRequest(**request_kwargs), timeout=5)
+            retriever_pb2_grpc.RetrieverStub(ch).Search(retriever_pb2.SearchRequest(**request_kwargs), timeout=5)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.value.details().startswith(field)
 
 
 def test_grpc_correct_records_a_correction(stack: Stack) -> None:
-    with grpc.insecure_channel(stack.address("gateway")) as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
+    with channel(stack.address("gateway"), stack.metadata) as ch:
+        stub = gateway_pb2_grpc.GatewayStub(ch)
         reply = stub.Correct(gateway_pb2.CorrectionRequest(
             user_id="grpc-user", question="Who runs Meridian?", correction="Dr. Hannah Okafor runs Meridian."), timeout=5)
         assert reply.correction_id
         with pytest.raises(grpc.RpcError) as err:
             stub.Correct(gateway_pb2.CorrectionRequest(user_id="grpc-user", correction=""), timeout=5)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert stack.app("gateway").store.corrections("", "grpc-user")[0].correction.startswith("Dr. Hannah Okafor")
+    assert stack.app("gateway").store.corrections(DEMO, "grpc-user")[0].correction.startswith("Dr. Hannah Okafor")

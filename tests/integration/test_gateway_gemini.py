@@ -2,14 +2,15 @@
 matter: the real google-genai SDK talks to the fake Gemini server in tests/fakes, and the
 tests read the prompts the SDK sent (corrections in the system prompt, factsheets grouped
 with their JSON once, the deep-reasoner prompt, the search tool) and script the replies
-(grounding sources become web citations, an uncited answer is replaced)."""
+(grounding sources become web citations, an uncited answer is replaced). The gateways beside the
+stack's share its store and secrets, so the stack's admin key (tenant DEMO) is accepted by them too."""
 from __future__ import annotations
 
-import grpc
 import httpx
 
 from ragmesh.prompts import NOT_ENOUGH
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from tests.auth import channel
 from tests.conftest import answer_of, one, sse
 from tests.fakes.gemini import FakeGemini, chunk, grounding, text, usage
 from tests.stack import Stack
@@ -23,26 +24,27 @@ def sent_prompt(fake: FakeGemini) -> tuple[str, str]:
     return system, user
 
 
-def test_corrections_go_into_the_system_prompt(gemini_gateway) -> None:
+def test_corrections_go_into_the_system_prompt(gemini_gateway, stack: Stack) -> None:
     url, fake, _ = gemini_gateway
     reply = httpx.post(url + "/api/corrections", json={
         "user_id": "analyst-7", "question": "Who manages Kestrel?", "wrong_answer": "Ana Souza",
-        "correction": "Kestrel's lead PM is Tomás Herrera."})
+        "correction": "Kestrel's lead PM is Tomás Herrera."}, headers=stack.headers)
     assert reply.status_code == 200
     fake.stream(text("Tomás Herrera runs Kestrel [1]."), chunk({"text": ""}, finish_reason="STOP", usage=usage(100, 8)))
-    events = sse(url + "/api/chat/ask/stream", {"question": "Who manages the Kestrel fund?", "user_id": "analyst-7"})
+    events = sse(url + "/api/chat/ask/stream", {"question": "Who manages the Kestrel fund?", "user_id": "analyst-7"},
+                 stack.headers)
     assert one(events, "strategy")["corrections"] == 1
     system, _ = sent_prompt(fake)
     assert "Kestrel's lead PM is Tomás Herrera." in system and "Ana Souza" in system
     assert events[-1]["usage"]["total_tokens"] == 108
 
 
-def test_factsheets_are_fenced_grouped_and_carry_their_json_once(gemini_gateway) -> None:
+def test_factsheets_are_fenced_grouped_and_carry_their_json_once(gemini_gateway, stack: Stack) -> None:
     url, fake, _ = gemini_gateway
     fake.stream(text("Kestrel returned 3.67% in Q1 2024 [1]."))
     events = sse(url + "/api/chat/ask/stream", {
         "question": "Kestrel performance holdings and commentary in the March 2024 factsheet",
-        "data_sources": ["Factsheet"]})
+        "data_sources": ["Factsheet"]}, stack.headers)
     _, prompt = sent_prompt(fake)
     assert "<data>" in prompt and "</data>" in prompt
     assert prompt.count('Complete Factsheet Data: {"aum_usd_bn"') == prompt.count("Matching Sections (")
@@ -51,22 +53,22 @@ def test_factsheets_are_fenced_grouped_and_carry_their_json_once(gemini_gateway)
     assert one(events, "citations")[0]["title"] == "Kestrel Emerging Markets Factsheet (2024-03-31)"
 
 
-def test_deep_questions_use_the_deep_reasoner_prompt(gemini_gateway) -> None:
+def test_deep_questions_use_the_deep_reasoner_prompt(gemini_gateway, stack: Stack) -> None:
     url, fake, _ = gemini_gateway
     fake.stream(text("Comparing [1] and [2]: both cut risk."))
     events = sse(url + "/api/chat/ask/stream",
-                 {"question": "Compare how Harborview and Kestrel managed risk in 2024"})
+                 {"question": "Compare how Harborview and Kestrel managed risk in 2024"}, stack.headers)
     assert one(events, "strategy")["route"] == "DEEP"
     _, prompt = sent_prompt(fake)
     assert "DEEP REASONING MODE" in prompt and "Conflicting information" in prompt
 
 
-def test_web_search_sends_the_tool_and_grounding_becomes_web_citations(gemini_gateway) -> None:
+def test_web_search_sends_the_tool_and_grounding_becomes_web_citations(gemini_gateway, stack: Stack) -> None:
     url, fake, address = gemini_gateway
     fake.stream(text("Internally [1]. On the web, rates rose."),
                 chunk({"text": ""}, grounding=grounding([("Rates news", "https://example.org/rates")], ["kestrel rates"])))
     events = sse(url + "/api/chat/ask/stream", {"question": "What did Kestrel say about rates?",
-                                               "data_sources": ["Meeting Notes", "Web Search"]})
+                                               "data_sources": ["Meeting Notes", "Web Search"]}, stack.headers)
     body = fake.requests("streamGenerateContent")[-1].body
     assert any("googleSearch" in tool or "google_search" in tool for tool in body.get("tools", []))
     web = [c for c in one(events, "citations") if c["url"]]
@@ -76,21 +78,23 @@ def test_web_search_sends_the_tool_and_grounding_becomes_web_citations(gemini_ga
 
     fake.stream(text("Internally [1]."), chunk({"text": ""}, grounding=grounding([], ["kestrel rates 2024"])))
     body = httpx.post(url + "/api/chat/ask", json={"question": "What did Kestrel say about rates?",
-                                                   "data_sources": ["Meeting Notes", "Web Search"]}, timeout=60).json()
+                                                   "data_sources": ["Meeting Notes", "Web Search"]},
+                      headers=stack.headers, timeout=60).json()
     assert body["web_queries"] == ["kestrel rates 2024"] and not [c for c in body["citations"] if c["url"]]
 
     fake.stream(text("Internally [1]."), chunk({"text": ""}, grounding=grounding([], ["kestrel rates grpc"])))
-    with grpc.insecure_channel(address) as channel:
-        events = list(gateway_pb2_grpc.GatewayStub(channel).Ask(gateway_pb2.AskRequest(
+    with channel(address, stack.metadata) as ch:
+        events = list(gateway_pb2_grpc.GatewayStub(ch).Ask(gateway_pb2.AskRequest(
             question="What did Kestrel say about rates?", data_sources=["Meeting Notes", "Web Search"]), timeout=60))
     [sources] = [e.citations for e in events if e.HasField("citations")]
     assert list(sources.web_queries) == ["kestrel rates grpc"]
 
 
-def test_an_uncited_unhedged_answer_is_replaced(gemini_gateway) -> None:
+def test_an_uncited_unhedged_answer_is_replaced(gemini_gateway, stack: Stack) -> None:
     url, fake, _ = gemini_gateway
     fake.stream(text("Kestrel is the best fund ever and "), text("will double next year."))
-    events = sse(url + "/api/chat/ask/stream", {"question": "What did Kestrel do with its Brazil exposure?"})
+    events = sse(url + "/api/chat/ask/stream", {"question": "What did Kestrel do with its Brazil exposure?"},
+                 stack.headers)
     assert answer_of(events) == NOT_ENOUGH
     assert one(events, "citations") == []
 
@@ -106,20 +110,20 @@ def test_the_model_confirms_a_topic_change_within_its_time_limit(stack: Stack) -
                                       default_model="gemini-2.5-flash", scope_llm_check=True,
                                       scope_llm_timeout_s=3.0)  # the default 0.8 s, with room for a loaded CI machine
         url = f"http://127.0.0.1:{gateway.app.http_port}/api/chat/ask/stream"
-        conv = "llm-scope"
         fake.stream(text("Kestrel cut Brazil [1]."))
-        sse(url, {"question": "What did Kestrel do with its Brazil exposure?", "conversation_id": conv})
+        conv = one(sse(url, {"question": "What did Kestrel do with its Brazil exposure?"}, stack.headers),
+                   "strategy")["conversation_id"]
 
         fake.stream(text("DIFFERENT"))  # the topic check
         fake.stream(text("Kestrel said [1]."))  # the answer
         overruled = one(sse(url, {"question": "What did Kestrel say about the Brazil exposure cut?",
-                                  "conversation_id": conv}), "strategy")
+                                  "conversation_id": conv}, stack.headers), "strategy")
         assert overruled["retrieval"] == "RAG_NEW_QUERY" and "model says DIFFERENT" in overruled["reason"]
 
         fake.stream(text("SAME"), hold_after=0)  # no verdict in time: the similarity verdict stands
         fake.stream(text("Kestrel said [1]."))
         timed_out = one(sse(url, {"question": "What did Kestrel say about the Brazil exposure cut?",
-                                  "conversation_id": conv}), "strategy")
+                                  "conversation_id": conv}, stack.headers), "strategy")
         assert timed_out["retrieval"] == "RAG_REUSE" and "model check timed out" in timed_out["reason"]
     finally:
         fake.server.stop()

@@ -1,25 +1,30 @@
 """Issue 6 through the SSE endpoint with all four services on loopback and the offline
 extractive generator: routes, scope cache, question analysis, context budget, memory,
-corrections, usage limits and fallbacks. Each decision is read from the strategy event."""
+corrections, usage limits and fallbacks. Each decision is read from the strategy event. Calls carry the
+stack's admin key (tenant DEMO), which may ask for other users of DEMO by `user_id`; documents the tests
+add go into DEMO through the retriever with that key."""
 from __future__ import annotations
 
 import asyncio
-import time
 
-import grpc
 import httpx
 import pytest
 
 from ragmesh.v1 import common_pb2, retriever_pb2, retriever_pb2_grpc
 from services.gateway.pipeline import NO_MATCH
+from tests.auth import channel
 from tests.conftest import answer_of, one, sse
-from tests.stack import Stack
+from tests.stack import DEMO, Stack
 
 KESTREL = "Kestrel Emerging Markets"
 
 
 def ask(stack: Stack, question: str, **extra) -> list[dict]:
-    return sse(stack.http_url + "/api/chat/ask/stream", {"question": question, **extra})
+    return sse(stack.http_url + "/api/chat/ask/stream", {"question": question, **extra}, stack.headers)
+
+
+def retriever(stack: Stack) -> retriever_pb2_grpc.RetrieverStub:
+    return retriever_pb2_grpc.RetrieverStub(channel(stack.address("retriever"), stack.metadata))
 
 
 def gateway(stack: Stack):
@@ -58,7 +63,7 @@ def test_specific_and_general_questions_take_5_and_10_chunks(stack: Stack) -> No
 
 
 def test_lookup_route_fetches_the_numbered_item(stack: Stack) -> None:
-    stub = retriever_pb2_grpc.RetrieverStub(grpc.insecure_channel(stack.address("retriever")))
+    stub = retriever(stack)
     docs = [retriever_pb2.Document(doc_id=f"faq-{n}", collection="documents", text=text,
                                    metadata={"question_number": str(n)})
             for n, text in ((5, "Question 5: What is the fee? Answer: 1.5% management fee."),
@@ -74,9 +79,9 @@ def test_lookup_route_fetches_the_numbered_item(stack: Stack) -> None:
 
 
 def test_scope_cache_hit_miss_ttl_and_filter_change(stack: Stack) -> None:
-    conv = "scope-cache"
-    assert one(ask(stack, "What did Kestrel do with its Brazil exposure?", conversation_id=conv),
-               "strategy")["reason"].endswith("no cached scope for this conversation")
+    first = one(ask(stack, "What did Kestrel do with its Brazil exposure?"), "strategy")
+    assert first["reason"].endswith("no cached scope for this conversation")
+    conv = first["conversation_id"]
     follow_up = "What did Kestrel say about the Brazil exposure cut?"  # no transform pattern: never NO_RAG
     hit = one(ask(stack, follow_up, conversation_id=conv), "strategy")
     assert hit["retrieval"] == "RAG_REUSE" and hit["cache_hit"]
@@ -133,18 +138,18 @@ def test_factsheets_are_grouped_one_block_per_factsheet(stack: Stack) -> None:
 def test_background_summary_and_memory_embedding(stack: Stack) -> None:
     gw = gateway(stack)
     saved = gw.memory.summary_after_turns
-    conv, user = "memory-conv", "user-memory"
+    user = "user-memory"
     try:
         gw.memory.summary_after_turns = 2
-        ask(stack, "What did Kestrel do with its Brazil exposure?", conversation_id=conv, user_id=user)
+        conv = one(ask(stack, "What did Kestrel do with its Brazil exposure?", user_id=user),
+                   "strategy")["conversation_id"]
         ask(stack, "Who joined Harborview as head of short research?", conversation_id=conv, user_id=user)
         stack.call(gw.memory.idle())
     finally:
         gw.memory.summary_after_turns = saved
     summary = gw.store.conversation_summary(conv)
     assert "Brazil" in summary or "Lindgren" in summary
-    stub = retriever_pb2_grpc.RetrieverStub(grpc.insecure_channel(stack.address("retriever")))
-    mine = stub.Search(retriever_pb2.SearchRequest(query="Brazil exposure", collections=["conversations"],
+    mine = retriever(stack).Search(retriever_pb2.SearchRequest(query="Brazil exposure", collections=["conversations"],
                                                    filter=common_pb2.Filter(equals={"user_id": user})), timeout=10)
     assert {h.chunk.metadata["role"] for h in mine.hits} == {"user", "assistant"}
     events = ask(stack, "What did I ask about Brazil?", data_sources=["Conversation memory"], user_id=user)
@@ -165,14 +170,15 @@ def test_corrections_are_recorded_and_used(stack: Stack) -> None:
     conv, message_id = done["conversation_id"], done["message_id"]
     reply = httpx.post(stack.http_url + "/api/corrections", json={
         "user_id": user, "conversation_id": conv, "message_id": message_id,
-        "correction": "Kestrel's lead PM is Tomás Herrera."})
+        "correction": "Kestrel's lead PM is Tomás Herrera."}, headers=stack.headers)
     assert reply.status_code == 200 and reply.json()["correction_id"]
-    stored = gateway(stack).store.corrections("", user)
+    stored = gateway(stack).store.corrections(DEMO, user)
     assert stored[0].question == "Who is Kestrel's lead portfolio manager?" and stored[0].wrong_answer
     later = one(ask(stack, "Who runs Kestrel?", user_id=user), "strategy")
     assert later["corrections"] == 1
     assert one(ask(stack, "Who runs Kestrel?", user_id="another-user"), "strategy")["corrections"] == 0
-    bad = httpx.post(stack.http_url + "/api/corrections", json={"user_id": user, "correction": " "})
+    bad = httpx.post(stack.http_url + "/api/corrections", json={"user_id": user, "correction": " "},
+                     headers=stack.headers)
     assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("correction")
 
 
@@ -183,7 +189,8 @@ def test_monthly_usage_limit_is_a_429(stack: Stack) -> None:
         limits.max_messages = 2
         for _ in range(2):
             assert one(ask(stack, "hello", user_id="heavy-user"), "done")
-        reply = httpx.post(stack.http_url + "/api/chat/ask/stream", json={"question": "hello", "user_id": "heavy-user"})
+        reply = httpx.post(stack.http_url + "/api/chat/ask/stream", json={"question": "hello", "user_id": "heavy-user"},
+                           headers=stack.headers)
         assert reply.status_code == 429
         error = reply.json()["error"]
         assert error["code"] == "RESOURCE_EXHAUSTED" and "2 of 2 messages" in error["message"]
@@ -223,7 +230,7 @@ def test_embedder_down_means_keyword_search_flagged(stack: Stack) -> None:
     port = stack.hosts["embedder"].port
     stack.stop_service("embedder")
     try:
-        events = ask(stack, "What did Kestrel do with its Brazil exposure?", conversation_id=f"no-embedder-{time.time()}")
+        events = ask(stack, "What did Kestrel do with its Brazil exposure?")  # a new conversation
         strategy = one(events, "strategy")
         assert strategy["dense_skipped"] and "keyword search only" in strategy["reason"]
         assert "12% to 4%" in answer_of(events)
@@ -232,7 +239,7 @@ def test_embedder_down_means_keyword_search_flagged(stack: Stack) -> None:
 
 
 def test_summary_route_answers_from_the_pre_computed_summary(stack: Stack) -> None:
-    stub = retriever_pb2_grpc.RetrieverStub(grpc.insecure_channel(stack.address("retriever")))
+    stub = retriever(stack)
     paragraphs = [
         f"# Part {i}\n\n" + " ".join(f"The committee reviewed liquidity terms for sleeve {i} in meeting {j}, "
                                      f"noting redemption gates of {i + j}% and a notice period of {30 + j} days."
@@ -258,5 +265,6 @@ def test_summary_route_answers_from_the_pre_computed_summary(stack: Stack) -> No
     fallback = one(ask(stack, "Summarize this document", data_sources=["Documents"], document_ids=["memo"]), "strategy")
     assert fallback["route"] == "SPECIFIC" and "no summary" in fallback["reason"]
     missing = httpx.post(stack.http_url + "/api/chat/ask/stream",
-                         json={"question": "Summarize this document", "document_ids": ["documents/nope"]})
+                         json={"question": "Summarize this document", "document_ids": ["documents/nope"]},
+                         headers=stack.headers)
     assert missing.status_code == 200 and "not in" in missing.text

@@ -1,7 +1,8 @@
 """Retriever.Ingest, Delete and GetDocument over gRPC against the stack's retriever (real
 embedder and extractive generator): files of every format in one stream, per-file errors that
 leave the rest going, pages and parents in search results, summaries readable with GetDocument,
-delete by filter, and a replacement that searches never see half-done."""
+delete by filter, and a replacement that searches never see half-done. Calls carry the stack's admin
+key, so everything lands in (and is read from) its tenant, DEMO."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,8 @@ import pytest
 
 from ragmesh import convert
 from ragmesh.v1 import common_pb2, retriever_pb2, retriever_pb2_grpc
-from tests.stack import Stack
+from tests.auth import channel
+from tests.stack import DEMO, Stack
 from tests.unit.test_ingest_chunking import paragraphs
 from tests.unit.test_ingest_parsers import (
     FACTSHEET, TRANSCRIPT, docx_bytes, meeting_note, pdf_bytes, pptx_bytes, sentence,
@@ -24,9 +26,8 @@ COLLECTION = "ingest_grpc"
 
 @pytest.fixture(scope="module")
 def stub(stack: Stack) -> Iterator[retriever_pb2_grpc.RetrieverStub]:
-    channel = grpc.insecure_channel(stack.address("retriever"), options=[("grpc.max_send_message_length", 64 << 20)])
-    yield retriever_pb2_grpc.RetrieverStub(channel)
-    channel.close()
+    with channel(stack.address("retriever"), stack.metadata) as ch:
+        yield retriever_pb2_grpc.RetrieverStub(ch)
 
 
 def file_doc(name: str, content: bytes, **kw: object) -> retriever_pb2.Document:
@@ -103,7 +104,7 @@ def test_get_document_returns_the_summaries_and_the_table_of_contents(stack: Sta
     assert info.title == "Village Tales" and info.metadata["doc_type"] == "BOOK" and info.summary
     assert [s.title for s in info.sections] == ["Chapter 1", "Chapter 2", "Chapter 3"]
     assert all(s.summary for s in info.sections)
-    record = stack.app("retriever").store.get_document("", COLLECTION, "tales")
+    record = stack.app("retriever").store.get_document(DEMO, COLLECTION, "tales")
     assert convert.document_info_from_proto(info) == record  # what the gateway's client reads back
     docx = stub.GetDocument(retriever_pb2.GetDocumentRequest(collection=COLLECTION, doc_id="plan.docx"), timeout=10)
     assert [s.title for s in docx.sections] == ["Scope"] and docx.summary == ""  # short: no summary by default

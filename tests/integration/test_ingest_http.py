@@ -1,6 +1,8 @@
 """POST /api/documents: the gateway's upload router mounted on a small FastAPI app against the
 stack's retriever. Multipart files and JSON text stream progress as SSE `data:` lines, a bad
-file is an error event naming it while the others go in, and a bad request is an HTTP 400."""
+file is an error event naming it while the others go in, and a bad request is an HTTP 400. The router
+authenticates with the gateway's own dependency; the client sends the stack's admin key (tenant DEMO),
+and the retriever client calls as the gateway does, with the service token on the caller's behalf."""
 from __future__ import annotations
 
 import json
@@ -10,8 +12,11 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from ragmesh.clients import RetrieverClient
-from services.gateway.documents import documents_router
+from ragmesh.clients import ClientAuth, RetrieverClient
+from ragmesh.identity.authenticator import Authenticator
+from ragmesh.store.lazy import LazyStore
+from services.gateway.api.auth import caller_dependency
+from services.gateway.api.documents import documents_router
 from tests.stack import Stack
 from tests.unit.test_ingest_parsers import TRANSCRIPT, docx_bytes, pdf_bytes, sentence
 
@@ -24,13 +29,18 @@ def client(stack: Stack) -> Iterator[TestClient]:
 
     def retriever() -> RetrieverClient:  # made on first use, inside the app's event loop
         if not clients:
-            clients.append(RetrieverClient(stack.address("retriever"), 10, 120))
+            clients.append(RetrieverClient(stack.address("retriever"), 10, 120, ClientAuth.service(stack.settings)))
         return clients[0]
 
+    store = LazyStore(stack.settings)
     app = FastAPI()
-    app.include_router(documents_router(retriever, MAX_BYTES))
-    with TestClient(app) as test_client:
-        yield test_client
+    caller = caller_dependency(Authenticator(stack.settings, store, "users"))
+    app.include_router(documents_router(retriever, MAX_BYTES, caller))
+    try:
+        with TestClient(app, headers=stack.headers) as test_client:
+            yield test_client
+    finally:
+        store.close()
 
 
 def events(response) -> list[dict]:

@@ -1,6 +1,9 @@
 """Retriever.Search over gRPC on a hand-built collection (vectors given with Upsert), so
 every expectation can be computed independently: exact filtered dense search, tenant
-scope, fail-closed filters, fusion modes, variants, boosters, thresholds, parents."""
+scope, fail-closed filters, fusion modes, variants, boosters, thresholds, parents.
+
+The tenant of every call is the caller's key's: the chunks of tenant "acme" go in with an acme
+key, the rest with the stack's admin key (tenant DEMO), and searches see only their tenant's."""
 from __future__ import annotations
 
 import grpc
@@ -8,7 +11,8 @@ import numpy as np
 import pytest
 
 from ragmesh.v1 import common_pb2, retriever_pb2, retriever_pb2_grpc
-from tests.stack import Stack
+from tests.auth import bearer, channel
+from tests.stack import DEMO, Stack
 
 DIM = 384
 FUNDS = ["Alpha", "Beta", "Gamma", "Delta", "Epsilon"]
@@ -25,7 +29,7 @@ def corpus() -> list[tuple[common_pb2.Chunk, np.ndarray | None]]:
     words = ["growth", "drawdown", "hedge", "credit", "rates", "equity", "volatility", "liquidity"]
     out = []
     for d in range(N_DOCS):
-        tenant = "acme" if d % 10 == 0 else ""
+        tenant = "acme" if d % 10 == 0 else DEMO
         fund = FUNDS[d % len(FUNDS)]
         date = f"2024-{1 + d % 12:02d}-{1 + d % 28:02d}"
         for i in range(2):
@@ -36,24 +40,40 @@ def corpus() -> list[tuple[common_pb2.Chunk, np.ndarray | None]]:
             out.append((common_pb2.Chunk(chunk_id=f"t/{tenant}/d{d}#{i}", doc_id=f"d{d}", collection="searchtest",
                                          text=text, metadata=meta, date=date, tenant=tenant), unit(rng)))
     parent = common_pb2.Chunk(chunk_id="book#p", doc_id="book", collection="searchtest",
-                              text="The whole chapter about zeppelins and their history.", date="2024-06-01")
+                              text="The whole chapter about zeppelins and their history.", date="2024-06-01",
+                              tenant=DEMO)
     out.append((parent, None))
     for i in range(2):
         out.append((common_pb2.Chunk(chunk_id=f"book#c{i}", doc_id="book", collection="searchtest",
-                                     text=f"zeppelins section {i}", parent_chunk_id="book#p", date="2024-06-01"),
+                                     text=f"zeppelins section {i}", parent_chunk_id="book#p", date="2024-06-01",
+                                     tenant=DEMO),
                     unit(rng)))
     return out
 
 
 @pytest.fixture(scope="module")
-def retriever(stack: Stack) -> retriever_pb2_grpc.RetrieverStub:
-    channel = grpc.insecure_channel(stack.address("retriever"))
-    stub = retriever_pb2_grpc.RetrieverStub(channel)
-    requests = (retriever_pb2.UpsertRequest(chunk=c, vector=[] if v is None else v.tolist()) for c, v in corpus())
-    reply = stub.Upsert(requests, timeout=60)
-    assert (reply.documents, reply.rejected) == (N_DOCS + 1, 0), reply.errors
-    yield stub
-    channel.close()
+def stubs(stack: Stack) -> dict[str, retriever_pb2_grpc.RetrieverStub]:
+    """Stubs calling as DEMO's admin, as an admin of "acme", and as the service (for the
+    platform operations), with each tenant's share of the corpus upserted under its own key."""
+    channels = {DEMO: channel(stack.address("retriever"), stack.metadata),
+                "acme": channel(stack.address("retriever"), bearer(stack.key("acme", "searcher", "admin"))),
+                "service": channel(stack.address("retriever"), stack.service_metadata())}
+    found = {name: retriever_pb2_grpc.RetrieverStub(ch) for name, ch in channels.items()}
+    items = corpus()
+    for tenant in (DEMO, "acme"):
+        mine = [(c, v) for c, v in items if c.tenant == tenant]
+        requests = (retriever_pb2.UpsertRequest(chunk=c, vector=[] if v is None else v.tolist()) for c, v in mine)
+        reply = found[tenant].Upsert(requests, timeout=60)
+        assert (reply.documents, reply.rejected) == (len({c.doc_id for c, _ in mine}), 0), reply.errors
+    assert len({c.doc_id for c, _ in items}) == N_DOCS + 1
+    yield found
+    for ch in channels.values():
+        ch.close()
+
+
+@pytest.fixture(scope="module")
+def retriever(stubs) -> retriever_pb2_grpc.RetrieverStub:
+    return stubs[DEMO]
 
 
 def search(stub, query: str, vector: np.ndarray | None = None, **kw) -> retriever_pb2.SearchResponse:
@@ -63,8 +83,8 @@ def search(stub, query: str, vector: np.ndarray | None = None, **kw) -> retrieve
     return stub.Search(request, timeout=10)
 
 
-def fund_filter(*funds: str, tenant: str = "") -> common_pb2.Filter:
-    f = common_pb2.Filter(tenant=tenant)
+def fund_filter(*funds: str) -> common_pb2.Filter:
+    f = common_pb2.Filter()
     getattr(f, "in")["fund_name"].values.extend(funds)
     return f
 
@@ -74,7 +94,7 @@ def test_filtered_dense_search_is_exact_and_both_sides_obey_the_filter(retriever
     query = items[3][1] + 0.3 * items[8][1]
     reply = search(retriever, "drawdown hedge", query, top_k=200, filter=fund_filter("Beta", "Gamma"),
                    dense_weight=1.0, sparse_weight=0.0)
-    admitted = [(c, v) for c, v in items if c.metadata["fund_name"] in ("Beta", "Gamma") and not c.tenant]
+    admitted = [(c, v) for c, v in items if c.metadata["fund_name"] in ("Beta", "Gamma") and c.tenant == DEMO]
     assert reply.candidate_count == len(admitted)
     expected = sorted(admitted, key=lambda cv: -float(cv[1] @ query))[:10]
     dense_top = sorted((h for h in reply.hits if h.dense_rank), key=lambda h: h.dense_rank)[:10]
@@ -84,22 +104,32 @@ def test_filtered_dense_search_is_exact_and_both_sides_obey_the_filter(retriever
     assert {h.chunk.metadata["fund_name"] for h in both.hits} <= {"Beta", "Gamma"}
 
 
-def test_tenant_scope_is_always_applied(retriever) -> None:
-    everyone = search(retriever, "growth credit", top_k=200)
-    acme = search(retriever, "growth credit", top_k=200, filter=common_pb2.Filter(tenant="acme"))
-    assert everyone.hits and acme.hits
-    assert all(h.chunk.tenant == "" for h in everyone.hits)
+def test_tenant_scope_is_always_applied(stubs) -> None:
+    demo = search(stubs[DEMO], "growth credit", top_k=200)
+    acme = search(stubs["acme"], "growth credit", top_k=200)
+    assert demo.hits and acme.hits
+    assert all(h.chunk.tenant == DEMO for h in demo.hits)
     assert all(h.chunk.tenant == "acme" for h in acme.hits)
+    # A tenant named in the filter is ignored: the key decides.
+    named = search(stubs[DEMO], "growth credit", top_k=200, filter=common_pb2.Filter(tenant="acme"))
+    assert [h.chunk.chunk_id for h in named.hits] == [h.chunk.chunk_id for h in demo.hits]
+    from_acme = search(stubs["acme"], "growth credit", top_k=200, filter=common_pb2.Filter(tenant=DEMO))
+    assert from_acme.hits and all(h.chunk.tenant == "acme" for h in from_acme.hits)
 
 
 @pytest.mark.parametrize("f", [
     fund_filter("NoSuchFund"),
     common_pb2.Filter(equals={"unknown_field": "x"}),
     common_pb2.Filter(start_date="2031-01-01"),
-    fund_filter("Alpha", tenant="nobody"),
 ])
 def test_filters_fail_closed(retriever, f: common_pb2.Filter) -> None:
     reply = search(retriever, "growth", top_k=50, filter=f)
+    assert reply.candidate_count == 0 and list(reply.hits) == []
+
+
+def test_a_tenant_without_documents_finds_nothing(stack: Stack) -> None:
+    with channel(stack.address("retriever"), bearer(stack.key("nobody", "someone", "admin"))) as ch:
+        reply = search(retriever_pb2_grpc.RetrieverStub(ch), "growth", top_k=50, filter=fund_filter("Alpha"))
     assert reply.candidate_count == 0 and list(reply.hits) == []
 
 
@@ -151,22 +181,24 @@ def test_upsert_rejects_bad_documents_and_keeps_the_rest(retriever) -> None:
     assert reply.errors[0].startswith("bad: vector:") and "384" in reply.errors[0]
 
 
-def test_a_collection_can_switch_to_hnsw_and_back(retriever) -> None:
-    items = [(c, v) for c, v in corpus() if v is not None and not c.tenant]
+def test_a_collection_can_switch_to_hnsw_and_back(retriever, stubs) -> None:
+    """ConfigureCollection is a platform operation (collections are shared by every tenant): the service calls it."""
+    service = stubs["service"]
+    items = [(c, v) for c, v in corpus() if v is not None and c.tenant == DEMO]
     chunk, vector = items[17]
 
     def top(**kw) -> str:
         return search(retriever, "", vector, top_k=5, dense_weight=1.0, sparse_weight=0.0, **kw).hits[0].chunk.chunk_id
 
     assert top() == chunk.chunk_id
-    info = retriever.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="hnsw"),
-                                         timeout=60)
+    info = service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="hnsw"),
+                                       timeout=60)
     assert info.dense_index == "hnsw" and info.indexed_chunks == info.chunks - 1  # the parent is stored, not indexed
     assert top() == chunk.chunk_id, "HNSW finds a vector's own chunk"
     with pytest.raises(grpc.RpcError) as err:
-        retriever.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="ivf"),
-                                      timeout=10)
+        service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="ivf"),
+                                    timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("dense_index")
-    flat = retriever.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="flat"),
-                                         timeout=60)
+    flat = service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="flat"),
+                                       timeout=60)
     assert flat.dense_index == "flat" and top() == chunk.chunk_id
