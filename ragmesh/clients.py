@@ -3,12 +3,15 @@ deadline, capped by the configured default) and the current request id, and
 failures surface as domain errors so callers need not import grpc."""
 from __future__ import annotations
 
+import asyncio
 import collections
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import numpy as np
@@ -31,9 +34,17 @@ from ragmesh.v1 import (
 )
 
 _CHANNEL_OPTIONS = [
+    # Reconnect soon after a service restarts (gRPC's default first backoff is a second).
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
 ]
+
+
+log = logging.getLogger(__name__)
+
+RECONNECT_WAIT_S = 0.5  # at most this long (and half the time left) for a channel to reconnect
 
 
 def call_timeout(default: float) -> float:
@@ -139,8 +150,8 @@ def _translated(service: str) -> Iterator[None]:
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             field, _, message = detail.partition(": ")
             raise InvalidArgument(field, message or detail) from exc
-        if code == grpc.StatusCode.CANCELLED:
-            raise
+        if code == grpc.StatusCode.CANCELLED:  # the server ended the call (our own cancel raises CancelledError)
+            raise Unavailable(f"{service}: the call was cancelled by the server: {detail}") from exc
         error = _ERRORS.get(code, RagmeshError)
         raise error(f"{service}: {code.name}: {detail}") from exc
 
@@ -155,6 +166,32 @@ class _Client:
     def _opts(self, timeout: float | None = None) -> dict:
         return {"timeout": call_timeout(timeout or self.timeout), "metadata": call_metadata(self.auth)}
 
+    async def _unary(self, method: Any, request: Any, timeout: float | None = None) -> Any:
+        """One call; one that could not get through (UNAVAILABLE: the service is restarting, or the
+        channel is between reconnects) is tried once more, waiting for the connection within what is
+        left of the deadline. Every unary call here is a read or an idempotent write."""
+        opts = self._opts(timeout)
+        deadline = time.monotonic() + opts["timeout"]
+        try:
+            return await method(request, **opts)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or not await self._reconnected(deadline):
+                raise
+            log.info("call not through; trying once more", extra={"address": self.address, "error": exc.details()})
+            return await method(request, timeout=max(0.001, deadline - time.monotonic()), metadata=opts["metadata"])
+
+    async def _reconnected(self, deadline: float) -> bool:
+        """Whether the channel is ready again within a short wait (half the time left, at most
+        RECONNECT_WAIT_S): a service that restarted a moment ago, not one that is down."""
+        wait = min(RECONNECT_WAIT_S, (deadline - time.monotonic()) / 2)
+        if wait < 0.05:
+            return False
+        try:
+            await asyncio.wait_for(self.channel.channel_ready(), wait)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
     async def close(self) -> None:
         await self.channel.close()
 
@@ -164,18 +201,18 @@ class EmbedderClient(_Client):
         super().__init__(address, timeout, auth)
         self.stub = embedder_pb2_grpc.EmbedderStub(self.channel)
 
-    async def embed(self, texts: list[str], task: str = "DOCUMENT") -> np.ndarray:
+    async def embed(self, texts: list[str], task: str = "DOCUMENT", timeout: float | None = None) -> np.ndarray:
         """(len(texts), dims) float32, L2-normalised."""
         request = embedder_pb2.EmbedRequest(texts=texts, task=embedder_pb2.Task.Value(task))
         with _translated("embedder"):
-            reply = await self.stub.Embed(request, **self._opts())
+            reply = await self._unary(self.stub.Embed, request, timeout)
         if not reply.vectors:
             return np.zeros((0, reply.dimensions), dtype=np.float32)
         return np.asarray([v.values for v in reply.vectors], dtype=np.float32)
 
     async def info(self) -> embedder_pb2.InfoResponse:
         with _translated("embedder"):
-            return await self.stub.Info(embedder_pb2.InfoRequest(), **self._opts())
+            return await self._unary(self.stub.Info, embedder_pb2.InfoRequest())
 
 
 @dataclass
@@ -215,7 +252,7 @@ class RetrieverClient(_Client):
         if top_k is not None:
             request.top_k = top_k
         with _translated("retriever"):
-            reply = await self.stub.Search(request, **self._opts(timeout))
+            reply = await self._unary(self.stub.Search, request, timeout)
         tm = reply.timings
         return SearchResult(
             hits=[convert.hit_from_proto(h) for h in reply.hits],
@@ -238,20 +275,20 @@ class RetrieverClient(_Client):
 
     async def stats(self) -> retriever_pb2.StatsResponse:
         with _translated("retriever"):
-            return await self.stub.Stats(retriever_pb2.StatsRequest(), **self._opts())
+            return await self._unary(self.stub.Stats, retriever_pb2.StatsRequest())
 
     async def get_document(self, collection: str, doc_id: str) -> t.DocumentRecord:
         """A document's header with its summaries and outline, in the caller's tenant; NotFound when
         there is none."""
         request = retriever_pb2.GetDocumentRequest(collection=collection, doc_id=doc_id)
         with _translated("retriever"):
-            return convert.document_info_from_proto(await self.stub.GetDocument(request, **self._opts()))
+            return convert.document_info_from_proto(await self._unary(self.stub.GetDocument, request))
 
     async def field_values(self, field: str, collections: list[str]) -> list[str]:
         """Distinct values of a metadata field in the caller's tenant."""
         request = retriever_pb2.FieldValuesRequest(field=field, collections=collections)
         with _translated("retriever"):
-            reply = await self.stub.FieldValues(request, **self._opts())
+            reply = await self._unary(self.stub.FieldValues, request)
         return list(reply.values)
 
     async def delete(self, collection: str, doc_ids: list[str] | None = None,
@@ -261,7 +298,7 @@ class RetrieverClient(_Client):
         if where is not None:
             request.filter.CopyFrom(convert.filter_to_proto(where))
         with _translated("retriever"):
-            reply = await self.stub.Delete(request, **self._opts())
+            reply = await self._unary(self.stub.Delete, request)
         return reply.documents, reply.chunks
 
 
@@ -288,9 +325,23 @@ class GeneratorClient(_Client):
             history=[generator_pb2.Turn(question=h.question, answer=h.answer) for h in history],
             system_instruction=system_instruction, prompt=prompt, web_search=web_search,
         )
-        call = self.stub.Generate(request, **self._opts())
+        opts = self._opts()
+        deadline = time.monotonic() + opts["timeout"]
+        call = self.stub.Generate(request, **opts)
+        started = False
         try:
             with _translated("generator"):
+                try:
+                    async for event in call:
+                        started = True
+                        yield convert.gen_event_from_proto(event)
+                    return
+                except grpc.aio.AioRpcError as exc:
+                    if started or exc.code() != grpc.StatusCode.UNAVAILABLE or not await self._reconnected(deadline):
+                        raise
+                # Nothing came back and the call did not get through: once more, as _unary does.
+                call = self.stub.Generate(request, timeout=max(0.001, deadline - time.monotonic()),
+                                          metadata=opts["metadata"])
                 async for event in call:
                     yield convert.gen_event_from_proto(event)
         finally:
@@ -299,4 +350,4 @@ class GeneratorClient(_Client):
 
     async def stats(self) -> generator_pb2.GeneratorStatsResponse:
         with _translated("generator"):
-            return await self.stub.Stats(generator_pb2.GeneratorStatsRequest(), **self._opts())
+            return await self._unary(self.stub.Stats, generator_pb2.GeneratorStatsRequest())

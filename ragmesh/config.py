@@ -44,6 +44,14 @@ class Settings:
     generator_addr: str = field(default_factory=lambda: _env("GENERATOR_ADDR", ""))
 
     data_dir: Path = field(default_factory=lambda: Path(_env("DATA_DIR", "./data")))
+    # Admission: calls in flight per service beyond which new ones get RESOURCE_EXHAUSTED / HTTP 429
+    # (0 = no limit); the gateway counts its gRPC calls and its /api requests together.
+    max_concurrent_calls: int = field(default_factory=lambda: _int("MAX_CONCURRENT_CALLS", 256))
+    # Largest gRPC message a service accepts or sends, and the largest JSON body the HTTP bridge reads
+    # (uploads to /api/documents may be up to UPLOAD_MAX_BYTES).
+    grpc_max_message_bytes: int = field(default_factory=lambda: _int("GRPC_MAX_MESSAGE_BYTES", 64 * 1024 * 1024))
+    http_max_body_bytes: int = field(default_factory=lambda: _int("HTTP_MAX_BODY_BYTES", 1024 * 1024))
+    upload_max_bytes: int = field(default_factory=lambda: _int("UPLOAD_MAX_BYTES", 200 * 1024 * 1024))
     log_level: str = field(default_factory=lambda: _env("LOG_LEVEL", "INFO"))
 
     # Deadlines (seconds) a client sets when the caller gave none.
@@ -103,6 +111,10 @@ class Settings:
     summary_after_turns: int = field(default_factory=lambda: _int("SUMMARY_AFTER_TURNS", 6))
     monthly_message_limit: int = field(default_factory=lambda: _int("MONTHLY_MESSAGE_LIMIT", 0))
     monthly_token_limit: int = field(default_factory=lambda: _int("MONTHLY_TOKEN_LIMIT", 0))
+    # Asks per user per minute (0 = no limit), counted by each gateway replica.
+    rate_limit_per_minute: int = field(default_factory=lambda: _int("RATE_LIMIT_PER_MINUTE", 0))
+    # Background memory embedding: at most this many turns waiting; retries with backoff.
+    memory_queue_max: int = field(default_factory=lambda: _int("MEMORY_QUEUE_MAX", 1000))
 
     # Identity (see ragmesh.identity). Empty secrets on a loopback bind are made once under
     # DATA_DIR/secrets; a service bound elsewhere needs them set explicitly.

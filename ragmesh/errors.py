@@ -30,8 +30,15 @@ class Unavailable(RagmeshError):
 
 
 class ResourceExhausted(RagmeshError):
+    """Too much at once (a concurrency or rate limit, a full queue, a quota): refused fast, with how
+    long to wait before trying again (gRPC `retry-after` trailing metadata, HTTP `Retry-After`)."""
+
     code = "RESOURCE_EXHAUSTED"
     http_status = 429
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class Unauthenticated(RagmeshError):
@@ -55,3 +62,9 @@ class Misconfigured(RagmeshError):
 
     code = "FAILED_PRECONDITION"
     http_status = 502
+
+
+def http_status(code: str) -> int:
+    """The HTTP status of an error code carried as text (an error event of a stream)."""
+    kinds = (InvalidArgument, NotFound, Unavailable, ResourceExhausted, Unauthenticated, PermissionDenied, Misconfigured)
+    return next((k.http_status for k in kinds if k.code == code), 500)

@@ -9,6 +9,7 @@ the caller's identity, request id and deadline into the handler's context, so th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
@@ -24,8 +25,9 @@ from grpc_reflection.v1alpha import reflection
 
 from ragmesh import config, tls
 from ragmesh import logging as rlog
+from ragmesh.admission import Admission
 from ragmesh.config import Settings
-from ragmesh.errors import RagmeshError, Unavailable
+from ragmesh.errors import RagmeshError, ResourceExhausted, Unavailable
 from ragmesh.identity import identity_var
 from ragmesh.identity.authenticator import Audience, Authenticator, ConfigError
 from ragmesh.store.lazy import LazyStore
@@ -39,11 +41,10 @@ REQUEST_ID_HEADER = "x-request-id"
 # Open to anyone: load balancers probe health, and reflection only describes the public contract.
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
-_SERVER_OPTIONS = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    ("grpc.so_reuseport", 0),
-]
+def _server_options(settings: Settings) -> list[tuple[str, int]]:
+    size = settings.grpc_max_message_bytes
+    return [("grpc.max_receive_message_length", size), ("grpc.max_send_message_length", size),
+            ("grpc.so_reuseport", 0)]
 
 
 def _status(exc: RagmeshError) -> grpc.StatusCode:
@@ -56,12 +57,27 @@ def _enter_call(context: grpc.aio.ServicerContext, request_id: str) -> None:
     deadline_var.set(time.monotonic() + remaining if remaining is not None else None)
 
 
-class ContextInterceptor(grpc.aio.ServerInterceptor):
-    """Authenticates the caller, sets identity, request id and deadline for the handler, and turns
-    domain errors into status codes."""
+async def _abort(context: grpc.aio.ServicerContext, method: str, request_id: str, exc: BaseException) -> None:
+    """Domain errors keep their code and message; anything else is a fault of ours: INTERNAL with the
+    request id to quote, the details in our log only."""
+    if isinstance(exc, grpc.aio.AbortError):  # the handler aborted with its own status already
+        raise exc
+    if isinstance(exc, RagmeshError):
+        log.info("request rejected", extra={"method": method, "error": str(exc)})
+        if isinstance(exc, ResourceExhausted):
+            context.set_trailing_metadata((("retry-after", f"{max(1, round(exc.retry_after_s))}"),))
+        await context.abort(_status(exc), str(exc))
+    log.exception("internal error", extra={"method": method})
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error (request id {request_id})")
 
-    def __init__(self, authenticator: Authenticator | None) -> None:
+
+class ContextInterceptor(grpc.aio.ServerInterceptor):
+    """Authenticates the caller, admits the call (or refuses it fast when the service is full), sets
+    identity, request id and deadline for the handler, and turns errors into status codes."""
+
+    def __init__(self, authenticator: Authenticator | None, admission: Admission) -> None:
         self.authenticator = authenticator  # None: a test server with no identity
+        self.admission = admission
 
     async def _enter(self, context: grpc.aio.ServicerContext, metadata: dict, request_id: str, method: str) -> None:
         _enter_call(context, request_id)
@@ -82,26 +98,28 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
         request_id = str(metadata.get(REQUEST_ID_HEADER) or uuid.uuid4().hex[:16])
         method = details.method
 
+        admission = self.admission.slot if not method.startswith(_OPEN_PREFIXES) else contextlib.nullcontext
+
         def unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 try:
-                    await self._enter(context, metadata, request_id, method)
-                    return await behavior(request, context)
-                except RagmeshError as exc:
-                    log.info("request rejected", extra={"method": method, "error": str(exc)})
-                    await context.abort(_status(exc), str(exc))
+                    with admission():
+                        await self._enter(context, metadata, request_id, method)
+                        return await behavior(request, context)
+                except Exception as exc:  # noqa: BLE001 - every error becomes a status, never UNKNOWN
+                    await _abort(context, method, request_id, exc)
 
             return wrapped
 
         def streaming(behavior: Callable[..., Any]) -> Callable[..., Any]:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
                 try:
-                    await self._enter(context, metadata, request_id, method)
-                    async for item in behavior(request, context):
-                        yield item
-                except RagmeshError as exc:
-                    log.info("request rejected", extra={"method": method, "error": str(exc)})
-                    await context.abort(_status(exc), str(exc))
+                    with admission():
+                        await self._enter(context, metadata, request_id, method)
+                        async for item in behavior(request, context):
+                            yield item
+                except Exception as exc:  # noqa: BLE001
+                    await _abort(context, method, request_id, exc)
 
             return wrapped
 
@@ -128,6 +146,8 @@ class ServiceApp(ABC):
     audience: Audience = "internal"
     #: None: calls are not authenticated (only test doubles that hold no data).
     key_store: LazyStore | None = None
+    #: Calls in flight; set by the ServiceHost (the gateway's HTTP bridge shares it).
+    admission: Admission | None = None
 
     @abstractmethod
     def register(self, server: grpc.aio.Server) -> None:
@@ -155,7 +175,9 @@ class ServiceHost:
         self.port = port
         self.grace = grace
         authenticator = Authenticator(settings, app.key_store, app.audience) if app.key_store is not None else None
-        self.server = grpc.aio.server(interceptors=[ContextInterceptor(authenticator)], options=_SERVER_OPTIONS)
+        app.admission = app.admission or Admission(app.service_name, settings.max_concurrent_calls)
+        self.server = grpc.aio.server(interceptors=[ContextInterceptor(authenticator, app.admission)],
+                                      options=_server_options(settings))
         self.health = health.aio.HealthServicer()
         self._stopped = asyncio.Event()
         self._retrying: asyncio.Task | None = None

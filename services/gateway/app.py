@@ -22,7 +22,7 @@ from services.gateway.api import create_app
 from services.gateway.api.auth import allowed_hosts
 from services.gateway.conversations import Conversations
 from services.gateway.history import History
-from services.gateway.limits import UsageLimiter
+from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
 from services.gateway.strategy import PipelineSettings, Planner
@@ -58,7 +58,8 @@ class GatewayApp(ServiceApp):
         self.embedder = EmbedderClient(s.address("embedder"), s.embed_timeout, auth)
         self.retriever = RetrieverClient(s.address("retriever"), s.search_timeout, s.ingest_timeout, auth)
         self.generator = GeneratorClient(s.address("generator"), s.generate_timeout, auth)
-        self.memory = Memory(self.store, self.retriever, self.generator, self.embedder, s.summary_after_turns)
+        self.memory = Memory(self.store, self.retriever, self.generator, self.embedder, s.summary_after_turns,
+                             s.memory_queue_max)
         planner = Planner(
             self.retriever, self.generator, self.embedder, ScopeCache(s.scope_cache_ttl_s, s.scope_cache_size),
             self.known_funds,
@@ -70,7 +71,8 @@ class GatewayApp(ServiceApp):
             ),
         )
         self.pipeline = AskPipeline(self.history, self.generator, planner, self.memory,
-                                    UsageLimiter(self.store, s.monthly_message_limit, s.monthly_token_limit))
+                                    UsageLimiter(self.store, s.monthly_message_limit, s.monthly_token_limit),
+                                    RateLimiter(s.rate_limit_per_minute))
         self.conversations = Conversations(self.history, self.memory, self.pipeline)
         gateway_pb2_grpc.add_GatewayServicer_to_server(
             GatewayServicer(self.pipeline, self.conversations, self.retriever, self.memory), server
@@ -109,7 +111,8 @@ class GatewayApp(ServiceApp):
             pipeline=self.pipeline, memory=self.memory, conversations=self.conversations,
             retriever=lambda: self.retriever, authenticator=Authenticator(s, self.store, "users"),
             allowed_hosts=self.allowed_hosts, health=self.upstream_health, funds=self.known_funds,
-            max_upload_bytes=s.ingest_max_bytes,
+            admission=self.admission, max_body_bytes=s.http_max_body_bytes, max_upload_bytes=s.upload_max_bytes,
+            max_file_bytes=s.ingest_max_bytes,
         )
         tls_files = {"ssl_certfile": s.tls_cert, "ssl_keyfile": s.tls_key} if s.tls_cert else {}
         config = uvicorn.Config(app, host=s.host, port=self.http_port, log_config=None, lifespan="off",

@@ -8,6 +8,7 @@ from ragmesh.store import ConversationInfo, MessageRecord, Store
 from ragmesh.types import Turn
 
 STOPPED_MARK = "*[Response stopped by user]*"
+FAILED_MARK = "*[Response failed: {code}]*"
 
 
 class History:
@@ -30,9 +31,12 @@ class History:
         self.store.ensure_conversation(tenant, user_id, conversation_id)
         return self.store.add_message(conversation_id, "user", question, {})
 
-    def save_answer(self, conversation_id: str, answer: str, meta: dict, stopped: bool = False) -> str:
-        if stopped:
-            answer = f"{answer}\n\n{STOPPED_MARK}" if answer else STOPPED_MARK
+    def save_answer(self, conversation_id: str, answer: str, meta: dict, stopped: bool = False,
+                    failed: str = "") -> str:
+        """Stores the answer; a partial one ends with what cut it short: the user, or a failure (its code)."""
+        mark = FAILED_MARK.format(code=failed) if failed else STOPPED_MARK if stopped else ""
+        if mark:
+            answer = f"{answer}\n\n{mark}" if answer else mark
         return self.store.add_message(conversation_id, "assistant", answer, meta)
 
     def messages(self, conversation_id: str) -> list[MessageRecord]:

@@ -1,7 +1,11 @@
-"""Per-user monthly message and token counters with configurable limits (004 usage tracking)."""
+"""Per-user limits: monthly message and token counters in the store (004 usage tracking), and a
+per-minute request rate counted in this gateway replica."""
 from __future__ import annotations
 
 import datetime as dt
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
 
 from ragmesh.errors import ResourceExhausted
 from ragmesh.store import Store
@@ -9,6 +13,43 @@ from ragmesh.store import Store
 
 def this_month() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m")
+
+
+def seconds_to_next_month() -> float:
+    now = dt.datetime.now(dt.timezone.utc)
+    first = (now.replace(day=1) + dt.timedelta(days=32)).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return (first - now).total_seconds()
+
+
+class RateLimiter:
+    """At most `per_minute` requests per user in any 60 s (a sliding window of their times). Users
+    are kept in LRU order and bounded, so a flood of new identities cannot grow it without limit."""
+
+    WINDOW_S = 60.0
+
+    def __init__(self, per_minute: int, max_users: int = 100_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute  # 0 = no limit
+        self.max_users = max_users
+        self.clock = clock
+        self._seen: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
+
+    def check(self, tenant: str, user_id: str) -> None:
+        """Counts one request, or raises ResourceExhausted (HTTP 429, RESOURCE_EXHAUSTED) with the wait."""
+        if not self.per_minute:
+            return
+        now, key = self.clock(), (tenant, user_id)
+        times = self._seen.pop(key, None) or deque()
+        while times and now - times[0] >= self.WINDOW_S:
+            times.popleft()
+        self._seen[key] = times
+        if len(self._seen) > self.max_users:
+            self._seen.popitem(last=False)
+        if len(times) >= self.per_minute:
+            wait = self.WINDOW_S - (now - times[0])
+            raise ResourceExhausted(f"rate limit: {self.per_minute} requests a minute per user; retry in "
+                                    f"{wait:.0f} s", wait)
+        times.append(now)
 
 
 class UsageLimiter:
@@ -26,10 +67,10 @@ class UsageLimiter:
         who = f"user {user_id or '(anonymous)'}"
         if self.max_messages and messages >= self.max_messages:
             raise ResourceExhausted(f"usage: {who} has sent {messages} of {self.max_messages} messages allowed "
-                                    f"in {month}; the limit resets next month")
+                                    f"in {month}; the limit resets next month", seconds_to_next_month())
         if self.max_tokens and tokens >= self.max_tokens:
             raise ResourceExhausted(f"usage: {who} has used {tokens} of {self.max_tokens} tokens allowed "
-                                    f"in {month}; the limit resets next month")
+                                    f"in {month}; the limit resets next month", seconds_to_next_month())
 
     def record(self, tenant: str, user_id: str, tokens: int) -> None:
         self.store.add_usage(tenant, user_id, this_month(), 1, tokens)

@@ -13,32 +13,47 @@ import numpy as np
 
 from ragmesh import convert
 from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient
-from ragmesh.errors import InvalidArgument, NotFound, RagmeshError
+from ragmesh.errors import InvalidArgument, NotFound, RagmeshError, ResourceExhausted, Unavailable
 from ragmesh.identity import Identity
 from ragmesh.store import CorrectionRecord, Store
 from ragmesh.text import strip_citations, tokenize
 from ragmesh.types import ContextBlock, Document, SearchFilter
 from ragmesh.v1 import retriever_pb2
 from services.gateway.history import History
+from services.gateway.request import MAX_NAME_CHARS, MAX_QUESTION_CHARS, check_text
 
 log = logging.getLogger(__name__)
 
 MEMORY_COLLECTION = "conversations"
 SHORTLIST = 12  # corrections embedded per question, after a shared-word shortlist
+CORRECTIONS_EMBED_TIMEOUT_S = 1.0  # before every answer: past this, shared words decide
+CORRECTION_LIMITS = {"correction": 4000, "question": MAX_QUESTION_CHARS, "wrong_answer": 20_000,
+                     "conversation_id": MAX_NAME_CHARS}
+REMEMBER_RETRIES = 4  # memory embedding: tries after the first, waiting 0.5, 1, 2, 4 s
 SUMMARY_QUESTION = "Summarize this conversation: the user's goals, the decisions made and the key facts and figures."
 
 
 class Memory:
     def __init__(self, store: Store, retriever: RetrieverClient, generator: GeneratorClient,
-                 embedder: EmbedderClient, summary_after_turns: int = 6) -> None:
+                 embedder: EmbedderClient, summary_after_turns: int = 6, queue_max: int = 1000,
+                 retry_base_s: float = 0.5) -> None:
         self.store = store
         self.retriever = retriever
         self.generator = generator
         self.embedder = embedder
         self.summary_after_turns = summary_after_turns
+        self.queue_max = queue_max
+        self.retry_base_s = retry_base_s
+        self.dropped = 0  # background work refused because the queue was full
         self._tasks: dict[asyncio.Task, str] = {}  # background work -> its conversation
 
     def _spawn(self, conversation_id: str, work: Coroutine) -> None:
+        if len(self._tasks) >= self.queue_max:  # bounded: under overload the answers come first
+            work.close()
+            self.dropped += 1
+            log.warning("memory work dropped: queue full", extra={"conversation_id": conversation_id,
+                                                                  "queue_max": self.queue_max})
+            return
         task = asyncio.create_task(work)  # copies the context: the work acts as the caller's identity
         self._tasks[task] = conversation_id
         task.add_done_callback(lambda t: self._tasks.pop(t, None))
@@ -73,12 +88,23 @@ class Memory:
                         metadata={"user_id": user_id, "conversation_id": conversation_id, "role": role},
                     ))
 
-        try:
-            async for progress in self.retriever.ingest(documents()):
-                if progress.error:
-                    log.warning("memory embedding failed", extra={"doc_id": progress.doc_id, "error": progress.error})
-        except RagmeshError as exc:
-            log.warning("memory embedding failed", extra={"conversation_id": conversation_id, "error": str(exc)})
+        for attempt in range(REMEMBER_RETRIES + 1):
+            failed = []
+            try:
+                async for progress in self.retriever.ingest(documents()):
+                    if progress.error:
+                        failed.append(progress.error)
+            except (Unavailable, ResourceExhausted) as exc:  # busy or restarting: worth another try
+                failed.append(str(exc))
+            except RagmeshError as exc:
+                log.warning("memory embedding failed", extra={"conversation_id": conversation_id, "error": str(exc)})
+                return
+            if not failed:
+                return
+            if attempt < REMEMBER_RETRIES:
+                await asyncio.sleep(self.retry_base_s * 2 ** attempt)
+        log.warning("memory embedding failed after retries",
+                    extra={"conversation_id": conversation_id, "errors": failed[:3], "tries": REMEMBER_RETRIES + 1})
 
     async def _summarize(self, conversation_id: str, model: str) -> None:
         previous = await asyncio.to_thread(self.store.conversation_summary, conversation_id)
@@ -103,6 +129,9 @@ class Memory:
         """Stores the caller's correction; with a message id, the question and the wrong answer come from
         the log. The conversation must be the caller's own: another's answers the same NotFound as an
         unknown id, and nothing of it is copied."""
+        for name, limit in CORRECTION_LIMITS.items():
+            check_text(name, getattr(record, name), limit)
+        check_text("message_id", message_id, MAX_NAME_CHARS)
         if not record.correction.strip():
             raise InvalidArgument("correction", "must say what the right answer is")
         record.tenant, record.user_id = who.tenant, who.user
@@ -135,7 +164,7 @@ class Memory:
         shortlist = [records[i] for i in np.argsort(-np.asarray(overlap), kind="stable")[:SHORTLIST]]
         try:
             vectors = await self.embedder.embed([question, *(f"{r.question} {r.correction}" for r in shortlist)],
-                                                "QUERY")
+                                                "QUERY", CORRECTIONS_EMBED_TIMEOUT_S)
         except RagmeshError:
             return shortlist[:k]
         best = np.argsort(-(vectors[1:] @ vectors[0]), kind="stable")[:k]

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragmesh.clients import GeneratorClient
-from ragmesh.errors import RagmeshError
+from ragmesh.errors import RagmeshError, Unavailable
 from ragmesh.identity import Identity, identity_var
+from ragmesh.logging import request_id_var
 from ragmesh.models import EXTRACTIVE
 from ragmesh.store import CorrectionRecord
 from ragmesh.text import citation_numbers
@@ -28,7 +29,7 @@ from ragmesh.types import Citation, GenEvent, Turn
 from services.gateway import context, router
 from services.gateway.answer_guard import AnswerGuard
 from services.gateway.history import History
-from services.gateway.limits import UsageLimiter
+from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory, corrections_text
 from services.gateway.request import AskInput
 from services.gateway.scope_cache import ScopeCache
@@ -65,12 +66,13 @@ class Stopped(Exception):
 
 class AskPipeline:
     def __init__(self, history: History, generator: GeneratorClient, planner: Planner, memory: Memory,
-                 limits: UsageLimiter) -> None:
+                 limits: UsageLimiter, rate: RateLimiter | None = None) -> None:
         self.history = history
         self.generator = generator
         self.planner = planner
         self.memory = memory
         self.limits = limits
+        self.rate = rate or RateLimiter(0)
         self._running: dict[str, asyncio.Event] = {}
 
     @property
@@ -88,9 +90,10 @@ class AskPipeline:
     async def prepare(self, ask: AskInput, caller: Identity) -> AskInput:
         """Settles who asks (the caller, or a user an admin names), validates, checks usage limits and
         that a named conversation is the asker's own, all before anything is written; fills defaults."""
+        ask.validate()
         who = caller.acting_for(ask.tenant, ask.user_id)
         ask.tenant, ask.user_id, ask.identity = who.tenant, who.user, who
-        ask.validate()
+        self.rate.check(who.tenant, who.user)
         await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
         if ask.conversation_id:  # another's, or unknown: the same NotFound
             await asyncio.to_thread(self.history.require, who, ask.conversation_id, owner_only=True)
@@ -117,6 +120,10 @@ class AskPipeline:
             turns = await asyncio.to_thread(self.history.turns, conv)
             strategy = await self.planner.plan(ask, turns)
             ctx = context.build(strategy.hits, self.settings.context_char_budget)
+            if strategy.retrieval != NO_RETRIEVAL and not ctx.blocks and strategy.unavailable:
+                # Nothing arrived in time: an error, not "no notes match", and nothing is stored.
+                raise Unavailable(f"retrieval: no answer in time from {', '.join(strategy.unavailable)}, so "
+                                  f"there is nothing to answer from; try again")
             strategy.context_chars = len(ctx.text)
             corrections = [] if strategy.route == router.DIRECT else \
                 await self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question)
@@ -129,6 +136,9 @@ class AskPipeline:
         except RagmeshError as exc:
             log.warning("ask failed", extra={"error": str(exc), "conversation_id": conv})
             yield Event("error", {"code": exc.code, "message": str(exc)})
+        except Exception:  # a fault of ours: the client gets a request id to quote, the log the details
+            log.exception("ask failed", extra={"conversation_id": conv})
+            yield Event("error", {"code": "INTERNAL", "message": f"internal error (request id {request_id_var.get()})"})
         finally:
             self._running.pop(conv, None)
 
@@ -139,7 +149,7 @@ class AskPipeline:
         web: list[Citation] = []
         web_queries: list[str] = []
         usage: dict[str, int] = {}
-        model, stopped, finished = s.model, False, False
+        model, stopped, finished, failure = s.model, False, False, ""
         yield Event("generating", True)
         try:
             canned = self._canned(ask, s, ctx)
@@ -152,7 +162,7 @@ class AskPipeline:
                 guard = AnswerGuard({b.index for b in ctx.blocks}, enforce=bool(ctx.blocks))
                 async with aclosing(_until(stream, stop)) as events:
                     try:
-                        async for ev in events:
+                        async for ev in events:  # a generator failure raises out, kept below as failed
                             if ev.kind == "content":
                                 parts.append(ev.text)
                                 if shown := guard.feed(ev.text):
@@ -177,6 +187,7 @@ class AskPipeline:
             citations = _citations(answer, ctx.blocks) + _web_citations(web, len(ctx.blocks))
             meta = {
                 "model": model, "route": s.route, "retrieval": s.retrieval, "usage": usage,
+                "unavailable": s.unavailable, "dense_skipped": s.dense_skipped,
                 "chunk_ids": [h.chunk.chunk_id for h in ctx.hits_used],
                 "sources": sorted({b.label for b in ctx.blocks}),
                 "chunk_map": {c.ref: c.chunk_id for c in citations if c.chunk_id},
@@ -191,11 +202,15 @@ class AskPipeline:
             yield Event("citations", Sources(citations, web_queries))
             yield Event("done", {"conversation_id": ask.conversation_id, "message_id": answer_id,
                                  "model": model, "stopped": stopped, "usage": usage})
+        except RagmeshError as exc:
+            failure = exc.code
+            raise
         finally:
             if not finished:
-                # Client gone or failure mid-answer: keep what was said, marked as stopped.
-                self.history.save_answer(ask.conversation_id, "".join(parts), {"model": model, "route": s.route},
-                                         stopped=True)
+                # Keep what was said: marked failed when generation failed, stopped when the client went.
+                meta = {"model": model, "route": s.route, **({"failed": failure} if failure else {})}
+                self.history.save_answer(ask.conversation_id, "".join(parts), meta, stopped=not failure,
+                                         failed=failure)
 
     def _canned(self, ask: AskInput, s: Strategy, ctx: context.Context) -> tuple[str, str] | None:
         """(model, answer) for answers made without the generator, or None."""

@@ -9,6 +9,33 @@ from ragmesh.models import KNOWN_MODELS
 from ragmesh.validation import check_date_range, check_top_k
 
 MAX_QUESTION_CHARS = 2000
+MAX_NAME_CHARS = 128  # tenant, user, conversation and model names
+MAX_FUNDS = 50
+MAX_FUND_CHARS = 200
+MAX_DOCUMENT_IDS = 20
+MAX_DOCUMENT_ID_CHARS = 512
+
+
+def check_text(field_name: str, value: str, max_chars: int) -> str:
+    """Strings a client sent: at most max_chars, and valid Unicode (a lone surrogate such as "\\ud800"
+    parses from JSON but cannot be stored, logged or sent on)."""
+    if len(value) > max_chars:
+        raise InvalidArgument(field_name, f"is {len(value):,} characters; the limit is {max_chars:,}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(field_name, f"is not valid Unicode (character {exc.start}: a lone surrogate)") from None
+    return value
+
+
+def check_list(field_name: str, values: list[str], max_items: int, max_chars: int) -> list[str]:
+    """Each value checked; repeats dropped (order kept); at most max_items distinct values."""
+    unique = list(dict.fromkeys(values))
+    if len(unique) > max_items:
+        raise InvalidArgument(field_name, f"has {len(unique):,} distinct values; the limit is {max_items}")
+    for i, v in enumerate(unique):
+        check_text(f"{field_name}[{i}]", v, max_chars)
+    return unique
 
 # Data source (what the web client shows) -> collection in the retriever.
 SOURCE_COLLECTIONS = {
@@ -38,12 +65,17 @@ class AskInput:
     identity: Identity | None = None  # who asks, settled by AskPipeline.prepare from the credential
 
     def validate(self) -> None:
+        """Every field bounded and checked, lists deduplicated, before anything is searched or written."""
+        check_text("question", self.question, MAX_QUESTION_CHARS)
         if not self.question.strip():
             raise InvalidArgument("question", "must not be empty")
-        if len(self.question) > MAX_QUESTION_CHARS:
-            raise InvalidArgument(
-                "question", f"is {len(self.question)} characters; the limit is {MAX_QUESTION_CHARS}"
-            )
+        for name in ("conversation_id", "model", "tenant", "user_id"):
+            check_text(name, getattr(self, name), MAX_NAME_CHARS)
+        self.data_sources = check_list("data_sources", self.data_sources, len(DATA_SOURCES), MAX_NAME_CHARS)
+        self.selected_funds = check_list("selected_funds", self.selected_funds, MAX_FUNDS, MAX_FUND_CHARS)
+        self.document_ids = check_list("document_ids", self.document_ids, MAX_DOCUMENT_IDS, MAX_DOCUMENT_ID_CHARS)
+        check_text("start_date", self.start_date, 10)
+        check_text("end_date", self.end_date, 10)
         check_date_range(self.start_date, self.end_date)
         if self.model and self.model not in KNOWN_MODELS:
             raise InvalidArgument("model", f"unknown model {self.model!r}; known: {', '.join(KNOWN_MODELS)}")
@@ -53,8 +85,6 @@ class AskInput:
                 "data_sources", f"unknown data source {unknown[0]!r}; known: {', '.join(DATA_SOURCES)}"
             )
         check_top_k(self.top_k)
-        if len(self.conversation_id) > 128:
-            raise InvalidArgument("conversation_id", "is longer than 128 characters")
 
     @property
     def sources(self) -> list[str]:

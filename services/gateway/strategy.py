@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 RAG_REUSE, RAG_NEW_QUERY, NO_RETRIEVAL = "RAG_REUSE", "RAG_NEW_QUERY", "NO_RAG"
 SEARCH_DEPTH = 15  # hits kept per search, so any route can reuse the cached scope
+# The question's embedding may take at most this share of the retrieval deadline; the searches get
+# the rest. A slow embedder then means keyword-only search (said so), never a search that never ran.
+EMBED_SHARE = 0.5
 
 
 @dataclass
@@ -106,7 +109,8 @@ class Planner:
         await self._read_question(ask, s)
         s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []))
         started = time.perf_counter()
-        vector = await self._embed_question(ask.question)
+        deadline = time.monotonic() + self.settings.retrieval_timeout_s
+        vector = await self._embed_question(ask.question, self.settings.retrieval_timeout_s * EMBED_SHARE)
         cached = self.cache.get(ask.tenant, ask.conversation_id)
         if cached is None:
             s.retrieval, why = RAG_NEW_QUERY, "no cached scope for this conversation"
@@ -121,7 +125,7 @@ class Planner:
                 s.retrieval, why = RAG_NEW_QUERY, f"same filters, different topic {note}"
         s.reason = f"{rt.reason}; {why}"
         if s.retrieval == RAG_NEW_QUERY:
-            await self._search(ask, rt, s, vector)
+            await self._search(ask, rt, s, vector, deadline)
             if not s.unavailable:
                 self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
                     s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count))
@@ -177,10 +181,11 @@ class Planner:
             s.filter = dataclasses.replace(s.filter, any_of={"fund_name": funds})
             s.detected_funds = funds
 
-    async def _embed_question(self, question: str) -> np.ndarray | None:
-        """The question's vector for the topic check and the dense search; None if the embedder is down."""
+    async def _embed_question(self, question: str, timeout: float) -> np.ndarray | None:
+        """The question's vector for the topic check and the dense search; None if the embedder is down
+        or too slow."""
         try:
-            return (await self.embedder.embed([question], "QUERY"))[0]
+            return (await self.embedder.embed([question], "QUERY", timeout))[0]
         except RagmeshError as exc:
             log.warning("embedder unavailable for the question", extra={"error": str(exc)})
             return None
@@ -215,7 +220,8 @@ class Planner:
             return SearchFilter(tenant=ask.tenant, equals={"user_id": ask.user_id})
         return s.filter
 
-    async def _search(self, ask: AskInput, rt: router.Route, s: Strategy, vector: np.ndarray | None) -> None:
+    async def _search(self, ask: AskInput, rt: router.Route, s: Strategy, vector: np.ndarray | None,
+                      deadline: float) -> None:
         """One search per collection side by side under the retrieval deadline; whatever arrives in time is used."""
         boosters = {"min_similarity": rt.min_similarity, "fallback_similarity": router.FALLBACK_SIMILARITY,
                     "expand_parents": True, "conversation_id": ask.conversation_id,
@@ -224,14 +230,15 @@ class Planner:
 
         async def one(collection: str) -> SearchResult:
             f = self._filter_for(collection, s, ask)
+            left = lambda: max(0.05, deadline - time.monotonic())  # noqa: E731
             if rt.question_numbers:  # 001 strategy 1: the numbered item itself first
                 exact = dataclasses.replace(f, any_of={**f.any_of, "question_number": list(rt.question_numbers)})
                 found = await self.retriever.search(ask.question, [collection], exact, max(rt.k, SEARCH_DEPTH),
-                                                    vector, self.settings.retrieval_timeout_s, variants, boosters)
+                                                    vector, left(), variants, boosters)
                 if found.hits:
                     return found
             return await self.retriever.search(ask.question, [collection], f, max(rt.k, SEARCH_DEPTH), vector,
-                                               self.settings.retrieval_timeout_s, variants, boosters)
+                                               left(), variants, boosters)
 
         results = await asyncio.gather(*(one(c) for c in s.collections), return_exceptions=True)
         hits: list[Hit] = []

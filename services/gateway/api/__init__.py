@@ -3,15 +3,19 @@ conversations, documents), the web page, health, and the rules every route share
 credential on every /api/* route, browser safety, and domain errors as HTTP status codes."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ragmesh.admission import Admission
 from ragmesh.clients import RetrieverClient
-from ragmesh.errors import RagmeshError
+from ragmesh.errors import RagmeshError, ResourceExhausted
+from ragmesh.logging import request_id_var
 from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import Authenticator
 from ragmesh.models import KNOWN_MODELS
@@ -19,6 +23,7 @@ from services.gateway.api.auth import BrowserGuard, caller_dependency
 from services.gateway.api.chat import chat_router
 from services.gateway.api.conversations import conversations_router
 from services.gateway.api.documents import documents_router
+from services.gateway.api.limits import RequestGuard
 from services.gateway.conversations import Conversations
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
@@ -28,9 +33,17 @@ WEB_DIR = Path(__file__).parent.parent / "web"
 
 
 def _error(exc: RagmeshError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else {}
+    if isinstance(exc, ResourceExhausted):
+        headers["Retry-After"] = str(max(1, round(exc.retry_after_s)))
     return JSONResponse({"error": {"code": exc.code, "message": str(exc)}}, status_code=exc.http_status,
                         headers=headers)
+
+
+def _internal() -> JSONResponse:
+    """A fault of ours: the request id to quote, the details in the log only."""
+    return JSONResponse({"error": {"code": "INTERNAL", "message": f"internal error (request id "
+                                                                   f"{request_id_var.get()})"}}, status_code=500)
 
 
 def create_app(
@@ -43,15 +56,38 @@ def create_app(
     allowed_hosts: frozenset[str] | None,
     health: Callable[[], Awaitable[dict[str, str]]],
     funds: Callable[[str], Awaitable[list[str]]],
+    admission: Admission,
+    max_body_bytes: int,
     max_upload_bytes: int,
+    max_file_bytes: int,
 ) -> FastAPI:
     app = FastAPI(title="ragmesh gateway", docs_url="/docs")
-    app.add_middleware(BrowserGuard, hosts=allowed_hosts)
+    app.add_middleware(BrowserGuard, hosts=allowed_hosts)  # runs after RequestGuard (added last = outermost)
+    app.add_middleware(RequestGuard, admission=admission, max_body=max_body_bytes, max_upload=max_upload_bytes)
     caller = caller_dependency(authenticator)
 
     @app.exception_handler(RagmeshError)
     async def _domain_error(request: Request, exc: RagmeshError) -> JSONResponse:
         return _error(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """Starlette's own refusals (an unparseable body, an unknown path or method) in our error shape."""
+        code = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND"}.get(exc.status_code,
+                                                                                       "INVALID_ARGUMENT")
+        where = "body" if exc.status_code == 400 else "path" if exc.status_code == 404 else "method"
+        return JSONResponse({"error": {"code": code, "message": f"{where}: {exc.detail}"}},
+                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
+        return JSONResponse({"error": {"code": "INVALID_ARGUMENT", "message": "body: nested too deeply"}},
+                            status_code=400)
+
+    @app.exception_handler(Exception)
+    async def _fault(request: Request, exc: Exception) -> JSONResponse:
+        logging.getLogger(__name__).error("internal error", exc_info=exc, extra={"path": request.url.path})
+        return _internal()
 
     @app.exception_handler(RequestValidationError)
     async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -82,5 +118,5 @@ def create_app(
 
     app.include_router(chat_router(pipeline, memory, conversations, caller))
     app.include_router(conversations_router(conversations, caller))
-    app.include_router(documents_router(retriever, max_upload_bytes, caller))
+    app.include_router(documents_router(retriever, max_file_bytes, caller))
     return app

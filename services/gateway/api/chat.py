@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
+from ragmesh.errors import http_status
 from ragmesh.identity import Identity
 from ragmesh.store import CorrectionRecord
 from services.gateway.conversations import Conversations
@@ -44,7 +45,7 @@ class AskBody(BaseModel):
 
 
 class StopBody(BaseModel):
-    conversation_id: str
+    conversation_id: str = Field(max_length=128)
 
 
 class CorrectionBody(BaseModel):
@@ -90,8 +91,7 @@ def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversati
                 elif "error" in data:
                     error = data["error"]
         if error:
-            status = 503 if error["code"] == "UNAVAILABLE" else 500
-            return JSONResponse({"error": error}, status_code=status)
+            return JSONResponse({"error": error}, status_code=http_status(error["code"]))
         return JSONResponse({
             "answer": "".join(answer), **sources, "conversation_id": ask.conversation_id,
             "meta": {"model": done.get("model", ask.model), "strategy": strategy,

@@ -1,0 +1,126 @@
+"""Limits in front of every /api route: a request id on every request and response, admission (the
+gateway's calls in flight, shared with its gRPC server, so overload is refused fast with 429 and
+Retry-After), and the size of a request body, counted as it arrives, so a 50 MB question is refused
+before it is parsed."""
+from __future__ import annotations
+
+import json
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ragmesh.admission import Admission
+from ragmesh.errors import ResourceExhausted
+from ragmesh.logging import request_id_var
+from ragmesh.serving import REQUEST_ID_HEADER
+
+UPLOAD_PATHS = ("/api/documents",)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def send_error(send: Send, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]]) -> None:
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestGuard:
+    """Pure ASGI middleware, so streamed answers pass through untouched and keep their slot until done."""
+
+    def __init__(self, app: ASGIApp, admission: Admission, max_body: int, max_upload: int) -> None:
+        self.app = app
+        self.admission = admission
+        self.max_body = max_body
+        self.max_upload = max_upload
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        request_id = (headers.get(REQUEST_ID_HEADER) or uuid.uuid4().hex[:16])[:64]
+        request_id_var.set(request_id)
+        echo = [(REQUEST_ID_HEADER.encode(), request_id.encode("latin-1", "replace"))]
+        if not scope["path"].startswith("/api/"):
+            await self.app(scope, receive, self._with_headers(send, echo))
+            return
+        limit = self.max_upload if scope["path"] in UPLOAD_PATHS else self.max_body
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            await send_error(send, 413, "INVALID_ARGUMENT", f"body: {int(declared):,} bytes; the limit is {limit:,}", echo)
+            return
+        try:
+            with self.admission.slot():
+                started = False
+
+                async def sending(message: Message) -> None:
+                    nonlocal started
+                    started = True
+                    await self._with_headers(send, echo)(message)
+
+                try:
+                    # JSON bodies are small: read whole (up to the limit) before the app parses them;
+                    # uploads stream through, counted.
+                    body = receive if scope["path"] in UPLOAD_PATHS else await self._buffered(receive, limit)
+                    await self.app(scope, self._counting(body, limit), sending)
+                except _TooLarge:
+                    if not started:
+                        await send_error(send, 413, "INVALID_ARGUMENT", f"body: over the limit of {limit:,} bytes",
+                                         echo)
+        except ResourceExhausted as exc:
+            retry = str(max(1, round(exc.retry_after_s))).encode()
+            await send_error(send, 429, exc.code, str(exc), [*echo, (b"retry-after", retry)])
+
+    @staticmethod
+    async def _buffered(receive: Receive, limit: int) -> Receive:
+        """The whole body read now (raising _TooLarge past the limit), replayed to the app."""
+        parts, seen, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return _replay([message], receive)
+            parts.append(message.get("body", b""))
+            seen += len(parts[-1])
+            if seen > limit:
+                raise _TooLarge
+            more = message.get("more_body", False)
+        return _replay([{"type": "http.request", "body": b"".join(parts), "more_body": False}], receive)
+
+    @staticmethod
+    def _counting(receive: Receive, limit: int) -> Receive:
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _TooLarge
+            return message
+
+        return counted
+
+    @staticmethod
+    def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        return sending
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """Gives back the messages already read, then defers to the real receive (a disconnect)."""
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        return pending.pop(0) if pending else await receive()
+
+    return replayed
