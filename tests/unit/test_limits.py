@@ -1,0 +1,65 @@
+"""Admission (calls in flight) and the per-user rate limit: refuse fast, say how long to wait."""
+from __future__ import annotations
+
+import pytest
+
+from ragmesh.admission import Admission
+from ragmesh.errors import ResourceExhausted
+from services.gateway.limits import RateLimiter
+from services.gateway.request import check_list, check_text
+
+
+def test_admission_refuses_past_the_limit_and_frees_slots_on_exit_even_after_errors() -> None:
+    gate = Admission("svc", 2, retry_after_s=3)
+    with gate.slot(), gate.slot():
+        with pytest.raises(ResourceExhausted) as info:
+            with gate.slot():
+                pass
+        assert info.value.retry_after_s == 3 and "2 calls in flight" in str(info.value)
+    with pytest.raises(ValueError):
+        with gate.slot():
+            raise ValueError("handler failed")
+    assert gate.in_flight == 0 and gate.refused == 1
+    unlimited = Admission("svc", 0)
+    with unlimited.slot(), unlimited.slot(), unlimited.slot():
+        assert unlimited.in_flight == 3
+
+
+def test_rate_limit_is_a_sliding_minute_per_user() -> None:
+    now = [1000.0]
+    limiter = RateLimiter(3, clock=lambda: now[0])
+    for _ in range(3):
+        limiter.check("t", "alice")
+    with pytest.raises(ResourceExhausted) as info:
+        limiter.check("t", "alice")
+    assert info.value.retry_after_s == pytest.approx(60.0)
+    limiter.check("t", "bob")  # another user is not held back
+    limiter.check("other-tenant", "alice")
+    now[0] += 30
+    with pytest.raises(ResourceExhausted) as info:
+        limiter.check("t", "alice")
+    assert info.value.retry_after_s == pytest.approx(30.0)
+    now[0] += 30.5
+    limiter.check("t", "alice")  # the first three left the window
+
+
+def test_rate_limit_forgets_the_least_recent_users_past_its_bound() -> None:
+    limiter = RateLimiter(1, max_users=100, clock=lambda: 0.0)
+    for i in range(1000):
+        limiter.check("t", f"user-{i}")
+    assert len(limiter._seen) == 100
+    with pytest.raises(ResourceExhausted):
+        limiter.check("t", "user-999")
+
+
+def test_text_and_list_checks_name_the_field() -> None:
+    assert check_text("q", "fine", 10) == "fine"
+    with pytest.raises(Exception, match="q: is 11 characters; the limit is 10"):
+        check_text("q", "x" * 11, 10)
+    with pytest.raises(Exception, match="q: is not valid Unicode"):
+        check_text("q", "a\udc80", 10)
+    assert check_list("funds", ["a", "b", "a", "a"], 2, 5) == ["a", "b"]
+    with pytest.raises(Exception, match="funds: has 3 distinct values; the limit is 2"):
+        check_list("funds", ["a", "b", "c"], 2, 5)
+    with pytest.raises(Exception, match=r"funds\[1\]"):
+        check_list("funds", ["a", "toolong"], 2, 5)
