@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 
 from ragmesh.errors import InvalidArgument
@@ -10,12 +11,17 @@ _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
+def shown(value: str, limit: int = 40) -> str:
+    """A value quoted for an error message, cut short: a megabyte of bad input is not echoed back."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value):,} characters)"
+
+
 def check_date(field: str, value: str) -> dt.date | None:
     """None for an empty value; a date for YYYY-MM-DD; InvalidArgument otherwise."""
     if not value:
         return None
     if not _DATE.match(value):
-        raise InvalidArgument(field, f"must be a date as YYYY-MM-DD, got {value!r}")
+        raise InvalidArgument(field, f"must be a date as YYYY-MM-DD, got {shown(value)}")
     try:
         return dt.date.fromisoformat(value)
     except ValueError:
@@ -37,4 +43,84 @@ def check_top_k(value: int | None, field: str = "top_k", limit: int = 200) -> No
 def check_name(field: str, value: str) -> None:
     """Collection names: letters, digits, '_', '-', '.', up to 64 characters."""
     if not _NAME.match(value):
-        raise InvalidArgument(field, f"must be 1-64 letters, digits, '_', '-' or '.', got {value!r}")
+        raise InvalidArgument(field, f"must be 1-64 letters, digits, '_', '-' or '.', got {shown(value)}")
+
+
+# Bounds on what a caller may send the retriever (issue 11): every string, list and number is
+# checked before anything runs, so a bad input is an InvalidArgument naming the field.
+MAX_QUERY_CHARS = 4_000          # a search's query, and each of its variants
+MAX_VARIANTS = 8                 # distinct query variants per search
+MAX_COLLECTIONS = 32             # distinct collection names per search / field-values call
+MAX_FILTER_FIELDS = 64           # fields named by a filter's `in` and `equals` together
+MAX_FILTER_VALUES = 1_000        # values of one `in` field
+MAX_FILTER_VALUE_CHARS = 1_000   # each filter value
+MAX_FIELD_CHARS = 256            # a metadata key or a filter's field name
+MAX_METADATA_KEYS = 64           # metadata a client sends with a document
+MAX_CHUNK_METADATA_KEYS = 160    # a chunk's: the client's 64, a JSON record's 64, the pipeline's own
+MAX_METADATA_VALUE_CHARS = 4_000
+MAX_ID_CHARS = 512               # doc_id, conversation_id
+MAX_CHUNK_ID_CHARS = 1_024       # chunk_id, parent_chunk_id ("tenant/collection/doc_id#n")
+MAX_TITLE_CHARS = 1_000
+MAX_FILENAME_CHARS = 255
+MAX_MIME_TYPE_CHARS = 255
+MAX_DOC_IDS = 1_000              # doc_ids of one Delete
+RESERVED_PREFIX = "__"           # the retriever's own filter columns (__tenant__, __date__)
+
+
+def check_text(field: str, value: str, max_chars: int, required: bool = False) -> str:
+    """A string a client sent: at most max_chars, valid Unicode (a lone surrogate cannot be stored
+    or sent on), and not blank when required."""
+    if len(value) > max_chars:
+        raise InvalidArgument(field, f"is {len(value):,} characters; the limit is {max_chars:,}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(field, f"is not valid Unicode (character {exc.start}: a lone surrogate)") from None
+    if required and not value.strip():
+        raise InvalidArgument(field, "must not be empty")
+    return value
+
+
+def check_list(field: str, values: list[str], max_items: int, max_chars: int) -> list[str]:
+    """Each value checked; repeats dropped (order kept); at most max_items distinct values."""
+    unique = list(dict.fromkeys(values))
+    if len(unique) > max_items:
+        raise InvalidArgument(field, f"has {len(unique):,} distinct values; the limit is {max_items:,}")
+    for i, v in enumerate(unique):
+        check_text(f"{field}[{i}]", v, max_chars)
+    return unique
+
+
+def check_names(field: str, names: list[str], max_items: int = MAX_COLLECTIONS) -> list[str]:
+    """Collection names: each checked with check_name, repeats dropped, at most max_items."""
+    unique = list(dict.fromkeys(names))
+    if len(unique) > max_items:
+        raise InvalidArgument(field, f"has {len(unique):,} distinct names; the limit is {max_items:,}")
+    for i, name in enumerate(unique):
+        check_name(f"{field}[{i}]", name)
+    return unique
+
+
+def check_number(field: str, value: float | int | None, low: float, high: float) -> None:
+    """A finite number in [low, high] (None: not given)."""
+    if value is None:
+        return
+    if not math.isfinite(value) or not low <= value <= high:
+        raise InvalidArgument(field, f"must be a number from {low:g} to {high:g}, got {value!r}")
+
+
+def check_field_name(field: str, value: str) -> str:
+    """A metadata key or a filter's field name: 1 to MAX_FIELD_CHARS characters."""
+    return check_text(field, value, MAX_FIELD_CHARS, required=True)
+
+
+def check_metadata(field: str, metadata: dict[str, str], max_keys: int = MAX_METADATA_KEYS) -> None:
+    """Metadata to be stored: at most max_keys keys of 1-256 characters (not starting with "__",
+    which names the retriever's own columns), values of at most 4,000 characters."""
+    if len(metadata) > max_keys:
+        raise InvalidArgument(field, f"has {len(metadata):,} keys; the limit is {max_keys:,}")
+    for key, value in metadata.items():
+        check_field_name(f"{field} key {shown(key)}", key)
+        if key.startswith(RESERVED_PREFIX):
+            raise InvalidArgument(f"{field}[{key!r}]", f"keys starting with {RESERVED_PREFIX!r} are reserved")
+        check_text(f"{field}[{key!r}]", value, MAX_METADATA_VALUE_CHARS)

@@ -1,4 +1,4 @@
-"""Wires the embedder: backend from settings, servicer, warm-up."""
+"""Wires the embedder: backend from settings, micro-batcher, servicer, warm-up."""
 from __future__ import annotations
 
 import asyncio
@@ -10,6 +10,7 @@ from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import embedder_pb2_grpc
 from services.embedder import backends
+from services.embedder.batcher import MicroBatcher
 from services.embedder.servicer import EmbedderServicer
 
 
@@ -18,13 +19,16 @@ class EmbedderApp(ServiceApp):
 
     def __init__(self, settings: Settings) -> None:
         self.backend = backends.create(settings)
+        self.batcher = MicroBatcher(self.backend, settings.embed_batch_window_ms, settings.embed_max_batch,
+                                    settings.embed_max_queue)
         self.key_store = LazyStore(settings)  # operators' keys; opened on the first one
 
     def register(self, server: grpc.aio.Server) -> None:
-        embedder_pb2_grpc.add_EmbedderServicer_to_server(EmbedderServicer(self.backend), server)
+        embedder_pb2_grpc.add_EmbedderServicer_to_server(EmbedderServicer(self.backend, self.batcher), server)
 
     async def warm_up(self) -> None:
         await asyncio.to_thread(self.backend.warm_up)
 
     async def close(self) -> None:
+        await self.batcher.close()
         self.key_store.close()

@@ -114,6 +114,7 @@ class GatewayApp(ServiceApp):
             admission=self.admission, max_body_bytes=s.http_max_body_bytes, max_upload_bytes=s.upload_max_bytes,
             max_file_bytes=s.ingest_max_bytes,
         )
+        self.http_app = app  # the FastAPI app (tests read its routes)
         tls_files = {"ssl_certfile": s.tls_cert, "ssl_keyfile": s.tls_key} if s.tls_cert else {}
         config = uvicorn.Config(app, host=s.host, port=self.http_port, log_config=None, lifespan="off",
                                 access_log=False, **tls_files)

@@ -44,7 +44,12 @@ class Columns:
         self.capacity = capacity
 
     def set(self, slot: int, chunk: Chunk) -> None:
-        values = {TENANT: chunk.tenant, **({DATE: chunk.date} if chunk.date else {}), **chunk.metadata}
+        # The chunk's own tenant and date come last: a metadata key named like them (from a store
+        # written before such keys were refused) must not move a chunk into another tenant's view.
+        values = {k: v for k, v in chunk.metadata.items() if k not in (TENANT, DATE)}
+        values[TENANT] = chunk.tenant
+        if chunk.date:
+            values[DATE] = chunk.date
         for field, value in values.items():
             column = self._column(field)
             column[slot] = self._code(field, str(value))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ragmesh.errors import InvalidArgument
 from ragmesh.types import Chunk, Hit
-from ragmesh.validation import check_date
+from ragmesh.validation import MAX_ID_CHARS, check_date, check_number, check_text, shown
 from services.retriever.index import Retrieved
 
 RRF, LINEAR = "RRF", "LINEAR"
@@ -22,6 +22,13 @@ TIME_WINDOWS = {"24h": 1, "48h": 2, "1w": 7, "all": 0, "": 0}
 LINEAR_DEFAULTS = (0.6, 0.25, 0.15)  # vector, keyword, recency (002)
 DEFAULT_HALF_LIFE_DAYS = 30.0
 TIE = 1e-4  # scores closer than this are a tie for the authoritative preference
+# What each number of the boosters may be (finite, within these bounds).
+BOOSTER_RANGES = {
+    "half_life_days": (0.0, 36_500.0), "decay_floor": (0.0, 1.0), "recent_boost": (0.0, 10.0),
+    "recent_days": (0, 36_500), "same_conversation_boost": (0.0, 10.0), "tag_boost": (0.0, 10.0),
+    "min_similarity": (-1.0, 1.0), "fallback_similarity": (-1.0, 1.0),
+}
+MIN_NOW = dt.date(1000, 1, 1)  # a reference date far enough from date.min for the window arithmetic
 
 
 @dataclass
@@ -42,12 +49,14 @@ class Boosters:
 
     def validate(self) -> None:
         if self.time_window not in TIME_WINDOWS:
-            raise InvalidArgument("boosters.time_window", f"must be one of 24h, 48h, 1w, all; got {self.time_window!r}")
-        check_date("boosters.now", self.now)
-        for name in ("half_life_days", "decay_floor", "recent_boost", "recent_days", "same_conversation_boost",
-                     "tag_boost", "min_similarity", "fallback_similarity"):
-            if getattr(self, name) < 0:
-                raise InvalidArgument(f"boosters.{name}", f"must not be negative, got {getattr(self, name)}")
+            raise InvalidArgument("boosters.time_window",
+                                  f"must be one of 24h, 48h, 1w, all; got {shown(self.time_window)}")
+        now = check_date("boosters.now", self.now)
+        if now is not None and not MIN_NOW <= now:
+            raise InvalidArgument("boosters.now", f"must be {MIN_NOW.isoformat()} or later, got {self.now!r}")
+        check_text("boosters.conversation_id", self.conversation_id, MAX_ID_CHARS)
+        for name, (low, high) in BOOSTER_RANGES.items():
+            check_number(f"boosters.{name}", getattr(self, name), low, high)
 
     @property
     def today(self) -> dt.date:

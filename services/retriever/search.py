@@ -14,7 +14,9 @@ import numpy as np
 
 from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.types import Hit, SearchFilter
-from ragmesh.validation import check_top_k
+from ragmesh.validation import (
+    MAX_QUERY_CHARS, MAX_VARIANTS, check_list, check_names, check_number, check_text, check_top_k, shown,
+)
 from services.retriever import filters
 from services.retriever import fusion as ranking
 from services.retriever.index import IndexRegistry
@@ -23,7 +25,8 @@ from services.retriever.fusion import LINEAR, LINEAR_DEFAULTS, RRF, Boosters, Ca
 log = logging.getLogger(__name__)
 
 EmbedFn = Callable[[list[str], str], Awaitable[np.ndarray]]
-MAX_VARIANTS = 4
+MAX_WEIGHT = 100.0  # dense, sparse and recency weights: relative, 0..100
+MAX_RRF_K = 10_000
 
 
 @dataclass
@@ -41,18 +44,27 @@ class SearchQuery:
     fusion: str = RRF
     boosters: Boosters = field(default_factory=Boosters)
 
-    def validate(self) -> None:
+    def validate(self, dimensions: int) -> None:
+        """Every field within its bounds (the limits live in ragmesh.validation); repeated
+        collections and variants are dropped. `dimensions`: what a query_vector must have."""
+        check_text("query", self.query, MAX_QUERY_CHARS)
         if not self.query.strip() and self.vector is None:
             raise InvalidArgument("query", "must not be empty")
         check_top_k(self.top_k)
+        if self.fusion not in (RRF, LINEAR):
+            raise InvalidArgument("fusion", f"must be RRF or LINEAR, got {shown(str(self.fusion))}")
         for name in ("dense_weight", "sparse_weight", "recency_weight"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise InvalidArgument(name, f"must not be negative, got {value}")
-        if self.rrf_k < 1:
-            raise InvalidArgument("rrf_k", f"must be at least 1, got {self.rrf_k}")
-        if len(self.variants) > MAX_VARIANTS:
-            raise InvalidArgument("variants", f"at most {MAX_VARIANTS}, got {len(self.variants)}")
+            check_number(name, getattr(self, name), 0.0, MAX_WEIGHT)
+        check_number("rrf_k", self.rrf_k, 1, MAX_RRF_K)
+        self.collections = check_names("collections", self.collections)
+        variants = [v for v in self.variants if v.strip() and v != self.query]  # blank or the query: no extra list
+        self.variants = check_list("variants", variants, MAX_VARIANTS, MAX_QUERY_CHARS)
+        if self.vector is not None:
+            if self.vector.ndim != 1 or len(self.vector) != dimensions:
+                raise InvalidArgument("query_vector",
+                                      f"has {self.vector.size:,} dimensions; the index has {dimensions}")
+            if not np.isfinite(self.vector).all():
+                raise InvalidArgument("query_vector", "must hold finite numbers (no NaN or infinity)")
         filters.validate(self.filter)
         self.boosters.validate()
 
@@ -81,7 +93,7 @@ class SearchEngine:
         self.searches = 0
 
     async def search(self, q: SearchQuery) -> SearchOutcome:
-        q.validate()
+        q.validate(self.registry.dimensions)
         weights = q.weights()
         self.searches += 1
         started = time.perf_counter()

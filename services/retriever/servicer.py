@@ -10,8 +10,9 @@ import numpy as np
 import dataclasses
 
 from ragmesh import convert, identity
-from ragmesh.errors import NotFound
+from ragmesh.errors import InvalidArgument, NotFound
 from ragmesh.store import CollectionStats, Store
+from ragmesh.validation import MAX_ID_CHARS, check_field_name, check_name, check_names, check_text, shown
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
 from services.retriever.fusion import Boosters
 from services.retriever.index import field_values
@@ -41,6 +42,8 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
 
     async def Search(self, request: retriever_pb2.SearchRequest, context: grpc.aio.ServicerContext):
         b = request.boosters
+        if request.fusion not in retriever_pb2.Fusion.values():  # an open enum keeps unknown numbers
+            raise InvalidArgument("fusion", f"must be FUSION_RRF (0) or FUSION_LINEAR (1), got {request.fusion}")
         query = SearchQuery(
             query=request.query,
             collections=list(request.collections),
@@ -108,9 +111,11 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         return retriever_pb2.DeleteResponse(documents=docs, chunks=chunks)
 
     async def GetDocument(self, request: retriever_pb2.GetDocumentRequest, context: grpc.aio.ServicerContext):
+        check_name("collection", request.collection)
+        check_text("doc_id", request.doc_id, MAX_ID_CHARS, required=True)
         record = await asyncio.to_thread(self.store.get_document, _tenant(), request.collection, request.doc_id)
         if record is None:
-            raise NotFound(f"document {request.doc_id!r} not found in collection {request.collection!r}")
+            raise NotFound(f"document {shown(request.doc_id, 200)} not found in collection {request.collection!r}")
         return convert.document_info_to_proto(record)
 
     def _collections(self, all_configured: bool = False) -> list[retriever_pb2.CollectionInfo]:
@@ -140,7 +145,9 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         )
 
     async def FieldValues(self, request: retriever_pb2.FieldValuesRequest, context: grpc.aio.ServicerContext):
-        values = field_values(self.engine.registry, request.field, list(request.collections), _tenant())
+        check_field_name("field", request.field)
+        collections = check_names("collections", list(request.collections))
+        values = field_values(self.engine.registry, request.field, collections, _tenant())
         return retriever_pb2.FieldValuesResponse(values=values)
 
     async def ConfigureCollection(self, request: retriever_pb2.ConfigureCollectionRequest, context):

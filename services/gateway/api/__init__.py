@@ -1,6 +1,7 @@
 """The REST/SSE bridge for web clients, in the gateway process: one router per resource (chat,
-conversations, documents), the web page, health, and the rules every route shares: a bearer
-credential on every /api/* route, browser safety, and domain errors as HTTP status codes."""
+conversations, documents), the web page, health, the OpenAPI document (openapi.py, at /openapi.json
+and /docs), and the rules every route shares: a bearer credential on every /api/* route, browser
+safety, and domain errors as HTTP status codes."""
 from __future__ import annotations
 
 import logging
@@ -11,6 +12,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from ragmesh.admission import Admission
 from ragmesh.clients import RetrieverClient
@@ -19,17 +21,20 @@ from ragmesh.logging import request_id_var
 from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import Authenticator
 from ragmesh.models import KNOWN_MODELS
+from ragmesh.serving import REQUEST_ID_HEADER
 from services.gateway.api.auth import BrowserGuard, caller_dependency
 from services.gateway.api.chat import chat_router
 from services.gateway.api.conversations import conversations_router
 from services.gateway.api.documents import documents_router
 from services.gateway.api.limits import RequestGuard
+from services.gateway.api.openapi import install as install_openapi
 from services.gateway.conversations import Conversations
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
 from services.gateway.request import DATA_SOURCES
 
 WEB_DIR = Path(__file__).parent.parent / "web"
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
 def _error(exc: RagmeshError) -> JSONResponse:
@@ -41,9 +46,11 @@ def _error(exc: RagmeshError) -> JSONResponse:
 
 
 def _internal() -> JSONResponse:
-    """A fault of ours: the request id to quote, the details in the log only."""
-    return JSONResponse({"error": {"code": "INTERNAL", "message": f"internal error (request id "
-                                                                   f"{request_id_var.get()})"}}, status_code=500)
+    """A fault of ours: the request id to quote, the details in the log only. (Answered outside the
+    middleware that adds the request id header to every other response, so it adds its own.)"""
+    request_id = request_id_var.get()
+    return JSONResponse({"error": {"code": "INTERNAL", "message": f"internal error (request id {request_id})"}},
+                        status_code=500, headers={REQUEST_ID_HEADER: request_id})
 
 
 def create_app(
@@ -62,7 +69,7 @@ def create_app(
     max_file_bytes: int,
 ) -> FastAPI:
     app = FastAPI(title="ragmesh gateway", docs_url="/docs")
-    app.add_middleware(BrowserGuard, hosts=allowed_hosts)  # runs after RequestGuard (added last = outermost)
+    app.add_middleware(BrowserGuard, hosts=allowed_hosts, router=app.router)  # after RequestGuard (outermost)
     app.add_middleware(RequestGuard, admission=admission, max_body=max_body_bytes, max_upload=max_upload_bytes)
     caller = caller_dependency(authenticator)
 
@@ -76,8 +83,12 @@ def create_app(
         code = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND"}.get(exc.status_code,
                                                                                        "INVALID_ARGUMENT")
         where = "body" if exc.status_code == 400 else "path" if exc.status_code == 404 else "method"
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # every method served at the path, not just the first route's
+            headers = {"Allow": ", ".join(m for m in METHODS if any(
+                r.matches({**request.scope, "method": m})[0] is Match.FULL for r in app.router.routes))}
         return JSONResponse({"error": {"code": code, "message": f"{where}: {exc.detail}"}},
-                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+                            status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RecursionError)
     async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
@@ -99,7 +110,7 @@ def create_app(
             status_code=400,
         )
 
-    @app.get("/", include_in_schema=False)
+    @app.get("/")
     async def index() -> FileResponse:
         return FileResponse(WEB_DIR / "index.html")
 
@@ -119,4 +130,6 @@ def create_app(
     app.include_router(chat_router(pipeline, memory, conversations, caller))
     app.include_router(conversations_router(conversations, caller))
     app.include_router(documents_router(retriever, max_file_bytes, caller))
+    install_openapi(app, max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
+                    max_file_bytes=max_file_bytes)
     return app

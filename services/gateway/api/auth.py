@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from fastapi import Request
+from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragmesh.config import Settings
@@ -53,11 +54,14 @@ def _hostname(netloc: str) -> str:
 
 
 class BrowserGuard:
-    """Pure ASGI middleware (streams pass through untouched)."""
+    """Pure ASGI middleware (streams pass through untouched). With the app's router it holds back
+    only requests a route would serve: a method no route has at a path gets the router's 405 (with
+    `Allow`), an unknown path its 404, neither of which changes anything."""
 
-    def __init__(self, app: ASGIApp, hosts: frozenset[str] | None) -> None:
+    def __init__(self, app: ASGIApp, hosts: frozenset[str] | None, router: Router | None = None) -> None:
         self.app = app
         self.hosts = hosts
+        self.router = router
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
@@ -77,7 +81,7 @@ class BrowserGuard:
         host = headers.get("host", "")
         if self.hosts is not None and _hostname(host) not in self.hosts:
             return 400, "INVALID_ARGUMENT", f"host: {host!r} is not served here (ALLOWED_HOSTS)"
-        if scope["method"] not in _WRITES:
+        if scope["method"] not in _WRITES or not self._served(scope):
             return None
         origin = headers.get("origin")
         if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
@@ -86,3 +90,6 @@ class BrowserGuard:
         if scope["method"] != "DELETE" and kind not in _BODIES:
             return 415, "INVALID_ARGUMENT", "content-type: send application/json (or multipart/form-data for files)"
         return None
+
+    def _served(self, scope: Scope) -> bool:
+        return self.router is None or any(r.matches(scope)[0] is Match.FULL for r in self.router.routes)

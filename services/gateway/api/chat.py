@@ -5,10 +5,11 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
+from typing import Annotated
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ragmesh.errors import http_status
 from ragmesh.identity import Identity
@@ -17,23 +18,37 @@ from services.gateway.conversations import Conversations
 from services.gateway.events import event_json
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
-from services.gateway.request import AskInput
+from services.gateway.request import MAX_DOCUMENT_IDS, MAX_FUNDS, MAX_NAME_CHARS, AskInput
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+def _whole(value: object) -> object:
+    """50.0 is the integer 50 in JSON; 50.5, "50" and true are not."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Integer = Annotated[int, BeforeValidator(_whole)]
+
+
+# The fields are checked by AskInput.validate (400 naming the field); strict types (no "5" for 5) and
+# the list lengths are checked here, so that the OpenAPI document says exactly what is accepted: a list
+# longer than its limit is refused even when repeats would be dropped (data_sources, each one of five
+# values, has no length limit). services/gateway/api/openapi.py documents the rest of the limits.
 class AskBody(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     question: str = ""
     data_sources: list[str] = Field(default_factory=list)
     start_date: str | None = ""
     end_date: str | None = ""
-    selected_funds: list[str] = Field(default_factory=list)
+    selected_funds: list[str] = Field(default_factory=list, max_length=MAX_FUNDS)
     conversation_id: str | None = ""
     model: str | None = ""
     tenant: str = ""  # ignored unless it is the credential's own
     user_id: str = ""  # another user of the tenant: admin keys only
-    top_k: int | None = None
-    document_ids: list[str] = Field(default_factory=list)
+    top_k: Integer | None = None
+    document_ids: list[str] = Field(default_factory=list, max_length=MAX_DOCUMENT_IDS)
 
     def to_input(self) -> AskInput:
         return AskInput(
@@ -45,13 +60,17 @@ class AskBody(BaseModel):
 
 
 class StopBody(BaseModel):
-    conversation_id: str = Field(max_length=128)
+    model_config = ConfigDict(strict=True)
+
+    conversation_id: str = Field(max_length=MAX_NAME_CHARS)
 
 
-class CorrectionBody(BaseModel):
+class CorrectionBody(BaseModel):  # the texts are checked by Memory.record_correction (CORRECTION_LIMITS)
+    model_config = ConfigDict(strict=True)
+
     correction: str
-    tenant: str = ""
-    user_id: str = ""
+    tenant: str = Field("", max_length=MAX_NAME_CHARS)
+    user_id: str = Field("", max_length=MAX_NAME_CHARS)
     conversation_id: str = ""
     message_id: str = ""
     question: str = ""
@@ -91,7 +110,9 @@ def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversati
                 elif "error" in data:
                     error = data["error"]
         if error:
-            return JSONResponse({"error": error}, status_code=http_status(error["code"]))
+            status = http_status(error["code"])  # a 429 from the stream (a provider's quota) waits the default 1 s
+            return JSONResponse({"error": error}, status_code=status,
+                                headers={"Retry-After": "1"} if status == 429 else None)
         return JSONResponse({
             "answer": "".join(answer), **sources, "conversation_id": ask.conversation_id,
             "meta": {"model": done.get("model", ask.model), "strategy": strategy,

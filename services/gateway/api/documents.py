@@ -51,12 +51,24 @@ def _template(collection: str, tenant: str, metadata: dict, summarize: object) -
     check_name("collection", collection)
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise InvalidArgument("metadata", "must be an object of string values")
-    doc = retriever_pb2.Document(collection=collection, tenant=tenant, metadata=metadata)
+    try:
+        doc = retriever_pb2.Document(collection=collection, tenant=tenant, metadata=metadata)
+    except UnicodeEncodeError:
+        raise InvalidArgument("tenant" if not _encodes(tenant) else "metadata",
+                              "is not valid Unicode (a lone surrogate)") from None
     if summarize is not None:
         if not isinstance(summarize, bool):
             raise InvalidArgument("summarize", f"must be true or false, got {summarize!r}")
         doc.summarize = summarize
     return doc
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 async def _from_form(request: Request, max_bytes: int) -> _Batch:
@@ -70,7 +82,9 @@ async def _from_form(request: Request, max_bytes: int) -> _Batch:
     try:
         metadata = json.loads(str(form.get("metadata") or "{}"))
     except json.JSONDecodeError:
-        raise InvalidArgument("metadata", "must be a JSON object") from None
+        metadata = None
+    if not isinstance(metadata, dict):
+        raise InvalidArgument("metadata", "must be a JSON object")
     for pair in form.getlist("meta"):
         key, sep, value = str(pair).partition("=")
         if not sep or not key.strip():
@@ -85,11 +99,29 @@ async def _from_form(request: Request, max_bytes: int) -> _Batch:
     for upload in files:
         name = upload.filename or "upload"
         if upload.size is not None and upload.size > max_bytes:
-            batch.refused.append({"doc_id": name, "filename": name, "collection": batch.collection, "stage": "FAILED",
-                                  "error": f"{name}: is {upload.size:,} bytes, over the limit of {max_bytes:,} bytes"})
+            batch.refused.append({"doc_id": name, "collection": batch.collection, "filename": name, "stage": "FAILED",
+                                  "chunks": 0, "error": f"{name}: is {upload.size:,} bytes, over the limit of {max_bytes:,} bytes"})
         else:
             batch.documents.append(upload)
     return batch
+
+
+def _text(where: str, value: object) -> str:
+    """An optional string field of a JSON body: absent or null is ""; anything but a string is refused."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidArgument(where, f"must be a string, got {type(value).__name__}")
+    return value
+
+
+def _object(where: str, value: object) -> dict:
+    """An optional object field of a JSON body: absent or null is {}."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgument(where, f"must be an object, got {type(value).__name__}")
+    return value
 
 
 async def _from_json(request: Request) -> _Batch:
@@ -102,24 +134,27 @@ async def _from_json(request: Request) -> _Batch:
     items = body.get("documents")
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
         raise InvalidArgument("documents", "must be a non-empty list of objects")
-    batch = _Batch(str(body.get("collection") or ""))
-    batch.template = _template(batch.collection, str(body.get("tenant") or ""), body.get("metadata") or {},
-                               body.get("summarize"))
+    batch = _Batch(_text("collection", body.get("collection")))
+    batch.template = _template(batch.collection, _text("tenant", body.get("tenant")),
+                               _object("metadata", body.get("metadata")), body.get("summarize"))
     for number, item in enumerate(items, 1):
+        where = f"documents[{number - 1}]"
         doc = retriever_pb2.Document()
         doc.CopyFrom(batch.template)
-        if "text" in item:
-            if not isinstance(item["text"], str) or not str(item.get("doc_id") or ""):
-                raise InvalidArgument(f"documents[{number - 1}]", "a text document needs a string `text` and a `doc_id`")
-            extra = item.get("metadata") or {}
-            if not isinstance(extra, dict):
-                raise InvalidArgument(f"documents[{number - 1}].metadata", "must be an object")
-            doc.doc_id, doc.text = str(item["doc_id"]), item["text"]
-            doc.title, doc.date = str(item.get("title") or ""), str(item.get("date") or "")
-            doc.metadata.update({k: str(v) for k, v in extra.items()})
-        else:  # a record: the retriever's JSON parser maps its fields and finds its id
-            doc.filename = f"record-{number}.json"
-            doc.content = json.dumps(item, ensure_ascii=False).encode()
+        try:  # a lone surrogate ("\ud800" in the JSON) cannot be encoded for the retriever
+            if "text" in item:
+                doc_id = item.get("doc_id")
+                if not isinstance(item["text"], str) or not isinstance(doc_id, str) or not doc_id:
+                    raise InvalidArgument(where, "a text document needs a string `text` and a `doc_id`")
+                extra = _object(f"{where}.metadata", item.get("metadata"))
+                doc.doc_id, doc.text = doc_id, item["text"]
+                doc.title, doc.date = _text(f"{where}.title", item.get("title")), _text(f"{where}.date", item.get("date"))
+                doc.metadata.update({k: str(v) for k, v in extra.items()})
+            else:  # a record: the retriever's JSON parser maps its fields and finds its id
+                doc.filename = f"record-{number}.json"
+                doc.content = json.dumps(item, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise InvalidArgument(where, "is not valid Unicode (a lone surrogate)") from None
         batch.documents.append(doc)
     return batch
 

@@ -7,11 +7,14 @@ comes last), and the rest of the stream goes on."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import hashlib
 import json
 import logging
+import os
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,12 +22,15 @@ import numpy as np
 from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.store import Store
 from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, SectionOutline, StoredChunk
-from ragmesh.validation import check_date, check_name
+from ragmesh.validation import (
+    MAX_DOC_IDS, MAX_FILENAME_CHARS, MAX_ID_CHARS, MAX_MIME_TYPE_CHARS, MAX_TITLE_CHARS, RESERVED_PREFIX, check_date,
+    check_list, check_metadata, check_name, check_text,
+)
 from services.retriever import filters
 from services.retriever.index import IndexRegistry
 from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.embedding import BatchEmbedder
-from services.retriever.ingest.parsed import BadRecord, Parsed
+from services.retriever.ingest.parsed import BadRecord, Parsed, UnreadableFile
 from services.retriever.ingest.parsers import parse
 from services.retriever.ingest.sanitize import is_redacted
 from services.retriever.ingest.strategies import Chunked, Sizes, chunk_document
@@ -70,10 +76,30 @@ def chunk_id(tenant: str, collection: str, doc_id: str, index: int) -> str:
 
 
 def _validate(doc: Document) -> None:
+    """What the client sent, before anything is parsed (limits in ragmesh.validation)."""
+    check_text("filename", doc.filename, MAX_FILENAME_CHARS)
+    check_text("doc_id", doc.doc_id, MAX_ID_CHARS)
     if not doc.doc_id.strip():
         raise InvalidArgument("doc_id", "must not be empty (or give a filename)")
     check_name("collection", doc.collection)
     check_date("date", doc.date)
+    check_text("title", doc.title, MAX_TITLE_CHARS)
+    check_text("mime_type", doc.mime_type, MAX_MIME_TYPE_CHARS)
+    check_metadata("metadata", doc.metadata)
+
+
+def _record_metadata(p: Parsed) -> dict[str, str]:
+    """A parsed record's own fields as metadata, checked like a client's. Keys starting with "__"
+    (a Mongoose "__v") are dropped rather than failing the record: they name the index's own columns."""
+    metadata = {k: v for k, v in p.metadata.items() if not k.startswith(RESERVED_PREFIX)}
+    check_metadata("record metadata", metadata)
+    return metadata
+
+
+# Parsing runs on threads of its own, so documents that parse for long cannot take the threads
+# searches and store calls run on. A parse past its time limit fails its document; its thread
+# cannot be stopped and finishes in the background.
+_PARSE_POOL = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="ingest-parse")
 
 
 class Ingestor:
@@ -82,6 +108,7 @@ class Ingestor:
         min_chars: int = 400, max_chars: int = 800, batch_size: int = 64, max_bytes: int = MAX_BYTES,
         retries: int = 4, backoff_s: float = 0.5, summarizer: Summarizer | None = None,
         summaries: SummaryPolicy = SummaryPolicy(), committer: Committer | None = None,
+        parse_timeout_s: float = 60.0,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -89,10 +116,14 @@ class Ingestor:
         self.embedder = BatchEmbedder(embed, batch_size, retries, backoff_s)
         self.sizes = Sizes(user=(min_chars, max_chars, 1))
         self.max_bytes = max_bytes
+        self.parse_timeout_s = parse_timeout_s
         self.summarizer = summarizer
         self.summaries = summaries
 
     async def ingest(self, documents: AsyncIterator[Document]) -> AsyncIterator[Progress]:
+        """Documents one at a time, as they arrive. When the caller goes away (its gRPC call is
+        cancelled) the task running this is cancelled at its next await: the document in hand
+        stops where it is (a store write under way completes, whole) and no more are read."""
         async for doc in documents:
             async for progress in self.ingest_one(doc):
                 yield progress
@@ -101,10 +132,11 @@ class Ingestor:
         doc = dataclasses.replace(doc, doc_id=doc.doc_id or doc.filename)
         try:
             _validate(doc)
-            parsed = await asyncio.to_thread(parse, doc, self.max_bytes)
+            parsed = await self._parse(doc)
         except RagmeshError as exc:
-            log.warning("document failed", extra={"doc_id": doc.doc_id, "error": str(exc)})
-            yield Progress(doc.doc_id, doc.collection, "FAILED", error=str(exc), filename=doc.filename)
+            doc_id, filename = doc.doc_id[:MAX_ID_CHARS], doc.filename[:MAX_FILENAME_CHARS]  # not echoed whole
+            log.warning("document failed", extra={"doc_id": doc_id, "error": str(exc)})
+            yield Progress(doc_id, doc.collection[:64], "FAILED", error=str(exc), filename=filename)
             return
         label = doc.filename or doc.doc_id
         for number, p in enumerate(parsed, 1):
@@ -116,6 +148,28 @@ class Ingestor:
             async for progress in self._ingest(doc, p, label if len(parsed) == 1 else f"{label} ({p.doc_id})"):
                 yield progress
 
+    async def _parse(self, doc: Document) -> list[Parsed | BadRecord]:
+        """parse() on a parsing thread, within parse_timeout_s of its start (time spent waiting for
+        a free parsing thread does not count); a caller that goes away cancels a parse not yet started."""
+        loop = asyncio.get_running_loop()
+        started = loop.create_future()
+        context = contextvars.copy_context()  # the request id and identity, for the parsers' logs
+
+        def run() -> list[Parsed | BadRecord]:
+            loop.call_soon_threadsafe(lambda: started.done() or started.set_result(None))
+            return context.run(parse, doc, self.max_bytes)
+
+        job = loop.run_in_executor(_PARSE_POOL, run)
+        try:
+            await asyncio.wait([started, job], return_when=asyncio.FIRST_COMPLETED)
+            return await asyncio.wait_for(job, self.parse_timeout_s)
+        except asyncio.TimeoutError:
+            raise UnreadableFile(doc.filename or doc.doc_id, f"took longer than {self.parse_timeout_s:g} s to "
+                                 "parse (INGEST_PARSE_TIMEOUT_S), so it was not ingested") from None
+        finally:
+            started.cancel()
+            job.cancel()  # a parse not yet started never starts; one under way finishes unseen
+
     async def _ingest(self, doc: Document, p: Parsed, label: str) -> AsyncIterator[Progress]:
         def step(stage: str, chunks: int = 0, chunked: Chunked | None = None, **kw: object) -> Progress:
             about = {} if chunked is None else {
@@ -123,10 +177,11 @@ class Ingestor:
             return Progress(p.doc_id, doc.collection, stage, chunks, filename=doc.filename, **about, **kw)
 
         try:
-            metadata = {**p.metadata, **doc.metadata, "filetype": p.filetype}
+            check_text("doc_id", p.doc_id, MAX_ID_CHARS)  # a record's own id
+            metadata = {**_record_metadata(p), **doc.metadata, "filetype": p.filetype}
             if doc.filename:  # a record's own filename (a factsheet's PDF) names its source better
                 metadata.setdefault("filename", doc.filename)
-            date, title = doc.date or p.date, doc.title or p.title or doc.filename
+            date, title = doc.date or p.date, doc.title or p.title[:MAX_TITLE_CHARS] or doc.filename
             digest = self._hash(p, metadata, date, title)
             existing = await asyncio.to_thread(self.store.get_document, doc.tenant, doc.collection, p.doc_id)
             if existing is not None and existing.content_hash == digest and not (doc.summarize and not existing.summary):
@@ -207,6 +262,9 @@ class Ingestor:
         """Deletes the named documents, or those with a chunk the filter admits; returns
         (documents, chunks) removed."""
         check_name("collection", collection)
+        doc_ids = check_list("doc_ids", doc_ids, MAX_DOC_IDS, MAX_ID_CHARS)
+        if "" in doc_ids:
+            raise InvalidArgument(f"doc_ids[{doc_ids.index('')}]", "must not be empty")
         if where is not None:
             if doc_ids:
                 raise InvalidArgument("filter", "give doc_ids or a filter, not both")

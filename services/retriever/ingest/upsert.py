@@ -14,12 +14,20 @@ import numpy as np
 
 from ragmesh.errors import InvalidArgument
 from ragmesh.types import Chunk, DocumentRecord, StoredChunk
-from ragmesh.validation import check_date, check_name
+from ragmesh.validation import (
+    MAX_CHUNK_ID_CHARS, MAX_CHUNK_METADATA_KEYS, MAX_ID_CHARS, check_date, check_metadata, check_name, check_text,
+    shown,
+)
 from services.retriever.ingest.commit import Committer
 
 log = logging.getLogger(__name__)
 
 MAX_ERRORS = 100
+# Bounds on what one document may bring (the others are in ragmesh.validation); a document past
+# one is rejected (counted and reported), and the load goes on.
+MAX_CHUNK_CHARS = 100_000  # a searched chunk (its text is analysed for BM25)
+MAX_PARENT_CHARS = 1_000_000  # a parent, stored for expansion only (a JSON record's complete source)
+MAX_CHUNKS_PER_DOCUMENT = 100_000  # a document's chunks are held in memory until its last arrives
 
 
 @dataclass
@@ -53,9 +61,7 @@ class Upserter:
                 batch.append((self._record(current), list(current)))
                 batched += len(current)
             except InvalidArgument as exc:
-                summary.rejected += 1
-                if len(summary.errors) < MAX_ERRORS:
-                    summary.errors.append(f"{current[0].chunk.doc_id}: {exc}")
+                reject(current[0].chunk.doc_id, str(exc))
             current.clear()
 
         async def hand_over() -> None:
@@ -65,12 +71,27 @@ class Upserter:
             writing = asyncio.create_task(self._write(batch, summary)) if batch else None
             batch, batched = [], 0
 
+        def reject(doc_id: str, error: str) -> None:
+            summary.rejected += 1
+            if len(summary.errors) < MAX_ERRORS:
+                summary.errors.append(f"{doc_id if len(doc_id) <= 200 else doc_id[:200] + '...'}: {error}")
+
+        skipping: tuple[str, str, str] | None = None  # a document rejected for its length: its later chunks go
         try:
             async for chunk, vector in stream:
+                if skipping is not None:
+                    if _key(chunk) == skipping:
+                        continue
+                    skipping = None
                 if current and _key(current[0].chunk) != _key(chunk):
                     close_document()
                     if batched >= self.batch_chunks:
                         await hand_over()
+                if len(current) == MAX_CHUNKS_PER_DOCUMENT:
+                    reject(chunk.doc_id, f"chunk: more than {MAX_CHUNKS_PER_DOCUMENT:,} chunks in one document")
+                    skipping = _key(chunk)
+                    current.clear()
+                    continue
                 current.append(StoredChunk(chunk, vector))
             close_document()
             await hand_over()
@@ -88,23 +109,36 @@ class Upserter:
         return summary
 
     def _record(self, chunks: list[StoredChunk]) -> DocumentRecord:
+        """The document's header, once every chunk is checked: any bad chunk rejects the document."""
         first = chunks[0].chunk
-        if not first.doc_id:
-            raise InvalidArgument("chunk.doc_id", "must not be empty")
+        check_text("chunk.doc_id", first.doc_id, MAX_ID_CHARS, required=True)
         check_name("chunk.collection", first.collection)
-        check_date("chunk.date", first.date)
         ids = [s.chunk.chunk_id for s in chunks]
         if not all(ids) or len(set(ids)) != len(ids):
             raise InvalidArgument("chunk.chunk_id", "every chunk needs a chunk_id, unique within its document")
         parents = {s.chunk.parent_chunk_id for s in chunks if s.chunk.parent_chunk_id}
+        dimensions = self.registry.dimensions
         for s in chunks:
-            if not s.chunk.text.strip():
-                raise InvalidArgument("chunk.text", f"chunk {s.chunk.chunk_id!r} has no text")
-            if s.vector is not None and len(s.vector) != self.registry.dimensions:
-                raise InvalidArgument("vector", f"chunk {s.chunk.chunk_id!r} has {len(s.vector)} dimensions, "
-                                                f"the collection needs {self.registry.dimensions}")
-            if s.vector is None and s.chunk.chunk_id not in parents:
-                raise InvalidArgument("vector", f"chunk {s.chunk.chunk_id!r} has no vector and is no "
+            c = s.chunk
+            check_text("chunk.chunk_id", c.chunk_id, MAX_CHUNK_ID_CHARS)
+            name = shown(c.chunk_id, 80)
+            check_text("chunk.parent_chunk_id", c.parent_chunk_id, MAX_CHUNK_ID_CHARS)
+            check_date("chunk.date", c.date)
+            check_metadata("chunk.metadata", c.metadata, MAX_CHUNK_METADATA_KEYS)
+            if not c.text.strip():
+                raise InvalidArgument("chunk.text", f"chunk {name} has no text")
+            limit = MAX_CHUNK_CHARS if s.vector is not None else MAX_PARENT_CHARS
+            if len(c.text) > limit:
+                raise InvalidArgument("chunk.text", f"chunk {name} has {len(c.text):,} characters; the limit is "
+                                                    f"{limit:,}{'' if s.vector is not None else ' for a parent'}")
+            if s.vector is not None:
+                if len(s.vector) != dimensions:
+                    raise InvalidArgument("vector", f"chunk {name} has {len(s.vector)} dimensions, "
+                                                    f"the collection needs {dimensions}")
+                if not np.isfinite(s.vector).all():
+                    raise InvalidArgument("vector", f"chunk {name} holds NaN or infinity: every value must be finite")
+            elif c.chunk_id not in parents:
+                raise InvalidArgument("vector", f"chunk {name} has no vector and is no "
                                                 "chunk's parent (parents are stored, not searched)")
         digest = hashlib.sha256("\x1f".join(f"{s.chunk.chunk_id}\x1e{s.chunk.text}" for s in chunks).encode())
         return DocumentRecord(

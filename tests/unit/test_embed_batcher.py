@@ -1,0 +1,197 @@
+"""MicroBatcher against a fake backend that records its calls: concurrent requests share calls,
+every caller gets its own rows (the fake's vector encodes the text, so a mix-up shows), tasks never
+mix, a request larger than a batch runs alone, abandoned callers are not embedded, a failure stays in
+its batch, and a full queue refuses fast."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+import pytest
+
+from ragmesh.errors import ResourceExhausted
+from services.embedder.batcher import DeadlineExceeded, MicroBatcher
+
+TASK_CODE = {"QUERY": 1.0, "DOCUMENT": 2.0}
+
+
+def vector(text: str, task: str) -> list[float]:
+    """What the fake returns for a text "<anything>-<number>": the number and the task."""
+    return [float(text.rsplit("-", 1)[1]), TASK_CODE[task]]
+
+
+class FakeBackend:
+    model_name = "fake"
+    dimensions = 2
+    max_batch = 10_000
+
+    def __init__(self, delay_s: float = 0.0, gated: bool = False) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+        self.delay_s = delay_s
+        self.started = threading.Event()  # set when a call begins
+        self.gate = threading.Event()  # a gated backend holds every call until the test opens it
+        if not gated:
+            self.gate.set()
+
+    def warm_up(self) -> None:
+        pass
+
+    def embed(self, texts: list[str], task: str) -> np.ndarray:
+        self.calls.append((task, list(texts)))
+        self.started.set()
+        assert self.gate.wait(10), "the test never opened the gate"
+        time.sleep(self.delay_s)
+        if any(t.startswith("boom") for t in texts):
+            raise RuntimeError("model exploded")
+        return np.array([vector(t, task) for t in texts], dtype=np.float32)
+
+
+def run(batcher: MicroBatcher, scenario: Callable[[], Awaitable[None]]) -> None:
+    async def go() -> None:
+        try:
+            await scenario()
+        finally:
+            await batcher.close()
+
+    asyncio.run(go())
+
+
+async def running(backend: FakeBackend) -> None:
+    """Returns once the backend is inside a call (it is blocked there while gated)."""
+    assert await asyncio.to_thread(backend.started.wait, 5)
+
+
+def test_concurrent_single_texts_share_few_backend_calls_and_each_caller_gets_its_own_row() -> None:
+    backend = FakeBackend(delay_s=0.02)
+    batcher = MicroBatcher(backend, window_ms=5, max_batch=64)
+
+    async def scenario() -> None:
+        texts = [f"q-{i}" for i in range(50)]
+        results = await asyncio.gather(*(batcher.embed([t], "QUERY") for t in texts))
+        for text, rows in zip(texts, results):
+            assert rows.tolist() == [vector(text, "QUERY")]
+        assert batcher.batches == len(backend.calls) <= 3, backend.calls
+        assert sorted(t for _, call in backend.calls for t in call) == sorted(texts), "each text embedded once"
+
+    run(batcher, scenario)
+
+
+def test_tasks_are_never_mixed_in_one_call() -> None:
+    backend = FakeBackend(delay_s=0.01)
+    batcher = MicroBatcher(backend, window_ms=5, max_batch=64)
+
+    async def scenario() -> None:
+        jobs = [(f"{task}-{i}", task) for i in range(20) for task in ("QUERY", "DOCUMENT")]
+        results = await asyncio.gather(*(batcher.embed([text], task) for text, task in jobs))
+        for (text, task), rows in zip(jobs, results):
+            assert rows.tolist() == [vector(text, task)]
+        for task, call in backend.calls:
+            assert all(text.startswith(task) for text in call), (task, call)
+        assert len(backend.calls) <= 4
+
+    run(batcher, scenario)
+
+
+def test_a_request_larger_than_a_batch_runs_alone_with_its_rows_in_order() -> None:
+    backend = FakeBackend(delay_s=0.01)
+    batcher = MicroBatcher(backend, window_ms=5, max_batch=8)
+
+    async def scenario() -> None:
+        big = [f"doc-{i}" for i in range(30)]
+        small = [[f"small-{100 + i}"] for i in range(5)]
+        results = await asyncio.gather(batcher.embed(small[0], "DOCUMENT"), batcher.embed(big, "DOCUMENT"),
+                                       *(batcher.embed(s, "DOCUMENT") for s in small[1:]))
+        assert results[1].tolist() == [vector(t, "DOCUMENT") for t in big]
+        for texts, rows in zip(small, results[:1] + results[2:]):
+            assert rows.tolist() == [vector(texts[0], "DOCUMENT")]
+        # Oldest first: the big one neither joins a batch that has begun nor lets later ones jump it.
+        assert [len(call) for _, call in backend.calls] == [1, 30, 4]
+
+    run(batcher, scenario)
+
+
+def test_a_cancelled_waiter_is_not_embedded() -> None:
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0)
+
+    async def scenario() -> None:
+        first = asyncio.create_task(batcher.embed(["a-1"], "QUERY"))
+        await running(backend)
+        gone = asyncio.create_task(batcher.embed(["gone-2"], "QUERY"))
+        kept = asyncio.create_task(batcher.embed(["kept-3"], "QUERY"))
+        await asyncio.sleep(0.01)
+        gone.cancel()
+        await asyncio.sleep(0)
+        backend.gate.set()
+        assert (await first).tolist() == [vector("a-1", "QUERY")]
+        assert (await kept).tolist() == [vector("kept-3", "QUERY")]
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        assert backend.calls == [("QUERY", ["a-1"]), ("QUERY", ["kept-3"])]
+        assert batcher.dropped == 1
+
+    run(batcher, scenario)
+
+
+def test_a_waiter_past_its_deadline_is_not_embedded() -> None:
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0)
+
+    async def scenario() -> None:
+        first = asyncio.create_task(batcher.embed(["a-1"], "QUERY"))
+        await running(backend)
+        late = asyncio.create_task(batcher.embed(["late-2"], "QUERY", deadline=time.monotonic() + 0.02))
+        await asyncio.sleep(0.05)
+        backend.gate.set()
+        await first
+        with pytest.raises(DeadlineExceeded):
+            await late
+        assert backend.calls == [("QUERY", ["a-1"])]
+        assert batcher.dropped == 1
+
+    run(batcher, scenario)
+
+
+def test_a_failing_batch_fails_its_callers_only_and_the_next_batch_works() -> None:
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0)
+
+    async def scenario() -> None:
+        first = asyncio.create_task(batcher.embed(["a-1"], "DOCUMENT"))
+        await running(backend)
+        doomed = [asyncio.create_task(batcher.embed([t], "QUERY")) for t in ("boom-2", "fine-3")]
+        other = asyncio.create_task(batcher.embed(["other-4"], "DOCUMENT"))
+        await asyncio.sleep(0.01)
+        backend.gate.set()
+        assert (await first).tolist() == [vector("a-1", "DOCUMENT")]
+        errors = await asyncio.gather(*doomed, return_exceptions=True)
+        assert all(isinstance(e, RuntimeError) and str(e) == "model exploded" for e in errors)
+        assert errors[0] is errors[1], "the batch's callers get the backend's exception"
+        assert (await other).tolist() == [vector("other-4", "DOCUMENT")]
+        assert (await batcher.embed(["after-5"], "QUERY")).tolist() == [vector("after-5", "QUERY")]
+        assert ("QUERY", ["boom-2", "fine-3"]) in backend.calls
+
+    run(batcher, scenario)
+
+
+def test_beyond_the_queue_limit_new_requests_fail_fast() -> None:
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0, max_queue=4)
+
+    async def scenario() -> None:
+        first = asyncio.create_task(batcher.embed(["a-1"], "QUERY"))  # running: no longer waiting
+        await running(backend)
+        waiting = [asyncio.create_task(batcher.embed([f"w-{i}", f"w-{i + 10}"], "QUERY")) for i in (2, 3)]
+        await asyncio.sleep(0.01)
+        with pytest.raises(ResourceExhausted, match="embedder: queue full"):
+            await batcher.embed(["over-9"], "DOCUMENT")
+        backend.gate.set()
+        await first
+        for i, task in zip((2, 3), waiting):
+            assert (await task).tolist() == [vector(f"w-{i}", "QUERY"), vector(f"w-{i + 10}", "QUERY")]
+        assert (await batcher.embed(["over-9"], "DOCUMENT")).tolist() == [vector("over-9", "DOCUMENT")]
+
+    run(batcher, scenario)
