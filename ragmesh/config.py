@@ -32,7 +32,10 @@ def _float(name: str, default: float) -> float:
 class Settings:
     """Every knob of every service; each field names the variable it reads."""
 
+    # Address every service binds (0.0.0.0 in a container); a non-loopback bind needs TLS or ALLOW_PLAINTEXT,
+    # explicit SERVICE_TOKEN / API_KEY_PEPPER and, for the HTTP bridge, ALLOWED_HOSTS.
     host: str = field(default_factory=lambda: _env("RAGMESH_HOST", "127.0.0.1"))
+    # gRPC port of each service, and the gateway's HTTP port (REST/SSE bridge and web page).
     gateway_port: int = field(default_factory=lambda: _int("GATEWAY_PORT", 50051))
     embedder_port: int = field(default_factory=lambda: _int("EMBEDDER_PORT", 50052))
     retriever_port: int = field(default_factory=lambda: _int("RETRIEVER_PORT", 50053))
@@ -43,6 +46,7 @@ class Settings:
     retriever_addr: str = field(default_factory=lambda: _env("RETRIEVER_ADDR", ""))
     generator_addr: str = field(default_factory=lambda: _env("GENERATOR_ADDR", ""))
 
+    # Local state: the SQLite store, the retriever's index snapshot, secrets made on a loopback bind.
     data_dir: Path = field(default_factory=lambda: Path(_env("DATA_DIR", "./data")))
     # Admission: calls in flight per service beyond which new ones get RESOURCE_EXHAUSTED / HTTP 429
     # (0 = no limit); the gateway counts its gRPC calls and its /api requests together.
@@ -52,6 +56,7 @@ class Settings:
     grpc_max_message_bytes: int = field(default_factory=lambda: _int("GRPC_MAX_MESSAGE_BYTES", 64 * 1024 * 1024))
     http_max_body_bytes: int = field(default_factory=lambda: _int("HTTP_MAX_BODY_BYTES", 1024 * 1024))
     upload_max_bytes: int = field(default_factory=lambda: _int("UPLOAD_MAX_BYTES", 200 * 1024 * 1024))
+    # JSON logs to stdout at this level (DEBUG, INFO, WARNING, ERROR).
     log_level: str = field(default_factory=lambda: _env("LOG_LEVEL", "INFO"))
 
     # Deadlines (seconds) a client sets when the caller gave none.
@@ -59,17 +64,29 @@ class Settings:
     search_timeout: float = field(default_factory=lambda: _float("SEARCH_TIMEOUT_S", 10.0))
     ingest_timeout: float = field(default_factory=lambda: _float("INGEST_TIMEOUT_S", 600.0))
     generate_timeout: float = field(default_factory=lambda: _float("GENERATE_TIMEOUT_S", 120.0))
+    # On SIGTERM, calls in flight get this long (seconds) to finish.
     grace_period: float = field(default_factory=lambda: _float("SHUTDOWN_GRACE_S", 5.0))
 
     # Embedder
+    # local (all-MiniLM-L6-v2 from its package, offline) or gemini (gemini-embedding-001, needs GEMINI_API_KEY).
     embed_backend: str = field(default_factory=lambda: _env("EMBED_BACKEND", "local"))
+    # Texts per model call in the embedder, and per Embed call when the retriever ingests.
     embed_batch_size: int = field(default_factory=lambda: _int("EMBED_BATCH_SIZE", 64))
+    # Google AI key for the Gemini models and embeddings; empty = the offline defaults.
     gemini_api_key: str = field(
         default_factory=lambda: _env("GEMINI_API_KEY", _env("GOOGLE_API_KEY", ""))
     )
+    # Micro-batching: concurrent Embed calls of one task share a model call. A batch waits at most
+    # the window (0 = only what is already waiting) for up to EMBED_MAX_BATCH texts; beyond
+    # EMBED_MAX_QUEUE texts waiting, new calls get RESOURCE_EXHAUSTED.
+    embed_batch_window_ms: float = field(default_factory=lambda: _float("EMBED_BATCH_WINDOW_MS", 5.0))
+    embed_max_batch: int = field(default_factory=lambda: _int("EMBED_MAX_BATCH", 64))
+    embed_max_queue: int = field(default_factory=lambda: _int("EMBED_MAX_QUEUE", 4096))
 
     # Generator
+    # Model for a request that names none; empty = gemini-2.5-flash with GEMINI_API_KEY, else extractive.
     default_model: str = field(default_factory=lambda: _env("DEFAULT_MODEL", ""))
+    # Pause between the streamed pieces of the offline extractive answer (milliseconds).
     extractive_delay_ms: float = field(default_factory=lambda: _float("EXTRACTIVE_DELAY_MS", 15.0))
     # Another Gemini endpoint (a proxy, or the tests' fake); empty = Google's.
     gemini_base_url: str = field(default_factory=lambda: _env("GEMINI_BASE_URL", ""))
@@ -81,10 +98,13 @@ class Settings:
     # Retriever
     # How often a retriever checks the store for other replicas' writes (seconds).
     follow_interval_s: float = field(default_factory=lambda: _float("FOLLOW_INTERVAL_S", 1.0))
+    # Chunk size bounds (characters) for user documents at ingest.
     chunk_min_chars: int = field(default_factory=lambda: _int("CHUNK_MIN_CHARS", 400))
     chunk_max_chars: int = field(default_factory=lambda: _int("CHUNK_MAX_CHARS", 800))
     # Ingest: files over this size are refused (per file, with a clear error).
     ingest_max_bytes: int = field(default_factory=lambda: _int("INGEST_MAX_BYTES", 50 * 1024 * 1024))
+    # Ingest: a document still parsing after this long fails (per document, with a clear error).
+    ingest_parse_timeout_s: float = field(default_factory=lambda: _float("INGEST_PARSE_TIMEOUT_S", 60.0))
     # Embedding calls at ingest: a transient failure is retried this often, waiting base, 2x base, ...
     embed_retries: int = field(default_factory=lambda: _int("EMBED_RETRIES", 4))
     embed_retry_base_s: float = field(default_factory=lambda: _float("EMBED_RETRY_BASE_S", 0.5))
@@ -97,18 +117,27 @@ class Settings:
     summary_model: str = field(default_factory=lambda: _env("SUMMARY_MODEL", ""))
 
     # Gateway
+    # Scope cache of retrieved hits per tenant and conversation: lifetime (seconds) and entries.
     scope_cache_ttl_s: float = field(default_factory=lambda: _float("SCOPE_CACHE_TTL_S", 900.0))
     scope_cache_size: int = field(default_factory=lambda: _int("SCOPE_CACHE_SIZE", 1024))
+    # Cosine similarity of two questions' embeddings at or above which the cached hits are reused.
     same_topic_threshold: float = field(
         default_factory=lambda: _float("SAME_TOPIC_THRESHOLD", 0.5)
     )
+    # Earlier turns of the conversation put into the prompt.
     history_turns: int = field(default_factory=lambda: _int("HISTORY_TURNS", 3))
+    # Characters of retrieved context in the prompt (hard cap 12,000).
     context_char_budget: int = field(default_factory=lambda: _int("CONTEXT_CHAR_BUDGET", 4000))
+    # The searches of one question run side by side within this (seconds); late ones are left out.
     retrieval_timeout_s: float = field(default_factory=lambda: _float("RETRIEVAL_TIMEOUT_S", 3.5))
+    # Let the model confirm a same-topic reuse, within SCOPE_LLM_TIMEOUT_S (seconds).
     scope_llm_check: bool = field(default_factory=lambda: _env("SCOPE_LLM_CHECK", "false").lower() == "true")
     scope_llm_timeout_s: float = field(default_factory=lambda: _float("SCOPE_LLM_TIMEOUT_S", 0.8))
+    # Model for the DEEP route (reasoning questions); empty = the request's or default model.
     reasoning_model: str = field(default_factory=lambda: _env("REASONING_MODEL", ""))
+    # Past this many turns a conversation keeps a running summary that stands in for old turns.
     summary_after_turns: int = field(default_factory=lambda: _int("SUMMARY_AFTER_TURNS", 6))
+    # Per user and calendar month (0 = no limit); beyond it HTTP 429 / RESOURCE_EXHAUSTED.
     monthly_message_limit: int = field(default_factory=lambda: _int("MONTHLY_MESSAGE_LIMIT", 0))
     monthly_token_limit: int = field(default_factory=lambda: _int("MONTHLY_TOKEN_LIMIT", 0))
     # Asks per user per minute (0 = no limit), counted by each gateway replica.
@@ -118,15 +147,19 @@ class Settings:
 
     # Identity (see ragmesh.identity). Empty secrets on a loopback bind are made once under
     # DATA_DIR/secrets; a service bound elsewhere needs them set explicitly.
-    service_token: str = field(default_factory=lambda: _env("SERVICE_TOKEN", ""))
-    api_key_pepper: str = field(default_factory=lambda: _env("API_KEY_PEPPER", ""))
+    service_token: str = field(default_factory=lambda: _env("SERVICE_TOKEN", ""))  # the gateway's service credential
+    api_key_pepper: str = field(default_factory=lambda: _env("API_KEY_PEPPER", ""))  # HMAC key of stored API keys
     # The key a command-line client (ragmesh ingest, the benchmarks) sends.
     api_key: str = field(default_factory=lambda: _env("RAGMESH_API_KEY", ""))
+    # JWTs from an identity provider, verified with one of these: a shared secret (HS256),
+    # a public key, or the provider's JWKS; empty = no JWTs accepted.
     jwt_secret: str = field(default_factory=lambda: _env("JWT_SECRET", ""))          # HS256
     jwt_public_key: str = field(default_factory=lambda: _env("JWT_PUBLIC_KEY", ""))  # PEM text or a file
     jwt_jwks_url: str = field(default_factory=lambda: _env("JWT_JWKS_URL", ""))
+    # Required `iss` and `aud` claims when set.
     jwt_issuer: str = field(default_factory=lambda: _env("JWT_ISSUER", ""))
     jwt_audience: str = field(default_factory=lambda: _env("JWT_AUDIENCE", ""))
+    # Claims that name the tenant, the user and the role (admin or member; absent = member).
     jwt_tenant_claim: str = field(default_factory=lambda: _env("JWT_TENANT_CLAIM", "tenant"))
     jwt_user_claim: str = field(default_factory=lambda: _env("JWT_USER_CLAIM", "sub"))
     jwt_role_claim: str = field(default_factory=lambda: _env("JWT_ROLE_CLAIM", "role"))
@@ -142,9 +175,11 @@ class Settings:
 
     # Store: MongoDB when MONGODB_URI is set, else SQLite under DATA_DIR.
     mongodb_uri: str = field(default_factory=lambda: _env("MONGODB_URI", ""))
+    # Database name.
     mongodb_db: str = field(default_factory=lambda: _env("MONGODB_DB", "ragmesh"))
     # Server selection bounds how long start-up waits for an unreachable server.
     mongodb_timeout_ms: int = field(default_factory=lambda: _int("MONGODB_TIMEOUT_MS", 5000))
+    # Connection and socket timeouts (milliseconds).
     mongodb_connect_timeout_ms: int = field(
         default_factory=lambda: _int("MONGODB_CONNECT_TIMEOUT_MS", 5000)
     )
