@@ -7,8 +7,10 @@ admin key. A request field never decides the tenant: the identity does.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
+from urllib.parse import quote, unquote
 
 from ragmesh.errors import PermissionDenied
 
@@ -67,8 +69,16 @@ class Identity:
         return self
 
     def headers(self) -> tuple[tuple[str, str], ...]:
-        """Metadata a service credential sends so the next hop knows on whose behalf it calls."""
-        return ((TENANT_HEADER, self.tenant), (USER_HEADER, self.user), (ROLE_HEADER, self.role))
+        """Metadata a service credential sends so the next hop knows on whose behalf it calls.
+        Percent-encoded UTF-8: gRPC metadata values carry printable ASCII only, names may not."""
+        return ((TENANT_HEADER, quote(self.tenant, safe="")), (USER_HEADER, quote(self.user, safe="")),
+                (ROLE_HEADER, self.role))
+
+    @classmethod
+    def on_behalf_of(cls, metadata: Mapping[str, str], via: str) -> "Identity":
+        """The identity `headers()` sent, read back at the next hop (absent role: the platform itself)."""
+        return cls(unquote(metadata.get(TENANT_HEADER, "")), unquote(metadata.get(USER_HEADER, "")),
+                   metadata.get(ROLE_HEADER, "") or SERVICE, via)
 
 
 # The identity of the call being served; set by the server interceptor (gRPC) or the HTTP bridge.

@@ -8,7 +8,7 @@ from typing import Literal
 
 from ragmesh.config import Settings
 from ragmesh.errors import PermissionDenied, Unauthenticated
-from ragmesh.identity import ROLE_HEADER, SERVICE, TENANT_HEADER, USER_HEADER, Identity, keys
+from ragmesh.identity import Identity, keys
 from ragmesh.identity.secrets import read_or_create
 from ragmesh.identity.tokens import JwtVerifier
 from ragmesh.store.lazy import LazyStore
@@ -66,11 +66,11 @@ class Authenticator:
     async def authenticate(self, metadata: Mapping[str, str], certified_peer: bool = False) -> Identity:
         """`certified_peer`: the connection presented a client certificate TLS_CA signed (mTLS)."""
         if self.audience == "internal" and certified_peer and not metadata.get("authorization"):
-            return _on_behalf_of(metadata, "certificate")
+            return Identity.on_behalf_of(metadata, "certificate")
         token = bearer(metadata.get("authorization"))
         if self.audience == "internal":
             if hmac.compare_digest(token.encode(), self.service_token.encode()):
-                return _on_behalf_of(metadata, "service_token")
+                return Identity.on_behalf_of(metadata, "service_token")
             identity = await self.user(token)
             if not identity.is_admin:
                 raise PermissionDenied("internal services take the service credential or an admin key")
@@ -94,7 +94,3 @@ class Authenticator:
             raise Unauthenticated("invalid API key (unknown, revoked or expired)")
         return Identity(record.tenant, record.user_id, record.role, "key")
 
-
-def _on_behalf_of(metadata: Mapping[str, str], via: str) -> Identity:
-    return Identity(metadata.get(TENANT_HEADER, ""), metadata.get(USER_HEADER, ""),
-                    metadata.get(ROLE_HEADER, "") or SERVICE, via)

@@ -30,7 +30,6 @@ DEMO_NOTES = [json.loads(line)["doc_id"] for line in
               (Path(__file__).parents[2] / "demo" / "corpus" / "meeting_notes.jsonl").read_text().splitlines()
               if line.strip()]
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_HEADER_SAFE = re.compile(r"[ -~]*")
 
 
 def _cross_field_rules(context: schemathesis.HookContext, case: schemathesis.Case) -> schemathesis.Case:
@@ -42,12 +41,6 @@ def _cross_field_rules(context: schemathesis.HookContext, case: schemathesis.Cas
     if isinstance(start, str) and isinstance(end, str) and _DATE.fullmatch(start) and _DATE.fullmatch(end) \
             and end < start:  # end_date before start_date is a 400
         body["start_date"], body["end_date"] = end, start
-    # KNOWN BUG (see test_an_admin_may_ask_for_a_user_named_outside_printable_ascii): the gateway forwards the
-    # user to internal services in gRPC metadata, which carries printable ASCII only, so any other user name
-    # is a 500. Kept to names it can forward (same length, so the limits stay as generated) until it is fixed.
-    user = body.get("user_id")
-    if isinstance(user, str) and not _HEADER_SAFE.fullmatch(user):
-        body["user_id"] = "".join(c if _HEADER_SAFE.fullmatch(c) else "x" for c in user)
     case.body = body
     return case
 
@@ -169,12 +162,15 @@ def test_ingest_bodies_the_document_refuses_are_400(stack: Stack, oas_key: str, 
     assert reply.json()["error"]["message"].startswith(field), reply.json()
 
 
-@pytest.mark.xfail(strict=True, reason="KNOWN BUG: the user goes to internal services in gRPC metadata "
-                                       "(x-ragmesh-user), which must be printable ASCII: any other name is a 500")
 def test_an_admin_may_ask_for_a_user_named_outside_printable_ascii(stack: Stack, oas_key: str) -> None:
-    reply = httpx.post(stack.http_url + "/api/chat/ask", json={"question": "What is Kestrel?", "user_id": "zoë"},
-                       headers={"authorization": f"Bearer {oas_key}"}, timeout=60)
-    assert reply.status_code == 200, reply.text[:300]
+    """The user reaches the internal services in gRPC metadata (printable ASCII only), percent-encoded;
+    the conversation memory search runs as that user, so the name must arrive intact."""
+    for user in ("zoë", "李雷", "a%20b", "o'brien/x"):
+        reply = httpx.post(stack.http_url + "/api/chat/ask",
+                           json={"question": "What is Kestrel?", "user_id": user,
+                                 "data_sources": ["Meeting Notes", "Conversation memory"]},
+                           headers={"authorization": f"Bearer {oas_key}"}, timeout=60)
+        assert reply.status_code == 200, (user, reply.text[:300])
 
 
 def test_the_demo_corpus_is_untouched(stack: Stack) -> None:

@@ -506,3 +506,12 @@ def test_tls_check(tmp_path: Path) -> None:
                                              tls_key=str(tmp_path / "missing.pem")), True)
     assert tls.server_credentials(make_settings(tmp_path), True) is None
     assert tls.channel_credentials(make_settings(tmp_path)) is None
+
+
+@pytest.mark.parametrize("user", ["alice", "zoë", "李雷", "a%20b", "o'brien/x y", ""])
+def test_the_identity_crosses_a_hop_intact_in_ascii_metadata(user: str) -> None:
+    """gRPC metadata values are printable ASCII; tenant and user names need not be."""
+    sent = Identity("acmé", user, "member", "key").headers()
+    assert all(value.isascii() and value.isprintable() for _, value in sent)
+    got = Identity.on_behalf_of(dict(sent), "service_token")
+    assert (got.tenant, got.user, got.role, got.via) == ("acmé", user, "member", "service_token")
