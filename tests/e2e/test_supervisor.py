@@ -23,7 +23,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from deploy.run import ORDER, Backoff
-from tests.e2e.test_operators import Running, free_port
+from tests.e2e.test_operators import Running, free_port, run_env
 
 pytestmark = pytest.mark.slow
 
@@ -53,12 +53,7 @@ def _start(env: dict[str, str], data_dir: Path, ports: dict[str, int]) -> Runnin
 def make_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     data_dir = tmp_path_factory.mktemp("supervised")
     ports = {name: free_port() for name in (*ORDER, "http")}
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_ADDR")}
-    env |= {f"{name.upper()}_PORT": str(port) for name, port in ports.items()}
-    env |= {"DATA_DIR": str(data_dir), "RAGMESH_HOST": "127.0.0.1", "GEMINI_API_KEY": "", "GOOGLE_API_KEY": "",
-            "SERVICE_TOKEN": "", "API_KEY_PEPPER": "", "MONGODB_URI": "", "TLS_CERT": "", "TLS_KEY": "",
-            "TLS_CA": "", "ALLOWED_HOSTS": "", "RAGMESH_API_KEY": ""}
-    running = _start(env, data_dir, ports)
+    running = _start(run_env(data_dir, ports), data_dir, ports)
     try:
         yield running
     finally:

@@ -6,7 +6,7 @@ import pytest
 from ragmesh.admission import Admission
 from ragmesh.errors import ResourceExhausted
 from services.gateway.limits import RateLimiter
-from services.gateway.request import check_list, check_text
+from ragmesh.validation import check_list, check_text
 
 
 def test_admission_refuses_past_the_limit_and_frees_slots_on_exit_even_after_errors() -> None:

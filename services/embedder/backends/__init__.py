@@ -1,6 +1,7 @@
 """Embedding backends: each turns a batch of texts into L2-normalised float32 vectors."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -21,10 +22,16 @@ class EmbeddingBackend(Protocol):
 
 
 def create(settings: Settings) -> EmbeddingBackend:
-    if settings.embed_backend == "local":
+    if settings.embed_backend == "local" and settings.embed_runtime == "onnx":
+        from services.embedder.backends.onnx import OnnxMiniLMEmbedder
+
+        return OnnxMiniLMEmbedder(Path(settings.model_cache_dir or settings.data_dir / "models"))
+    if settings.embed_backend == "local" and settings.embed_runtime == "torch":
         from services.embedder.backends.local import SentenceTransformersEmbedder
 
         return SentenceTransformersEmbedder(batch_size=settings.embed_batch_size)
+    if settings.embed_backend == "local":
+        raise ValueError(f"EMBED_RUNTIME must be 'onnx' or 'torch', got {settings.embed_runtime!r}")
     if settings.embed_backend == "gemini":
         from services.embedder.backends.gemini import GeminiEmbedder
 
