@@ -9,6 +9,7 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
   auth     what authenticating a call costs, per kind of credential (bench/auth_bench.py)
   load     the whole stack (`python -m deploy.run`) under concurrent SSE chats and searches: refusals,
            errors, time to first event, searches/s, each service's memory and descriptors (bench/load_bench.py)
+  metrics  search latency with metrics on against metrics off, side by side (bench/metrics_bench.py)
 
 `--quick` is a smoke run of every part at small sizes (for tests); its figures are not
 comparable to the targets, which are only applied at the sizes the issue names.
@@ -32,11 +33,14 @@ import faiss
 from bench import scifact_eval
 from bench.auth_bench import run_auth
 from bench.load_bench import run_load
+from bench.metrics_bench import run_metrics
 from bench.search_bench import Section, failed_targets, machine_load, log, render, run_bm25, run_hnsw, run_search
 
 DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quality (issue 3), "
-               "the cost of authentication (issue 10) and the whole stack under load (issue 11).")
-PARTS = ("search", "bm25", "hnsw", "scifact", "auth", "load")
+               "the cost of authentication (issue 10), the whole stack under load (issue 11) and what metrics "
+               "cost a search (issue 12).")
+PARTS = ("search", "bm25", "hnsw", "scifact", "auth", "load", "metrics")
+METRICS_SIZE = {False: 100_000, True: 5_000}
 DEFAULT_SIZES = [100_000, 1_000_000]
 QUICK_SIZE = 5_000
 FULL_SIZE = 100_000  # the corpus the issue's BM25 and HNSW figures are for
@@ -77,6 +81,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("auth", partial(run_auth, 500 if quick else 5000, 100 if quick else 10_000)))
     if "load" in args.only:
         steps.append(("load", partial(run_load, quick)))
+    if "metrics" in args.only:
+        steps.append(("metrics", partial(run_metrics, METRICS_SIZE[quick], args.queries)))
     return steps
 
 

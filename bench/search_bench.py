@@ -282,7 +282,9 @@ class RetrieverProcess:
     # The command that starts it; an A/B experiment can swap in a wrapper around the module.
     command: list[str] = [sys.executable, "-m", "services.retriever"]
 
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        """`env`: variables for this retriever beyond the benchmark's own (e.g. METRICS_ENABLED)."""
+        self.env = env or {}
         self._tmp = tempfile.TemporaryDirectory(prefix="ragmesh-bench-")
         self.data_dir = Path(self._tmp.name)
         self.port = free_port()
@@ -295,7 +297,8 @@ class RetrieverProcess:
 
     def __enter__(self) -> "RetrieverProcess":
         env = {**os.environ, "DATA_DIR": str(self.data_dir), "RETRIEVER_PORT": str(self.port),
-               "RAGMESH_HOST": "127.0.0.1", "EMBEDDER_ADDR": f"127.0.0.1:{free_port()}", "LOG_LEVEL": "WARNING"}
+               "RAGMESH_HOST": "127.0.0.1", "EMBEDDER_ADDR": f"127.0.0.1:{free_port()}", "LOG_LEVEL": "WARNING",
+               "METRICS_PORT": "0", **self.env}
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(self.command, env=env, cwd=REPO,
                                          stdout=out, stderr=subprocess.STDOUT)

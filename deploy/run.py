@@ -150,11 +150,14 @@ def log_to(path: Path) -> None:
 class Supervisor:
     """The four services as child processes, started in dependency order, then kept running."""
 
-    def __init__(self, settings: config.Settings, env: dict[str, str] | None = None) -> None:
+    def __init__(self, settings: config.Settings, env: dict[str, str] | None = None,
+                 service_env: dict[str, dict[str, str]] | None = None) -> None:
+        """`service_env`: variables for one service only (e.g. its METRICS_PORT), by service name."""
         self.settings = settings
         self.logs = settings.data_dir / "logs"
         self.run_dir = settings.data_dir / "run"
         self.env = {**os.environ, **(env or {}), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        self.service_env = service_env or {}
         self.procs: dict[str, subprocess.Popen] = {}
         self.started: dict[str, float] = {}
         # Set by the signal handler (a plain flag: no lock may be taken there) and by stop().
@@ -172,7 +175,8 @@ class Supervisor:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with open(self.logs / f"{name}.log", "ab") as log_file:
-            proc = subprocess.Popen([sys.executable, "-m", f"services.{name}"], env=self.env,
+            proc = subprocess.Popen([sys.executable, "-m", f"services.{name}"],
+                                    env={**self.env, **self.service_env.get(name, {})},
                                     stdout=log_file, stderr=subprocess.STDOUT)
         self.procs[name], self.started[name] = proc, time.monotonic()
         self._pid_file(name).write_text(f"{proc.pid}\n")

@@ -1,6 +1,6 @@
 """Clients for the services. Every call carries a deadline (the caller's remaining
-deadline, capped by the configured default) and the current request id, and
-failures surface as domain errors so callers need not import grpc."""
+deadline, capped by the configured default), the current request id and, with tracing
+on, the trace context, and failures surface as domain errors so callers need not import grpc."""
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from ragmesh import convert, tls
+from ragmesh import convert, tls, tracing
 from ragmesh import types as t
 from ragmesh.config import Settings
 from ragmesh.errors import InvalidArgument, Misconfigured, NotFound, RagmeshError, ResourceExhausted, Unavailable
@@ -89,9 +89,11 @@ def call_metadata(auth: ClientAuth | None = None) -> tuple[tuple[str, str], ...]
 
 
 def channel(address: str, auth: ClientAuth | None = None) -> grpc.aio.Channel:
+    """With tracing on, every call on the channel has a CLIENT span and carries the trace context."""
+    interceptors = tracing.client_interceptors() or None
     if auth is not None and auth.channel is not None:
-        return grpc.aio.secure_channel(address, auth.channel, options=_CHANNEL_OPTIONS)
-    return grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        return grpc.aio.secure_channel(address, auth.channel, options=_CHANNEL_OPTIONS, interceptors=interceptors)
+    return grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS, interceptors=interceptors)
 
 
 class _Details(collections.namedtuple("_Details", ("method", "timeout", "metadata", "credentials",

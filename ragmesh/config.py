@@ -24,6 +24,11 @@ def _int(name: str, default: int) -> int:
     return _number(name, default, int, "an integer")
 
 
+def _optional_int(name: str) -> int | None:
+    """An integer, or None when the variable is unset (the service then picks its own default)."""
+    return _number(name, None, int, "an integer")
+
+
 def _float(name: str, default: float) -> float:
     return _number(name, default, float, "a number")
 
@@ -58,6 +63,15 @@ class Settings:
     upload_max_bytes: int = field(default_factory=lambda: _int("UPLOAD_MAX_BYTES", 200 * 1024 * 1024))
     # JSON logs to stdout at this level (DEBUG, INFO, WARNING, ERROR).
     log_level: str = field(default_factory=lambda: _env("LOG_LEVEL", "INFO"))
+    # Prometheus metrics; false = nothing recorded and nothing served (what `make bench` compares with).
+    metrics_enabled: bool = field(
+        default_factory=lambda: _env("METRICS_ENABLED", "true").lower() in ("1", "true", "yes", "on")
+    )
+    # Port of /metrics on the embedder, retriever and generator (the gateway serves /metrics on
+    # HTTP_PORT); unset = 9102, 9103 and 9104 respectively, 0 = not served.
+    metrics_port: int | None = field(default_factory=lambda: _optional_int("METRICS_PORT"))
+    # OpenTelemetry: traces go to this OTLP/gRPC collector (e.g. http://otel-collector:4317); empty = no tracing.
+    otel_endpoint: str = field(default_factory=lambda: _env("OTEL_EXPORTER_OTLP_ENDPOINT", ""))
 
     # Deadlines (seconds) a client sets when the caller gave none.
     embed_timeout: float = field(default_factory=lambda: _float("EMBED_TIMEOUT_S", 10.0))

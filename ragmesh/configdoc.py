@@ -31,7 +31,7 @@ from ragmesh import config
 
 START = "<!-- config-table:start -->"
 END = "<!-- config-table:end -->"
-_READERS = {"_env", "_int", "_float"}
+_READERS = {"_env", "_int", "_optional_int", "_float"}
 _HEADING = re.compile(r"^[A-Z][A-Za-z0-9 /-]{0,30}$")
 
 
@@ -123,6 +123,8 @@ def _size(value: int) -> str:
 
 
 def show(value: object, field: str = "") -> str:
+    if value is None:
+        return "(unset)"
     if isinstance(value, bool):
         return "`true`" if value else "`false`"
     if isinstance(value, float):

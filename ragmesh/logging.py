@@ -1,4 +1,5 @@
-"""JSON logs to stdout, one object a line, carrying the request id of the current call."""
+"""JSON logs to stdout, one object a line, carrying the request id of the current call (and,
+with tracing on, its trace id, to find the trace of a log line)."""
 from __future__ import annotations
 
 import json
@@ -29,6 +30,10 @@ class JsonFormatter(logging.Formatter):
         rid = request_id_var.get()
         if rid:
             entry["request_id"] = rid
+        from ragmesh import tracing  # here: ragmesh.tracing imports this module
+
+        if trace := tracing.trace_id():
+            entry["trace_id"] = trace
         # Fields passed with `extra=` go out as structured keys.
         for key, value in vars(record).items():
             if key not in _RESERVED and not key.startswith("_"):

@@ -4,7 +4,8 @@ grpc.aio server (TLS, and mTLS for internal services, when configured), health (
 until warm-up finishes), reflection (so `grpcurl list` works), graceful stop on SIGTERM/SIGINT,
 and an interceptor that authenticates every call (health and reflection stay open) and carries
 the caller's identity, request id and deadline into the handler's context, so the clients in
-`ragmesh.clients` pass them to the next hop.
+`ragmesh.clients` pass them to the next hop. The same interceptor counts and times every call
+(ragmesh.metrics) and opens its server span from the caller's trace context (ragmesh.tracing).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import signal
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -23,7 +24,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ragmesh import config, tls
+from ragmesh import config, metrics, tls, tracing
 from ragmesh import logging as rlog
 from ragmesh.admission import Admission
 from ragmesh.config import Settings
@@ -57,6 +58,19 @@ def _enter_call(context: grpc.aio.ServicerContext, request_id: str) -> None:
     deadline_var.set(time.monotonic() + remaining if remaining is not None else None)
 
 
+def _code(exc: Exception, context: grpc.aio.ServicerContext) -> grpc.StatusCode:
+    """The status a failed call ends with (what `_abort` sends)."""
+    if isinstance(exc, grpc.aio.AbortError):
+        return context.code() or grpc.StatusCode.UNKNOWN
+    return _status(exc) if isinstance(exc, RagmeshError) else grpc.StatusCode.INTERNAL
+
+
+class _Outcome:
+    """How a call ended, for its metrics and span."""
+
+    code = "OK"
+
+
 async def _abort(context: grpc.aio.ServicerContext, method: str, request_id: str, exc: BaseException) -> None:
     """Domain errors keep their code and message; anything else is a fault of ours: INTERNAL with the
     request id to quote, the details in our log only."""
@@ -75,9 +89,29 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
     """Authenticates the caller, admits the call (or refuses it fast when the service is full), sets
     identity, request id and deadline for the handler, and turns errors into status codes."""
 
-    def __init__(self, authenticator: Authenticator | None, admission: Admission) -> None:
+    def __init__(self, authenticator: Authenticator | None, admission: Admission, service_name: str = "") -> None:
         self.authenticator = authenticator  # None: a test server with no identity
         self.admission = admission
+        self.service = metrics.service_label(service_name or admission.name)
+
+    @contextlib.contextmanager
+    def _observed(self, method: str, metadata: dict, request_id: str) -> Iterator[_Outcome]:
+        """Counts and times the call by its final status code, inside its server span."""
+        outcome, calls, started = _Outcome(), metrics.rpc(self.service, method), time.perf_counter()
+        rlog.request_id_var.set(request_id)  # before the span starts: every span carries it
+        with tracing.server_span(method.lstrip("/"), metadata, self.service) as span:
+            try:
+                yield outcome
+            except (asyncio.CancelledError, GeneratorExit):  # the caller went away, or its deadline passed
+                outcome.code = "CANCELLED"
+                raise
+            finally:
+                calls.observe(outcome.code, time.perf_counter() - started)
+                if span is not None:
+                    service, _, name = method.lstrip("/").partition("/")
+                    tracing.finish(span, outcome.code, outcome.code != "OK", **{
+                        "rpc.system": "grpc", "rpc.service": service, "rpc.method": name,
+                        "rpc.grpc.status_code": grpc.StatusCode[outcome.code].value[0]})
 
     async def _enter(self, context: grpc.aio.ServicerContext, metadata: dict, request_id: str, method: str) -> None:
         _enter_call(context, request_id)
@@ -102,24 +136,28 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
 
         def unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                try:
-                    with admission():
-                        await self._enter(context, metadata, request_id, method)
-                        return await behavior(request, context)
-                except Exception as exc:  # noqa: BLE001 - every error becomes a status, never UNKNOWN
-                    await _abort(context, method, request_id, exc)
+                with self._observed(method, metadata, request_id) as outcome:
+                    try:
+                        with admission():
+                            await self._enter(context, metadata, request_id, method)
+                            return await behavior(request, context)
+                    except Exception as exc:  # noqa: BLE001 - every error becomes a status, never UNKNOWN
+                        outcome.code = _code(exc, context).name
+                        await _abort(context, method, request_id, exc)
 
             return wrapped
 
         def streaming(behavior: Callable[..., Any]) -> Callable[..., Any]:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                try:
-                    with admission():
-                        await self._enter(context, metadata, request_id, method)
-                        async for item in behavior(request, context):
-                            yield item
-                except Exception as exc:  # noqa: BLE001
-                    await _abort(context, method, request_id, exc)
+                with self._observed(method, metadata, request_id) as outcome:
+                    try:
+                        with admission():
+                            await self._enter(context, metadata, request_id, method)
+                            async for item in behavior(request, context):
+                                yield item
+                    except Exception as exc:  # noqa: BLE001
+                        outcome.code = _code(exc, context).name
+                        await _abort(context, method, request_id, exc)
 
             return wrapped
 
@@ -176,8 +214,10 @@ class ServiceHost:
         self.grace = grace
         authenticator = Authenticator(settings, app.key_store, app.audience) if app.key_store is not None else None
         app.admission = app.admission or Admission(app.service_name, settings.max_concurrent_calls)
-        self.server = grpc.aio.server(interceptors=[ContextInterceptor(authenticator, app.admission)],
-                                      options=_server_options(settings))
+        metrics.watch_in_flight(app.admission)
+        self.server = grpc.aio.server(
+            interceptors=[ContextInterceptor(authenticator, app.admission, app.service_name)],
+            options=_server_options(settings))
         self.health = health.aio.HealthServicer()
         self._stopped = asyncio.Event()
         self._retrying: asyncio.Task | None = None
@@ -266,10 +306,20 @@ class ServiceHost:
         await self.stop()
 
 
+def observe(service: str, settings: Settings) -> None:
+    """A service process's metrics (recorded or not, and served on their own port unless the
+    gateway serves them on its HTTP port) and tracing (to OTEL_EXPORTER_OTLP_ENDPOINT, if set)."""
+    metrics.configure(settings.metrics_enabled)
+    port = settings.metrics_port if settings.metrics_port is not None else metrics.DEFAULT_PORTS.get(service, 0)
+    metrics.serve(settings.host, port, settings.tls_cert, settings.tls_key)
+    tracing.setup(service, settings.otel_endpoint)
+
+
 def main(service: str, app_factory: Callable[[Settings], ServiceApp], port_of: Callable[[Settings], int]) -> None:
-    """Entry point of `python -m services.<name>`: JSON logs, serve until a signal."""
+    """Entry point of `python -m services.<name>`: JSON logs, metrics and traces, serve until a signal."""
     settings = config.load()
     rlog.setup(service, settings.log_level)
+    observe(service, settings)
 
     async def serve() -> None:
         # Built inside the loop: grpc.aio servers bind to the loop that is running when made.
@@ -281,3 +331,5 @@ def main(service: str, app_factory: Callable[[Settings], ServiceApp], port_of: C
     except ConfigError as exc:
         log.critical("refusing to start", extra={"error": str(exc)})
         raise SystemExit(f"{service}: refusing to start: {exc}") from None
+    finally:
+        tracing.shutdown()

@@ -18,6 +18,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+from ragmesh import metrics, tracing
 from ragmesh.clients import GeneratorClient
 from ragmesh.errors import RagmeshError, Unavailable
 from ragmesh.identity import Identity, identity_var
@@ -119,7 +120,12 @@ class AskPipeline:
             yield Event("searching", True)
             turns = await asyncio.to_thread(self.history.turns, conv)
             strategy = await self.planner.plan(ask, turns)
-            ctx = context.build(strategy.hits, self.settings.context_char_budget)
+            metrics.route_taken(strategy.route)
+            if strategy.retrieval != NO_RETRIEVAL:
+                metrics.scope_cache(strategy.cache_hit)
+            with tracing.span("context"):
+                ctx = context.build(strategy.hits, self.settings.context_char_budget)
+                tracing.annotate(blocks=len(ctx.blocks), chars=len(ctx.text))
             if strategy.retrieval != NO_RETRIEVAL and not ctx.blocks and strategy.unavailable:
                 # Nothing arrived in time: an error, not "no notes match", and nothing is stored.
                 raise Unavailable(f"retrieval: no answer in time from {', '.join(strategy.unavailable)}, so "
@@ -130,7 +136,9 @@ class AskPipeline:
             strategy.corrections = len(corrections)
             yield Event("searching", False)
             yield Event("strategy", strategy)
-            question_id = await asyncio.to_thread(self.history.save_question, ask.tenant, ask.user_id, conv, ask.question)
+            with tracing.span("storing", record="question"):
+                question_id = await asyncio.to_thread(self.history.save_question, ask.tenant, ask.user_id, conv,
+                                                      ask.question)
             async for event in self._answer(ask, strategy, turns, stop, question_id, ctx, corrections):
                 yield event
         except RagmeshError as exc:
@@ -160,24 +168,25 @@ class AskPipeline:
             else:
                 stream = await self._generation(ask, s, turns, ctx, corrections)
                 guard = AnswerGuard({b.index for b in ctx.blocks}, enforce=bool(ctx.blocks))
-                async with aclosing(_until(stream, stop)) as events:
-                    try:
-                        async for ev in events:  # a generator failure raises out, kept below as failed
-                            if ev.kind == "content":
-                                parts.append(ev.text)
-                                if shown := guard.feed(ev.text):
-                                    yield Event("content", shown)
-                            elif ev.kind == "thinking":
-                                yield Event("thinking", ev.text)
-                            elif ev.kind == "grounding":
-                                web += ev.citations
-                                web_queries += ev.queries
-                            elif ev.kind == "usage":
-                                usage = ev.usage
-                            elif ev.kind == "done":
-                                model = ev.model or model
-                    except Stopped:
-                        stopped = True
+                with tracing.span("generation", model=s.model):
+                    async with aclosing(_until(stream, stop)) as events:
+                        try:
+                            async for ev in events:  # a generator failure raises out, kept below as failed
+                                if ev.kind == "content":
+                                    parts.append(ev.text)
+                                    if shown := guard.feed(ev.text):
+                                        yield Event("content", shown)
+                                elif ev.kind == "thinking":
+                                    yield Event("thinking", ev.text)
+                                elif ev.kind == "grounding":
+                                    web += ev.citations
+                                    web_queries += ev.queries
+                                elif ev.kind == "usage":
+                                    usage = ev.usage
+                                elif ev.kind == "done":
+                                    model = ev.model or model
+                        except Stopped:
+                            stopped = True
                 if not stopped:
                     tail, replaced = guard.finish()
                     if replaced:
@@ -193,7 +202,9 @@ class AskPipeline:
                 "chunk_map": {c.ref: c.chunk_id for c in citations if c.chunk_id},
                 "citations": [dataclasses.asdict(c) for c in citations], "web_queries": web_queries,
             }
-            answer_id = await asyncio.to_thread(self.history.save_answer, ask.conversation_id, answer, meta, stopped)
+            with tracing.span("storing", record="answer"):
+                answer_id = await asyncio.to_thread(self.history.save_answer, ask.conversation_id, answer, meta,
+                                                    stopped)
             finished = True
             tokens = usage.get("total_tokens") or len(answer.split())
             await asyncio.to_thread(self.limits.record, ask.tenant, ask.user_id, tokens)

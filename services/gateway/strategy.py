@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ragmesh import tracing
 from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient, SearchResult
 from ragmesh.errors import NotFound, RagmeshError
 from ragmesh.models import EXTRACTIVE
@@ -92,7 +93,9 @@ class Planner:
 
     async def plan(self, ask: AskInput, turns: list[Turn]) -> Strategy:
         """Route, filters, scope decision and hits for one question."""
-        rt = router.route(ask.question, len(turns), len(ask.document_ids))
+        with tracing.span("routing"):
+            rt = router.route(ask.question, len(turns), len(ask.document_ids))
+            tracing.annotate(route=rt.name, reason=rt.reason)
         if ask.top_k and rt.retrieves:
             rt = dataclasses.replace(rt, k=ask.top_k)
         search_filter = SearchFilter(tenant=ask.tenant, start_date=ask.start_date, end_date=ask.end_date,
@@ -110,7 +113,8 @@ class Planner:
         s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []))
         started = time.perf_counter()
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
-        vector = await self._embed_question(ask.question, self.settings.retrieval_timeout_s * EMBED_SHARE)
+        with tracing.span("embedding"):
+            vector = await self._embed_question(ask.question, self.settings.retrieval_timeout_s * EMBED_SHARE)
         cached = self.cache.get(ask.tenant, ask.conversation_id)
         if cached is None:
             s.retrieval, why = RAG_NEW_QUERY, "no cached scope for this conversation"
@@ -229,6 +233,10 @@ class Planner:
         variants = [v for n in rt.question_numbers for v in (f"question {n}", f"problem {n}", f"{n}.")]
 
         async def one(collection: str) -> SearchResult:
+            with tracing.span("search", collection=collection):
+                return await searched(collection)
+
+        async def searched(collection: str) -> SearchResult:
             f = self._filter_for(collection, s, ask)
             left = lambda: max(0.05, deadline - time.monotonic())  # noqa: E731
             if rt.question_numbers:  # 001 strategy 1: the numbered item itself first

@@ -1,12 +1,15 @@
 """Picks the backend for a model name, checks the citations of every backend's answer
-while it streams, and keeps the counts operators read from Stats."""
+while it streams, and keeps the counts operators read from Stats (and the time to the first
+token and the tokens per model, as metrics)."""
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
+from ragmesh import metrics
 from ragmesh.errors import InvalidArgument
 from ragmesh.models import EXTRACTIVE, KNOWN_MODELS
 from ragmesh.types import GenEvent
@@ -36,9 +39,15 @@ class GenerationService:
         request.model = request.model or self.default_model
         backend = self.backend_for(request.model)
         self.started += 1
+        began, waiting = time.perf_counter(), True
         try:
             async with aclosing(checked(backend.stream(request), {b.index for b in request.blocks})) as events:
                 async for event in events:
+                    if waiting and event.kind in ("thinking", "content"):
+                        waiting = False
+                        metrics.first_token(request.model, time.perf_counter() - began)
+                    elif event.kind == "usage":
+                        metrics.tokens(request.model, event.usage)
                     yield event
             self.completed += 1
         except (asyncio.CancelledError, GeneratorExit):

@@ -7,6 +7,7 @@ import logging
 import grpc
 import numpy as np
 
+from ragmesh import metrics
 from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient
 from ragmesh.config import Settings
 from ragmesh.errors import InvalidArgument, RagmeshError
@@ -36,6 +37,7 @@ class RetrieverApp(ServiceApp):
         self.store = LazyStore(settings)  # opened at warm-up: an unreachable database means NOT_SERVING
         self.key_store = self.store
         self.registry = IndexRegistry(FALLBACK_DIMENSIONS)
+        metrics.watch_indexes(self.registry)
         self.snapshot_dir = settings.data_dir / "index"
         self.embedder: EmbedderClient | None = None
         self.generator: GeneratorClient | None = None

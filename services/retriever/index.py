@@ -271,6 +271,10 @@ class IndexRegistry:
     def names(self) -> list[str]:
         return sorted(self._indexes)
 
+    def sizes(self) -> list[tuple[str, int]]:
+        """(collection, live chunks) of every index: what ragmesh_index_chunks exports."""
+        return [(name, index.live) for name, index in sorted(self._indexes.items())]
+
     def configure(self, name: str, options: CollectionOptions) -> None:
         """Options for a collection: an existing index is rebuilt with them (from memory), a new one starts so."""
         Analyzer.from_options(options.analyzer)  # raises ValueError on unknown options

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ragmesh import metrics
 from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.types import Hit, SearchFilter
 from ragmesh.validation import (
@@ -102,6 +103,7 @@ class SearchEngine:
         timings = {"embed_ms": 0.0, "dense_ms": 0.0, "sparse_ms": 0.0, "fusion_ms": 0.0}
         queries = [q.query] + [v for v in dict.fromkeys(q.variants) if v.strip() and v != q.query]
         vectors, dense_skipped = None, False
+        embedded = bool(indexes) and weights[0] > 0 and (q.vector is None or len(queries) > 1)
         if indexes and weights[0] > 0:
             t0 = time.perf_counter()
             try:
@@ -142,6 +144,7 @@ class SearchEngine:
         kept, layer = ranking.threshold(ranked, q.boosters)
         hits = ranking.expand_parents(kept[: q.top_k], parents)
         timings["total_ms"] = (time.perf_counter() - started) * 1000
+        metrics.retrieval_stages(timings, embedded)
         return SearchOutcome(hits, admitted, timings, dense_skipped, layer)
 
     async def _vectors(self, q: SearchQuery, queries: list[str]) -> np.ndarray:

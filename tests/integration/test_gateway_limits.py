@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import grpc
 import httpx
@@ -157,6 +158,9 @@ def test_over_the_concurrency_limit_asks_get_429_with_retry_after_and_nothing_wr
     new = _answers(stack)[len(before):]
     assert len(new) == codes.count(200) and not [a for a in new if NO_MATCH in a], new
     admission = gateway.app.admission  # the gRPC port shares the limit: fill it, deterministically
+    deadline = time.monotonic() + 10  # once the answered requests have let go of their slots
+    while admission.in_flight and time.monotonic() < deadline:
+        time.sleep(0.05)
     held = admission.in_flight
     admission.in_flight = admission.limit
     try:

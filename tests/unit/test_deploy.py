@@ -11,7 +11,8 @@
   offline), and the wiring (Services, probes, NetworkPolicies, HPAs, overlays). Where `kubectl` is
   installed, its kustomize renders the same objects.
 - The README's environment-variable table is fresh (ragmesh.configdoc --check).
-- deploy/grafana-dashboard.json names only ragmesh's metrics.
+- deploy/grafana-dashboard.json queries only metrics the services export (ragmesh.metrics), and
+  has a panel for each of them.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ import pytest
 import yaml
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from ragmesh import config, configdoc, healthcheck
+from ragmesh import config, configdoc, healthcheck, metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("gateway", "embedder", "retriever", "generator")
@@ -916,14 +917,14 @@ def test_readme_runbook_is_the_last_section_and_holds_the_table():
 # Grafana dashboard
 # --------------------------------------------------------------------------------------------
 
-METRICS = {
-    "ragmesh_rpc_requests_total": "counter", "ragmesh_rpc_latency_seconds": "histogram",
-    "ragmesh_in_flight_requests": "gauge", "ragmesh_retrieval_stage_seconds": "histogram",
-    "ragmesh_scope_cache_hits_total": "counter", "ragmesh_scope_cache_misses_total": "counter",
-    "ragmesh_routes_total": "counter", "ragmesh_tokens_total": "counter",
-    "ragmesh_generator_first_token_seconds": "histogram", "ragmesh_ingest_documents_total": "counter",
-    "ragmesh_index_chunks": "gauge",
-}
+def exported_metrics() -> dict[str, str]:
+    """Every ragmesh metric family the services export, with its type, from the text a /metrics
+    scrape answers (ragmesh.metrics' registry: families with no samples yet are listed too)."""
+    text = metrics.exposition().decode()
+    return {name: kind for name, kind in re.findall(r"^# TYPE (ragmesh_\w+) (\w+)$", text, re.M)}
+
+
+METRICS = exported_metrics()
 PROMQL_WORDS = {
     "sum", "avg", "min", "max", "count", "rate", "irate", "increase", "histogram_quantile", "by", "without",
     "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool", "offset", "topk", "bottomk",

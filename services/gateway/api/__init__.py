@@ -1,7 +1,7 @@
 """The REST/SSE bridge for web clients, in the gateway process: one router per resource (chat,
-conversations, documents), the web page, health, the OpenAPI document (openapi.py, at /openapi.json
-and /docs), and the rules every route shares: a bearer credential on every /api/* route, browser
-safety, and domain errors as HTTP status codes."""
+conversations, documents), the web page, health, Prometheus' /metrics, the OpenAPI document
+(openapi.py, at /openapi.json and /docs), and the rules every route shares: a bearer credential on
+every /api/* route, browser safety, and domain errors as HTTP status codes."""
 from __future__ import annotations
 
 import logging
@@ -10,10 +10,11 @@ from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from ragmesh import metrics
 from ragmesh.admission import Admission
 from ragmesh.clients import RetrieverClient
 from ragmesh.errors import RagmeshError, ResourceExhausted
@@ -120,6 +121,13 @@ def create_app(
         ok = all(v == "SERVING" for v in services.values())
         return JSONResponse({"status": "ok" if ok else "degraded", "services": services},
                             status_code=200 if ok else 503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        """Prometheus' scrape (every metric of this process), open like /healthz; 404 with METRICS_ENABLED=false."""
+        if not metrics.enabled():
+            return JSONResponse({"error": {"code": "NOT_FOUND", "message": "path: metrics are off"}}, status_code=404)
+        return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)
 
     @app.get("/api/meta")
     async def meta(who: Identity = Depends(caller)) -> dict:

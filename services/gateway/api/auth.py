@@ -19,7 +19,7 @@ from ragmesh.identity import Identity, identity_var
 from ragmesh.identity.authenticator import Authenticator, ConfigError
 from ragmesh.tls import is_loopback
 
-OPEN_PATHS = ("/healthz",)  # load balancers probe it without a key
+OPEN_PATHS = ("/healthz", "/metrics")  # load balancers and Prometheus reach them by address, without a key
 _WRITES = ("POST", "PUT", "PATCH", "DELETE")
 _BODIES = ("application/json", "multipart/form-data")
 

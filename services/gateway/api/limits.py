@@ -1,14 +1,17 @@
 """Limits in front of every /api route: a request id on every request and response, admission (the
 gateway's calls in flight, shared with its gRPC server, so overload is refused fast with 429 and
 Retry-After), and the size of a request body, counted as it arrives, so a 50 MB question is refused
-before it is parsed."""
+before it is parsed. Each /api request is also counted and timed by route and status, inside its
+server span when tracing is on."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ragmesh import metrics, tracing
 from ragmesh.admission import Admission
 from ragmesh.errors import ResourceExhausted
 from ragmesh.logging import request_id_var
@@ -49,6 +52,28 @@ class RequestGuard:
         if not scope["path"].startswith("/api/"):
             await self.app(scope, receive, self._with_headers(send, echo))
             return
+        status, started = 0, time.perf_counter()
+
+        async def observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        with tracing.server_span(f"{scope['method']} {scope['path']}", headers, "gateway") as span:
+            try:
+                await self._limited(scope, receive, observed, headers, echo)
+            finally:
+                route = getattr(scope.get("route"), "path", "(unmatched)")
+                metrics.http_request(route, status, time.perf_counter() - started)
+                if span is not None:
+                    span.update_name(f"{scope['method']} {route}")
+                    tracing.finish(span, str(status), status >= 500 or not status,
+                                   **{"http.request.method": scope["method"], "http.route": route,
+                                      "http.response.status_code": status})
+
+    async def _limited(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str],
+                       echo: list[tuple[bytes, bytes]]) -> None:
         limit = self.max_upload if scope["path"] in UPLOAD_PATHS else self.max_body
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:

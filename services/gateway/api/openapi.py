@@ -299,9 +299,11 @@ API_ERRORS = (400, 401, 413, 429, 500, 503)  # any /api route: host, credential,
 WRITE_ERRORS = (403,)  # POST and DELETE: the Origin rule
 BODY_ERRORS = (415,)  # POST: the content type
 
-# method, path -> operationId, summary, 200 (a model, "sse" + events, or "html"), errors of its own
+# method, path -> operationId, summary, 200 (a model, "sse" + events, "html" or "text"), errors of its own
 OPERATIONS: dict[tuple[str, str], tuple[str, str, Any, tuple[int, ...]]] = {
     ("get", "/"): ("web_page", "The web chat page", "html", ()),
+    ("get", "/metrics"): ("metrics", "Prometheus metrics of the gateway process (text exposition format)", "text",
+                          ()),
     ("get", "/healthz"): ("health", "Health of the gateway and the services it calls (503 when degraded)",
                           Health, ()),
     ("get", "/api/meta"): ("meta", "Models, data sources, the tenant's fund names, and who the credential is",
@@ -540,6 +542,9 @@ def build(app: FastAPI, *, max_body_bytes: int, max_upload_bytes: int, max_file_
             if ok == "html":
                 op["responses"] = {"200": _response("The page", {"text/html": {"schema": {"type": "string"}}},
                                                     request_id)}
+            elif ok == "text":
+                op["responses"] = {"200": _response("Every metric, as Prometheus scrapes it", {
+                    "text/plain": {"schema": {"type": "string"}}}, request_id)}
             elif isinstance(ok, tuple):
                 event = "AskEvent" if ok[1] is ASK_EVENTS else "IngestEvent"
                 op["responses"] = {"200": _response("Server-Sent Events until done or error", _event_stream(event),
@@ -552,6 +557,8 @@ def build(app: FastAPI, *, max_body_bytes: int, max_upload_bytes: int, max_file_
                 if path == "/healthz":
                     op["responses"]["503"] = _response("Degraded: a service is not serving", {
                         "application/json": {"schema": {"$ref": SCHEMAS + "Health"}}}, request_id)
+                if path == "/metrics":
+                    op["responses"]["404"] = _error_response(404, "NOT_FOUND: metrics are off (METRICS_ENABLED=false)")
                 continue
             statuses = set(API_ERRORS) | set(own)
             if method in ("post", "delete"):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ragmesh import metrics
 from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.store import Store
 from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, SectionOutline, StoredChunk
@@ -126,6 +127,7 @@ class Ingestor:
         stops where it is (a store write under way completes, whole) and no more are read."""
         async for doc in documents:
             async for progress in self.ingest_one(doc):
+                metrics.ingested(progress.stage, progress.chunks)
                 yield progress
 
     async def ingest_one(self, doc: Document) -> AsyncIterator[Progress]:
