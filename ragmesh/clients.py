@@ -286,6 +286,25 @@ class RetrieverClient(_Client):
         with _translated("retriever"):
             return convert.document_info_from_proto(await self._unary(self.stub.GetDocument, request))
 
+    async def list_documents(self, collection: str = "", limit: int = 0, offset: int = 0) -> list[t.DocumentEntry]:
+        """The caller's documents, most recently written first (headers without summaries)."""
+        request = retriever_pb2.ListDocumentsRequest(collection=collection, limit=limit, offset=offset)
+        with _translated("retriever"):
+            reply = await self._unary(self.stub.ListDocuments, request)
+        return [convert.document_entry_from_proto(e) for e in reply.documents]
+
+    async def get_chunk(self, chunk_id: str) -> t.ChunkContext:
+        """A chunk of the caller's tenant with its parent's text and its document; NotFound otherwise."""
+        with _translated("retriever"):
+            reply = await self._unary(self.stub.GetChunk, retriever_pb2.GetChunkRequest(chunk_id=chunk_id))
+        return convert.chunk_context_from_proto(reply)
+
+    async def own_collections(self) -> list[retriever_pb2.CollectionInfo]:
+        """The caller's tenant's collections with its document and chunk counts."""
+        request = retriever_pb2.ListCollectionsRequest(own_tenant=True)
+        with _translated("retriever"):
+            return list((await self._unary(self.stub.ListCollections, request)).collections)
+
     async def field_values(self, field: str, collections: list[str]) -> list[str]:
         """Distinct values of a metadata field in the caller's tenant."""
         request = retriever_pb2.FieldValuesRequest(field=field, collections=collections)

@@ -1,6 +1,8 @@
 """The one place protobuf messages become domain objects and back."""
 from __future__ import annotations
 
+import dataclasses
+
 from ragmesh import types as t
 from ragmesh.v1 import common_pb2, generator_pb2, retriever_pb2
 
@@ -148,3 +150,27 @@ def gen_event_to_proto(e: t.GenEvent) -> generator_pb2.GenerateEvent:
     if e.kind == "usage":
         return generator_pb2.GenerateEvent(usage=common_pb2.Usage(**e.usage))
     return generator_pb2.GenerateEvent(done=generator_pb2.Done(model=e.model, finish_reason=e.text))
+
+
+def document_entry_to_proto(e: t.DocumentEntry) -> retriever_pb2.DocumentEntry:
+    """A list's line: the header without the summary text and the sections."""
+    header = dataclasses.replace(e.document, summary="", sections=[])
+    return retriever_pb2.DocumentEntry(document=document_info_to_proto(header), updated_at=e.updated_at,
+                                       summarized=e.summarized)
+
+
+def document_entry_from_proto(p: retriever_pb2.DocumentEntry) -> t.DocumentEntry:
+    return t.DocumentEntry(document_info_from_proto(p.document), p.updated_at, p.summarized)
+
+
+def chunk_context_to_proto(c: t.ChunkContext) -> retriever_pb2.ChunkInfo:
+    """The document's header and summary come along; its sections do not."""
+    info = retriever_pb2.ChunkInfo(chunk=chunk_to_proto(c.chunk), parent_text=c.parent_text)
+    if c.document is not None:
+        info.document.CopyFrom(document_info_to_proto(dataclasses.replace(c.document, sections=[])))
+    return info
+
+
+def chunk_context_from_proto(p: retriever_pb2.ChunkInfo) -> t.ChunkContext:
+    return t.ChunkContext(chunk_from_proto(p.chunk), p.parent_text,
+                          document_info_from_proto(p.document) if p.HasField("document") else None)

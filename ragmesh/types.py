@@ -70,6 +70,25 @@ class DocumentRecord:
 
 
 @dataclass
+class DocumentEntry:
+    """One line of a documents list: the header, when it was last written (ISO 8601 UTC), and whether
+    a summary of the whole document was made (lists may leave the summary text out)."""
+
+    document: DocumentRecord
+    updated_at: str
+    summarized: bool = False
+
+
+@dataclass
+class ChunkContext:
+    """One chunk as a citation panel shows it: its text, its parent's (the wider context), its document."""
+
+    chunk: Chunk
+    parent_text: str
+    document: DocumentRecord | None
+
+
+@dataclass
 class SearchFilter:
     """Restricts a search. An empty filter admits every chunk of the tenant."""
 

@@ -109,6 +109,18 @@ def check_number(field: str, value: float | int | None, low: float, high: float)
         raise InvalidArgument(field, f"must be a number from {low:g} to {high:g}, got {value!r}")
 
 
+MAX_PAGE = 200                   # items of one page of a list
+MAX_OFFSET = 1_000_000           # items a page may skip
+
+
+def check_page(limit: int, offset: int) -> None:
+    """A page of a list: 1..MAX_PAGE items, after skipping 0..MAX_OFFSET."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidArgument("limit", f"must be 1..{MAX_PAGE}, got {limit}")
+    if not 0 <= offset <= MAX_OFFSET:
+        raise InvalidArgument("offset", f"must be 0..{MAX_OFFSET:,}, got {offset}")
+
+
 def check_field_name(field: str, value: str) -> str:
     """A metadata key or a filter's field name: 1 to MAX_FIELD_CHARS characters."""
     return check_text(field, value, MAX_FIELD_CHARS, required=True)

@@ -14,7 +14,7 @@ from typing import Protocol
 from ragmesh.config import Settings
 from ragmesh.errors import Unavailable
 from ragmesh.identity.keys import ApiKeyRecord
-from ragmesh.types import DocumentRecord, StoredChunk
+from ragmesh.types import DocumentEntry, DocumentRecord, StoredChunk
 
 
 class StoreUnavailable(Unavailable):
@@ -90,7 +90,15 @@ class Store(Protocol):
 
     def iter_chunks(self, collection: str | None = None) -> Iterator[StoredChunk]: ...
 
-    def collections(self) -> list[CollectionStats]: ...
+    def collections(self, tenant: str | None = None) -> list[CollectionStats]:
+        """Counts per collection: every tenant's, or one tenant's with tenant."""
+
+    def documents(self, tenant: str, collection: str | None, limit: int = 50, offset: int = 0) -> list[DocumentEntry]:
+        """The tenant's documents (of one collection, or all), most recently written first, then by
+        collection and id; `offset` skips that many (paging)."""
+
+    def chunk(self, tenant: str, chunk_id: str) -> StoredChunk | None:
+        """One current chunk of the tenant by id (None when unknown or another tenant's)."""
 
     def document_chunks(self, tenant: str, collection: str, doc_id: str) -> list[StoredChunk]:
         """A document's current chunks in order (empty when it does not exist)."""
@@ -118,8 +126,13 @@ class Store(Protocol):
     def conversation_owner(self, conversation_id: str) -> tuple[str, str] | None:
         """(tenant, user_id) of a conversation, or None when there is no such conversation."""
 
-    def conversations(self, tenant: str, user_id: str | None, limit: int = 50) -> list[ConversationInfo]:
-        """The tenant's conversations (one user's when user_id is given), most recently updated first."""
+    def conversations(self, tenant: str, user_id: str | None, limit: int = 50,
+                      offset: int = 0) -> list[ConversationInfo]:
+        """The tenant's conversations (one user's when user_id is given), most recently updated first;
+        `offset` skips that many. The title is the one set by rename, else the first question."""
+
+    def rename_conversation(self, tenant: str, conversation_id: str, title: str) -> bool:
+        """Sets the conversation's title ("" goes back to the first question); False when not found."""
 
     def add_message(self, conversation_id: str, role: str, content: str, meta: dict) -> str: ...
 

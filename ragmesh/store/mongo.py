@@ -28,7 +28,7 @@ from pymongo.errors import DuplicateKeyError, InvalidURI, PyMongoError
 from ragmesh.config import redact_uri
 from ragmesh.identity.keys import ApiKeyRecord
 from ragmesh.store import Change, CollectionStats, ConversationInfo, CorrectionRecord, MessageRecord, StoreUnavailable
-from ragmesh.types import Chunk, DocumentRecord, SectionOutline, StoredChunk
+from ragmesh.types import Chunk, DocumentEntry, DocumentRecord, SectionOutline, StoredChunk
 
 T = TypeVar("T")
 Session = ClientSession | None
@@ -184,14 +184,24 @@ class MongoStore:
     # -- corpus ----------------------------------------------------------------------------
     def get_document(self, tenant: str, collection: str, doc_id: str) -> DocumentRecord | None:
         d = self._docs.find_one({"tenant": tenant, "collection": collection, "doc_id": doc_id})
-        if d is None:
-            return None
-        return DocumentRecord(
-            doc_id=doc_id, collection=collection, tenant=tenant, content_hash=d["content_hash"],
-            title=d["title"], metadata=d["metadata"], date=d["date"], chunk_count=d["chunk_count"],
-            summary=d.get("summary", ""),  # headers written before outlines existed have none
-            sections=[SectionOutline(**s) for s in d.get("sections", [])],
-        )
+        return None if d is None else _document(d)
+
+    def documents(self, tenant: str, collection: str | None, limit: int = 50, offset: int = 0) -> list[DocumentEntry]:
+        if limit <= 0:
+            return []  # pymongo reads limit(0) as "no limit"
+        where = {"tenant": tenant} if collection is None else {"tenant": tenant, "collection": collection}
+        order = [("updated_at", DESCENDING), ("collection", ASCENDING), ("doc_id", ASCENDING)]
+        return [DocumentEntry(_document(d), _iso(d["updated_at"]), bool(d.get("summary")))
+                for d in self._docs.find(where).sort(order).skip(offset).limit(limit)]
+
+    def chunk(self, tenant: str, chunk_id: str) -> StoredChunk | None:
+        """The current version's chunk: older versions share the id while a replacement is under way."""
+        for d in self._chunks.find({"chunk_id": chunk_id, "tenant": tenant}):
+            header = self._docs.find_one({"tenant": tenant, "collection": d["collection"], "doc_id": d["doc_id"]},
+                                         {"current": 1})
+            if header is not None and header["current"] == d["v"]:
+                return _stored_chunk(d)
+        return None
 
     def replace_document(self, doc: DocumentRecord, chunks: list[StoredChunk]) -> int:
         return self.replace_documents([(doc, chunks)])
@@ -309,8 +319,9 @@ class MongoStore:
             if current.get((d["tenant"], d["collection"], d["doc_id"])) == d["v"]:
                 yield _stored_chunk(d)
 
-    def collections(self) -> list[CollectionStats]:
+    def collections(self, tenant: str | None = None) -> list[CollectionStats]:
         rows = self._docs.aggregate([
+            {"$match": {} if tenant is None else {"tenant": tenant}},
             {"$group": {"_id": "$collection", "docs": {"$sum": 1}, "chunks": {"$sum": "$chunk_count"}}},
             {"$sort": {"_id": 1}},
         ])
@@ -341,17 +352,25 @@ class MongoStore:
                                      {"tenant": 1, "user_id": 1})
         return (found["tenant"], found["user_id"]) if found else None
 
-    def conversations(self, tenant: str, user_id: str | None, limit: int = 50) -> list[ConversationInfo]:
+    def conversations(self, tenant: str, user_id: str | None, limit: int = 50,
+                      offset: int = 0) -> list[ConversationInfo]:
         if limit <= 0:
             return []  # pymongo reads limit(0) as "no limit"
         where = {"tenant": tenant} if user_id is None else {"tenant": tenant, "user_id": user_id}
         out = []
-        for c in self._convs.find(where).sort("updated_at", DESCENDING).limit(limit):
-            first = self._msgs.find_one({"conversation_id": c["_id"], "role": "user"}, {"content": 1},
-                                        sort=[("seq", ASCENDING)])
+        for c in self._convs.find(where).sort([("updated_at", DESCENDING), ("_id", DESCENDING)]).skip(offset).limit(limit):
+            title = c.get("title", "")
+            if not title:
+                first = self._msgs.find_one({"conversation_id": c["_id"], "role": "user"}, {"content": 1},
+                                            sort=[("seq", ASCENDING)])
+                title = (first or {}).get("content", "")[:80]
             out.append(ConversationInfo(c["_id"], tenant, c["user_id"], _iso(c["created_at"]),
-                                        _iso(c["updated_at"]), (first or {}).get("content", "")[:80]))
+                                        _iso(c["updated_at"]), title))
         return out
+
+    def rename_conversation(self, tenant: str, conversation_id: str, title: str) -> bool:
+        found = self._convs.update_one({"_id": conversation_id, "tenant": tenant}, {"$set": {"title": title}})
+        return found.matched_count > 0
 
     def add_message(self, conversation_id: str, role: str, content: str, meta: dict) -> str:
         """The sequence number comes from an atomic $inc on the conversation: safe with many writers."""
@@ -456,6 +475,15 @@ class MongoStore:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _document(d: dict[str, Any]) -> DocumentRecord:
+    return DocumentRecord(
+        doc_id=d["doc_id"], collection=d["collection"], tenant=d["tenant"], content_hash=d["content_hash"],
+        title=d["title"], metadata=d["metadata"], date=d["date"], chunk_count=d["chunk_count"],
+        summary=d.get("summary", ""),  # headers written before outlines existed have none
+        sections=[SectionOutline(**s) for s in d.get("sections", [])],
+    )
 
 
 def _key_record(d: dict[str, Any]) -> ApiKeyRecord:

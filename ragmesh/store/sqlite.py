@@ -15,7 +15,7 @@ import numpy as np
 from ragmesh.errors import InvalidArgument
 from ragmesh.identity.keys import ApiKeyRecord
 from ragmesh.store import Change, CollectionStats, ConversationInfo, CorrectionRecord, MessageRecord
-from ragmesh.types import Chunk, DocumentRecord, SectionOutline, StoredChunk
+from ragmesh.types import Chunk, DocumentEntry, DocumentRecord, SectionOutline, StoredChunk
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS messages (
   role TEXT NOT NULL, content TEXT NOT NULL, meta TEXT NOT NULL, created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages (conversation_id, seq);
+CREATE TABLE IF NOT EXISTS conversation_titles (conversation_id TEXT PRIMARY KEY, title TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS conversation_summaries (
   conversation_id TEXT PRIMARY KEY, summary TEXT NOT NULL, updated_at REAL NOT NULL
 );
@@ -127,20 +128,32 @@ class SqliteStore:
 
     # -- corpus ----------------------------------------------------------------------------
     def get_document(self, tenant: str, collection: str, doc_id: str) -> DocumentRecord | None:
+        rows = self._documents("d.tenant = ? AND d.collection = ? AND d.doc_id = ?", (tenant, collection, doc_id))
+        return rows[0].document if rows else None
+
+    def documents(self, tenant: str, collection: str | None, limit: int = 50, offset: int = 0) -> list[DocumentEntry]:
+        where, args = ("d.tenant = ?", (tenant,)) if collection is None else \
+            ("d.tenant = ? AND d.collection = ?", (tenant, collection))
+        return self._documents(f"{where} ORDER BY d.updated_at DESC, d.collection, d.doc_id LIMIT ? OFFSET ?",
+                               (*args, limit, offset))
+
+    def _documents(self, where: str, args: tuple) -> list[DocumentEntry]:
         with self._lock:
-            row = self._db.execute(
-                "SELECT d.content_hash, d.title, d.metadata, d.date, d.chunk_count, o.summary, o.sections "
-                "FROM documents d LEFT JOIN outlines o USING (tenant, collection, doc_id) "
-                "WHERE d.tenant = ? AND d.collection = ? AND d.doc_id = ?",
-                (tenant, collection, doc_id),
-            ).fetchone()
-        if row is None:
-            return None
-        return DocumentRecord(
-            doc_id=doc_id, collection=collection, tenant=tenant, content_hash=row[0],
-            title=row[1], metadata=json.loads(row[2]), date=row[3], chunk_count=row[4],
-            summary=row[5] or "", sections=[SectionOutline(**s) for s in json.loads(row[6] or "[]")],
-        )
+            rows = self._db.execute(
+                "SELECT d.tenant, d.collection, d.doc_id, d.content_hash, d.title, d.metadata, d.date, d.chunk_count, "
+                "o.summary, o.sections, d.updated_at "
+                f"FROM documents d LEFT JOIN outlines o USING (tenant, collection, doc_id) WHERE {where}", args,
+            ).fetchall()
+        return [DocumentEntry(DocumentRecord(
+            tenant=r[0], collection=r[1], doc_id=r[2], content_hash=r[3], title=r[4], metadata=json.loads(r[5]),
+            date=r[6], chunk_count=r[7], summary=r[8] or "",
+            sections=[SectionOutline(**s) for s in json.loads(r[9] or "[]")],
+        ), _iso(r[10]), bool(r[8])) for r in rows]
+
+    def chunk(self, tenant: str, chunk_id: str) -> StoredChunk | None:
+        with self._lock:
+            row = self._db.execute(f"{_CHUNK_COLUMNS} WHERE chunk_id = ? AND tenant = ?", (chunk_id, tenant)).fetchone()
+        return None if row is None else _stored_chunk(row)
 
     def replace_document(self, doc: DocumentRecord, chunks: list[StoredChunk]) -> int:
         return self.replace_documents([(doc, chunks)])
@@ -248,11 +261,12 @@ class SqliteStore:
                 return
             last = rows[-1][-1]
 
-    def collections(self) -> list[CollectionStats]:
+    def collections(self, tenant: str | None = None) -> list[CollectionStats]:
+        scope, args = ("WHERE tenant = ?", (tenant,)) if tenant is not None else ("", ())
         with self._lock:
             rows = self._db.execute(
-                "SELECT collection, COUNT(*), SUM(chunk_count) FROM documents "
-                "GROUP BY collection ORDER BY collection"
+                f"SELECT collection, COUNT(*), SUM(chunk_count) FROM documents {scope} "
+                "GROUP BY collection ORDER BY collection", args
             ).fetchall()
         return [CollectionStats(name=r[0], documents=r[1], chunks=r[2] or 0) for r in rows]
 
@@ -283,16 +297,29 @@ class SqliteStore:
                                    (conversation_id,)).fetchone()
         return (row[0], row[1]) if row else None
 
-    def conversations(self, tenant: str, user_id: str | None, limit: int = 50) -> list[ConversationInfo]:
+    def conversations(self, tenant: str, user_id: str | None, limit: int = 50,
+                      offset: int = 0) -> list[ConversationInfo]:
         mine, args = ("AND c.user_id = ?", (tenant, user_id)) if user_id is not None else ("", (tenant,))
         with self._lock:
             rows = self._db.execute(
-                "SELECT c.conversation_id, c.user_id, c.created_at, c.updated_at, "
+                "SELECT c.conversation_id, c.user_id, c.created_at, c.updated_at, t.title, "
                 "(SELECT content FROM messages m WHERE m.conversation_id = c.conversation_id AND m.role = 'user' "
-                " ORDER BY seq LIMIT 1) FROM conversations c "
-                f"WHERE c.tenant = ? {mine} ORDER BY c.updated_at DESC, c.rowid DESC LIMIT ?", (*args, limit),
+                " ORDER BY seq LIMIT 1) FROM conversations c LEFT JOIN conversation_titles t USING (conversation_id) "
+                f"WHERE c.tenant = ? {mine} ORDER BY c.updated_at DESC, c.rowid DESC LIMIT ? OFFSET ?",
+                (*args, limit, offset),
             ).fetchall()
-        return [ConversationInfo(r[0], tenant, r[1], _iso(r[2]), _iso(r[3]), (r[4] or "")[:80]) for r in rows]
+        return [ConversationInfo(r[0], tenant, r[1], _iso(r[2]), _iso(r[3]), r[4] or (r[5] or "")[:80]) for r in rows]
+
+    def rename_conversation(self, tenant: str, conversation_id: str, title: str) -> bool:
+        with self._tx() as db:
+            if not db.execute("SELECT 1 FROM conversations WHERE tenant = ? AND conversation_id = ?",
+                              (tenant, conversation_id)).fetchone():
+                return False
+            if title:
+                db.execute("INSERT OR REPLACE INTO conversation_titles VALUES (?, ?)", (conversation_id, title))
+            else:
+                db.execute("DELETE FROM conversation_titles WHERE conversation_id = ?", (conversation_id,))
+            return True
 
     def add_message(self, conversation_id: str, role: str, content: str, meta: dict) -> str:
         message_id = uuid.uuid4().hex
@@ -342,7 +369,7 @@ class SqliteStore:
                 (tenant, conversation_id),
             ).rowcount
             if found:
-                for table in ("messages", "conversation_summaries", "corrections"):
+                for table in ("messages", "conversation_summaries", "conversation_titles", "corrections"):
                     db.execute(f"DELETE FROM {table} WHERE conversation_id = ?", (conversation_id,))
             return bool(found)
 

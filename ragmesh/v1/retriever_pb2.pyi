@@ -218,8 +218,10 @@ class DeleteResponse(_message.Message):
     def __init__(self, documents: _Optional[int] = ..., chunks: _Optional[int] = ...) -> None: ...
 
 class ListCollectionsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("own_tenant",)
+    OWN_TENANT_FIELD_NUMBER: _ClassVar[int]
+    own_tenant: bool
+    def __init__(self, own_tenant: _Optional[bool] = ...) -> None: ...
 
 class CollectionInfo(_message.Message):
     __slots__ = ("name", "documents", "chunks", "indexed_chunks", "dense_index")
@@ -357,3 +359,45 @@ class ConfigureCollectionRequest(_message.Message):
     stopwords: bool
     min_token_len: int
     def __init__(self, name: _Optional[str] = ..., dense_index: _Optional[str] = ..., stemming: _Optional[bool] = ..., stopwords: _Optional[bool] = ..., min_token_len: _Optional[int] = ...) -> None: ...
+
+class ListDocumentsRequest(_message.Message):
+    __slots__ = ("collection", "limit", "offset")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    limit: int
+    offset: int
+    def __init__(self, collection: _Optional[str] = ..., limit: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class DocumentEntry(_message.Message):
+    __slots__ = ("document", "updated_at", "summarized")
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    SUMMARIZED_FIELD_NUMBER: _ClassVar[int]
+    document: DocumentInfo
+    updated_at: str
+    summarized: bool
+    def __init__(self, document: _Optional[_Union[DocumentInfo, _Mapping]] = ..., updated_at: _Optional[str] = ..., summarized: _Optional[bool] = ...) -> None: ...
+
+class ListDocumentsResponse(_message.Message):
+    __slots__ = ("documents",)
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    documents: _containers.RepeatedCompositeFieldContainer[DocumentEntry]
+    def __init__(self, documents: _Optional[_Iterable[_Union[DocumentEntry, _Mapping]]] = ...) -> None: ...
+
+class GetChunkRequest(_message.Message):
+    __slots__ = ("chunk_id",)
+    CHUNK_ID_FIELD_NUMBER: _ClassVar[int]
+    chunk_id: str
+    def __init__(self, chunk_id: _Optional[str] = ...) -> None: ...
+
+class ChunkInfo(_message.Message):
+    __slots__ = ("chunk", "parent_text", "document")
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    PARENT_TEXT_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    chunk: _common_pb2.Chunk
+    parent_text: str
+    document: DocumentInfo
+    def __init__(self, chunk: _Optional[_Union[_common_pb2.Chunk, _Mapping]] = ..., parent_text: _Optional[str] = ..., document: _Optional[_Union[DocumentInfo, _Mapping]] = ...) -> None: ...

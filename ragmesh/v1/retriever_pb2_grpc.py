@@ -80,6 +80,16 @@ class RetrieverStub:
                 request_serializer=ragmesh_dot_v1_dot_retriever__pb2.GetDocumentRequest.SerializeToString,
                 response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.FromString,
                 _registered_method=True)
+        self.ListDocuments = channel.unary_unary(
+                '/ragmesh.v1.Retriever/ListDocuments',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.ListDocumentsRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.ListDocumentsResponse.FromString,
+                _registered_method=True)
+        self.GetChunk = channel.unary_unary(
+                '/ragmesh.v1.Retriever/GetChunk',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.GetChunkRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.ChunkInfo.FromString,
+                _registered_method=True)
 
 
 class RetrieverServicer:
@@ -145,6 +155,20 @@ class RetrieverServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDocuments(self, request, context):
+        """The caller's documents, most recently written first, paged (document pickers and lists).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetChunk(self, request, context):
+        """One chunk of the caller's tenant with its parent's text and its document's header (citation panels).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RetrieverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -192,6 +216,16 @@ def add_RetrieverServicer_to_server(servicer, server):
                     servicer.GetDocument,
                     request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.GetDocumentRequest.FromString,
                     response_serializer=ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.SerializeToString,
+            ),
+            'ListDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDocuments,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.ListDocumentsRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.ListDocumentsResponse.SerializeToString,
+            ),
+            'GetChunk': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetChunk,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.GetChunkRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.ChunkInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -438,6 +472,60 @@ class Retriever:
             '/ragmesh.v1.Retriever/GetDocument',
             ragmesh_dot_v1_dot_retriever__pb2.GetDocumentRequest.SerializeToString,
             ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Retriever/ListDocuments',
+            ragmesh_dot_v1_dot_retriever__pb2.ListDocumentsRequest.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.ListDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetChunk(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Retriever/GetChunk',
+            ragmesh_dot_v1_dot_retriever__pb2.GetChunkRequest.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.ChunkInfo.FromString,
             options,
             channel_credentials,
             insecure,

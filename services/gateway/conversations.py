@@ -1,17 +1,17 @@
-"""Conversations as a caller sees them: list, read, stop and delete, each checked against the
+"""Conversations as a caller sees them: list, read, rename, stop and delete, each checked against the
 caller's identity. One place for both the gRPC servicer and the HTTP router."""
 from __future__ import annotations
 
 import asyncio
 
-from ragmesh.errors import InvalidArgument
 from ragmesh.identity import Identity
 from ragmesh.store import ConversationInfo, MessageRecord
+from ragmesh.validation import check_page, check_text
 from services.gateway.history import History
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
 
-MAX_LIST = 200
+MAX_TITLE_CHARS = 200
 
 
 class Conversations:
@@ -20,11 +20,18 @@ class Conversations:
         self.memory = memory
         self.pipeline = pipeline
 
-    async def list(self, who: Identity, limit: int | None = None) -> list[ConversationInfo]:
+    async def list(self, who: Identity, limit: int | None = None, offset: int = 0) -> list[ConversationInfo]:
+        """Newest first; `offset` skips that many (the next page starts where the last one ended)."""
         limit = 50 if limit is None else limit
-        if not 1 <= limit <= MAX_LIST:
-            raise InvalidArgument("limit", f"must be 1..{MAX_LIST}, got {limit}")
-        return await asyncio.to_thread(self.history.conversations, who, limit)
+        check_page(limit, offset)
+        return await asyncio.to_thread(self.history.conversations, who, limit, offset)
+
+    async def rename(self, who: Identity, conversation_id: str, title: str) -> str:
+        """Sets the title the list shows (blank: the first question again); returns the title kept."""
+        title = " ".join(check_text("title", title, MAX_TITLE_CHARS).split())
+        await asyncio.to_thread(self.history.require, who, conversation_id)
+        await asyncio.to_thread(self.history.store.rename_conversation, who.tenant, conversation_id, title)
+        return title
 
     async def messages(self, who: Identity, conversation_id: str) -> list[MessageRecord]:
         await asyncio.to_thread(self.history.require, who, conversation_id)

@@ -51,6 +51,6 @@ class History:
         if not mine:
             raise NotFound(f"conversation {conversation_id!r} not found")
 
-    def conversations(self, who: Identity, limit: int = 50) -> list[ConversationInfo]:
+    def conversations(self, who: Identity, limit: int = 50, offset: int = 0) -> list[ConversationInfo]:
         """The caller's conversations; an admin's are every user's in its tenant."""
-        return self.store.conversations(who.tenant, None if who.is_admin else who.user, limit)
+        return self.store.conversations(who.tenant, None if who.is_admin else who.user, limit, offset)

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -158,6 +159,7 @@ class AskPipeline:
         web_queries: list[str] = []
         usage: dict[str, int] = {}
         model, stopped, finished, failure = s.model, False, False, ""
+        started = time.monotonic()
         yield Event("generating", True)
         try:
             canned = self._canned(ask, s, ctx)
@@ -201,6 +203,8 @@ class AskPipeline:
                 "sources": sorted({b.label for b in ctx.blocks}),
                 "chunk_map": {c.ref: c.chunk_id for c in citations if c.chunk_id},
                 "citations": [dataclasses.asdict(c) for c in citations], "web_queries": web_queries,
+                "timings": {"retrieval_ms": round(s.retrieval_ms, 2),
+                            "generation_ms": round((time.monotonic() - started) * 1000, 2)},
             }
             with tracing.span("storing", record="answer"):
                 answer_id = await asyncio.to_thread(self.history.save_answer, ask.conversation_id, answer, meta,

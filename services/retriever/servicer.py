@@ -12,13 +12,18 @@ import dataclasses
 from ragmesh import convert, identity
 from ragmesh.errors import InvalidArgument, NotFound
 from ragmesh.store import CollectionStats, Store
-from ragmesh.validation import MAX_ID_CHARS, check_field_name, check_name, check_names, check_text, shown
+from ragmesh.types import ChunkContext
+from ragmesh.validation import (MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, check_field_name, check_name, check_names,
+                                check_page, check_text, shown)
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
 from services.retriever.fusion import Boosters
 from services.retriever.index import field_values
 from services.retriever.ingest.pipeline import Ingestor
 from services.retriever.ingest.upsert import Upserter
 from services.retriever.search import SearchEngine, SearchQuery
+
+
+DEFAULT_LIST = 50
 
 
 def _opt(msg, name: str, default):
@@ -118,9 +123,30 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
             raise NotFound(f"document {shown(request.doc_id, 200)} not found in collection {request.collection!r}")
         return convert.document_info_to_proto(record)
 
-    def _collections(self, all_configured: bool = False) -> list[retriever_pb2.CollectionInfo]:
+    async def ListDocuments(self, request: retriever_pb2.ListDocumentsRequest, context: grpc.aio.ServicerContext):
+        if request.collection:
+            check_name("collection", request.collection)
+        limit = request.limit or DEFAULT_LIST
+        check_page(limit, request.offset)
+        entries = await asyncio.to_thread(self.store.documents, _tenant(), request.collection or None, limit,
+                                          request.offset)
+        return retriever_pb2.ListDocumentsResponse(documents=[convert.document_entry_to_proto(e) for e in entries])
+
+    async def GetChunk(self, request: retriever_pb2.GetChunkRequest, context: grpc.aio.ServicerContext):
+        check_text("chunk_id", request.chunk_id, MAX_CHUNK_ID_CHARS, required=True)
+        tenant = _tenant()
+        found = await asyncio.to_thread(self.store.chunk, tenant, request.chunk_id)
+        if found is None:  # another tenant's answers exactly as an unknown id
+            raise NotFound(f"chunk {shown(request.chunk_id, 200)} not found")
+        chunk = found.chunk
+        parent = await asyncio.to_thread(self.store.chunk, tenant, chunk.parent_chunk_id) \
+            if chunk.parent_chunk_id else None
+        document = await asyncio.to_thread(self.store.get_document, tenant, chunk.collection, chunk.doc_id)
+        return convert.chunk_context_to_proto(ChunkContext(chunk, parent.chunk.text if parent else "", document))
+
+    def _collections(self, all_configured: bool = False, tenant: str | None = None) -> list[retriever_pb2.CollectionInfo]:
         infos = []
-        stats = self.store.collections()
+        stats = self.store.collections(tenant)
         if all_configured:  # a configured collection may hold no documents yet
             named = {c.name for c in stats}
             stats += [CollectionStats(n, 0, 0) for n in self.engine.registry.configured() if n not in named]
@@ -133,7 +159,9 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
             ))
         return infos
 
-    async def ListCollections(self, request, context: grpc.aio.ServicerContext):
+    async def ListCollections(self, request: retriever_pb2.ListCollectionsRequest, context: grpc.aio.ServicerContext):
+        if request.own_tenant:
+            return retriever_pb2.ListCollectionsResponse(collections=self._collections(tenant=_tenant()))
         identity.current().require_service("ListCollections (counts across tenants)")
         return retriever_pb2.ListCollectionsResponse(collections=self._collections())
 

@@ -180,6 +180,7 @@ def test_a_key_revoked_while_signed_in_signs_the_page_out(browser, stack: Stack)
     page = opened(browser, stack.http_url, key)
     try:
         ask_and_wait(page, "What did Kestrel do with its Brazil exposure in March 2024?")
+        page.wait_for_load_state("networkidle")  # the sidebar's refresh after the answer, before the revocation
         store = SqliteStore(stack.settings.sqlite_path)
         try:
             assert store.revoke_api_key(key.split("_")[1])

@@ -95,7 +95,7 @@ def test_the_document_lists_every_route_the_app_serves_and_its_credential(stack:
     served = {(method.lower(), route.path_format) for route in flat(app.routes)
               if getattr(route, "methods", None) and route.path not in docs
               for method in route.methods if method != "HEAD"}
-    assert len(served) == 14
+    assert len(served) == 19
     doc = httpx.get(stack.http_url + "/openapi.json", timeout=30).json()
     documented = {(method, path) for path, item in doc["paths"].items() for method in item}
     assert served == documented
@@ -140,7 +140,7 @@ def test_the_documented_limits_are_the_ones_checked(stack: Stack) -> None:
 def test_a_method_a_path_does_not_serve_is_405_naming_every_method_it_does(stack: Stack) -> None:
     reply = httpx.put(stack.http_url + "/api/conversations/anything", headers=stack.headers, timeout=30)
     assert reply.status_code == 405 and reply.json()["error"]["code"] == "INVALID_ARGUMENT"
-    assert reply.headers["allow"] == "GET, DELETE"
+    assert reply.headers["allow"] == "GET, PATCH, DELETE"
 
 
 @pytest.mark.parametrize("body,field", [

@@ -582,3 +582,72 @@ def test_delete_conversation_removes_its_summary_and_corrections_only(backend: B
     assert store.conversation_summary("c2") == "summary of c2"
     assert [m.content for m in store.messages("c2")] == ["q in c2"]
     assert [c.conversation_id for c in store.conversations("acme", "alice")] == ["c2"]
+
+
+def test_conversations_page_and_rename(backend: Backend) -> None:
+    store = backend.open()
+    for cid in ("c1", "c2", "c3"):
+        store.ensure_conversation("acme", "alice", cid)
+        store.add_message(cid, "user", f"first question of {cid}", {})
+        time.sleep(0.02)
+    assert [c.conversation_id for c in store.conversations("acme", "alice", limit=2)] == ["c3", "c2"]
+    assert [c.conversation_id for c in store.conversations("acme", "alice", limit=2, offset=2)] == ["c1"]
+    assert store.conversations("acme", "alice", limit=2, offset=3) == []
+
+    assert not store.rename_conversation("umbra", "c2", "Theirs"), "another tenant cannot rename it"
+    assert not store.rename_conversation("acme", "nope", "Unknown")
+    assert store.rename_conversation("acme", "c2", "Brazil exposure")
+    titles = {c.conversation_id: c.title for c in store.conversations("acme", "alice")}
+    assert titles == {"c3": "first question of c3", "c2": "Brazil exposure", "c1": "first question of c1"}
+    assert [c.conversation_id for c in store.conversations("acme", "alice")] == ["c3", "c2", "c1"], \
+        "renaming is not a new message: the order stays"
+    assert store.rename_conversation("acme", "c2", "")  # back to the first question
+    assert store.conversations("acme", "alice", limit=2)[1].title == "first question of c2"
+    store.rename_conversation("acme", "c1", "Old")
+    store.delete_conversation("acme", "c1")
+    store.ensure_conversation("acme", "alice", "c1")  # a reused id starts untitled
+    assert store.conversations("acme", "alice", limit=1)[0].title == ""
+
+
+def test_documents_list_newest_first_per_tenant_and_collection(backend: Backend) -> None:
+    store = backend.open()
+    store.replace_document(*doc("d1", tenant="acme"))
+    time.sleep(0.02)
+    record, chunks = doc("d2", n=3, tenant="acme", collection="factsheets")
+    record.summary = "A summary"
+    store.replace_document(record, chunks)
+    time.sleep(0.02)
+    store.replace_document(*doc("d3", tenant="acme"))
+    store.replace_document(*doc("x1", tenant="umbra"))
+
+    listed = store.documents("acme", None)
+    assert [(e.document.collection, e.document.doc_id) for e in listed] == [
+        ("notes", "d3"), ("factsheets", "d2"), ("notes", "d1")]
+    assert [e.document.chunk_count for e in listed] == [2, 3, 2]
+    assert [e.summarized for e in listed] == [False, True, False]
+    assert listed[1].document.title == "Title d2" and listed[1].document.date == "2024-01-02"
+    time.strptime(listed[0].updated_at, "%Y-%m-%dT%H:%M:%SZ")
+    assert [e.document.doc_id for e in store.documents("acme", "notes")] == ["d3", "d1"]
+    assert [e.document.doc_id for e in store.documents("acme", None, limit=1, offset=1)] == ["d2"]
+    assert store.documents("acme", None, limit=0) == []
+    assert [e.document.doc_id for e in store.documents("umbra", None)] == ["x1"]
+    assert store.documents("nobody", None) == []
+
+    assert [(c.name, c.documents, c.chunks) for c in store.collections("acme")] == [
+        ("factsheets", 1, 3), ("notes", 2, 4)]
+    assert [(c.name, c.documents) for c in store.collections("umbra")] == [("notes", 1)]
+    assert [(c.name, c.documents) for c in store.collections()] == [("factsheets", 1), ("notes", 3)]
+
+
+def test_one_chunk_by_id_current_version_own_tenant_only(backend: Backend) -> None:
+    store = backend.open()
+    record, chunks = doc("d1", n=2, tenant="acme")
+    store.replace_document(record, chunks)
+    found = store.chunk("acme", "acme/notes/d1#1")
+    assert found is not None and found.chunk.text == "h1 text 1" and found.chunk.doc_id == "d1"
+    assert store.chunk("umbra", "acme/notes/d1#1") is None, "another tenant's chunk is unknown"
+    assert store.chunk("acme", "acme/notes/d1#9") is None
+    store.replace_document(*doc("d1", n=2, h="h2", tenant="acme"))  # a new version, same chunk ids
+    assert store.chunk("acme", "acme/notes/d1#1").chunk.text == "h2 text 1"
+    store.delete_documents("acme", "notes", ["d1"])
+    assert store.chunk("acme", "acme/notes/d1#1") is None

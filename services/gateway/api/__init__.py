@@ -1,7 +1,14 @@
 """The REST/SSE bridge for web clients, in the gateway process: one router per resource (chat,
+<<<<<<< HEAD
 conversations, documents), the web page, health, Prometheus' /metrics, the OpenAPI document
 (openapi.py, at /openapi.json and /docs), and the rules every route shares: a bearer credential on
 every /api/* route, browser safety, and domain errors as HTTP status codes."""
+=======
+conversations, documents, chunks, the catalog of collections and funds), the web page and its
+vendored scripts, health, the OpenAPI document (openapi.py, at /openapi.json
+and /docs), and the rules every route shares: a bearer credential on every /api/* route, browser
+safety, and domain errors as HTTP status codes."""
+>>>>>>> web
 from __future__ import annotations
 
 import logging
@@ -10,7 +17,12 @@ from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+<<<<<<< HEAD
 from fastapi.responses import FileResponse, JSONResponse, Response
+=======
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+>>>>>>> web
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -21,10 +33,11 @@ from ragmesh.errors import RagmeshError, ResourceExhausted
 from ragmesh.logging import request_id_var
 from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import Authenticator
-from ragmesh.models import KNOWN_MODELS
 from ragmesh.serving import REQUEST_ID_HEADER
 from services.gateway.api.auth import BrowserGuard, caller_dependency
+from services.gateway.api.catalog import catalog_router
 from services.gateway.api.chat import chat_router
+from services.gateway.api.chunks import chunks_router
 from services.gateway.api.conversations import conversations_router
 from services.gateway.api.documents import documents_router
 from services.gateway.api.limits import RequestGuard
@@ -64,6 +77,7 @@ def create_app(
     allowed_hosts: frozenset[str] | None,
     health: Callable[[], Awaitable[dict[str, str]]],
     funds: Callable[[str], Awaitable[list[str]]],
+    models: Callable[[], Awaitable[list[str]]],
     admission: Admission,
     max_body_bytes: int,
     max_upload_bytes: int,
@@ -115,6 +129,8 @@ def create_app(
     async def index() -> FileResponse:
         return FileResponse(WEB_DIR / "index.html")
 
+    app.mount("/vendor", StaticFiles(directory=WEB_DIR / "vendor"), name="vendor")
+
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
         services = await health()
@@ -131,13 +147,15 @@ def create_app(
 
     @app.get("/api/meta")
     async def meta(who: Identity = Depends(caller)) -> dict:
-        return {"models": list(KNOWN_MODELS), "default_model": pipeline.default_model,
+        return {"models": await models(), "default_model": pipeline.default_model,
                 "data_sources": list(DATA_SOURCES), "funds": await funds(who.tenant),
                 "identity": {"tenant": who.tenant, "user": who.user, "role": who.role}}
 
     app.include_router(chat_router(pipeline, memory, conversations, caller))
     app.include_router(conversations_router(conversations, caller))
     app.include_router(documents_router(retriever, max_file_bytes, caller))
+    app.include_router(chunks_router(retriever, caller))
+    app.include_router(catalog_router(retriever, funds, caller))
     install_openapi(app, max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
                     max_file_bytes=max_file_bytes)
     return app

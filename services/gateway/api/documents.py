@@ -1,4 +1,7 @@
-"""`POST /api/documents`: files (multipart/form-data) or JSON text in, the retriever's ingest
+"""Documents: `GET /api/documents` lists the caller's tenant's documents (newest first, paged, one
+collection or all); `GET` / `DELETE /api/documents/{collection}/{doc_id}` read or delete one.
+
+`POST /api/documents`: files (multipart/form-data) or JSON text in, the retriever's ingest
 progress out as Server-Sent Events, one JSON object per `data:` line.
 
 Ingesting and deleting need an admin key; the documents go into the key's tenant (a `tenant` field
@@ -20,7 +23,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
@@ -29,8 +32,9 @@ from starlette.formparsers import MultiPartException
 from ragmesh.clients import RetrieverClient
 from ragmesh.errors import InvalidArgument, NotFound, RagmeshError
 from ragmesh.identity import Identity, identity_var
+from ragmesh.types import DocumentEntry
 from ragmesh.v1 import retriever_pb2
-from ragmesh.validation import check_name
+from ragmesh.validation import check_name, check_page
 
 MAX_FILES = 100
 
@@ -208,6 +212,15 @@ async def _progress(client: RetrieverClient, batch: _Batch, who: Identity) -> As
     yield _sse({"done": True, **totals})
 
 
+def document_line(e: DocumentEntry) -> dict:
+    """A documents list's line: what a picker shows (the type is the ingest's doc_type, else the file's)."""
+    d = e.document
+    kind = d.metadata.get("doc_type") or d.metadata.get("filetype") or ""
+    return {"doc_id": d.doc_id, "collection": d.collection, "title": d.title, "type": kind, "date": d.date,
+            "chunk_count": d.chunk_count, "summarized": e.summarized, "updated_at": e.updated_at,
+            "metadata": d.metadata}
+
+
 def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int,
                      caller: Callable[..., Awaitable[Identity]]) -> APIRouter:
     """The router; `retriever` returns the gateway's client (made once its event loop runs)."""
@@ -229,6 +242,16 @@ def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int,
         who.acting_for(batch.template.tenant, "")  # a tenant field naming another tenant: 403
         return StreamingResponse(_progress(retriever(), batch, who), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @router.get("/api/documents")
+    async def list_documents(collection: str = Query(""), limit: int = Query(50), offset: int = Query(0),
+                             who: Identity = Depends(caller)) -> dict:
+        check_page(limit, offset)
+        if collection:
+            check_name("collection", collection)
+        found = await retriever().list_documents(collection, limit, offset)
+        return {"documents": [document_line(e) for e in found],
+                "next_offset": offset + len(found) if len(found) == limit else None}
 
     @router.get("/api/documents/{collection}/{doc_id:path}")
     async def get_document(collection: str, doc_id: str, who: Identity = Depends(caller)) -> dict:

@@ -25,9 +25,9 @@ from ragmesh.models import KNOWN_MODELS
 from ragmesh.serving import REQUEST_ID_HEADER
 from ragmesh.v1 import retriever_pb2
 from ragmesh.validation import _NAME as COLLECTION_NAME
-from ragmesh.validation import MAX_ID_CHARS
+from ragmesh.validation import MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, MAX_OFFSET, MAX_PAGE
 from services.gateway.api.documents import MAX_FILES
-from services.gateway.conversations import MAX_LIST
+from services.gateway.conversations import MAX_TITLE_CHARS
 from services.gateway.memory import CORRECTION_LIMITS
 from services.gateway.request import (DATA_SOURCES, DEFAULT_SOURCES, MAX_DOCUMENT_ID_CHARS, MAX_DOCUMENT_IDS,
                                       MAX_FUND_CHARS, MAX_FUNDS, MAX_NAME_CHARS, MAX_QUESTION_CHARS)
@@ -208,6 +208,7 @@ class ConversationInfo(_Exact):
 
 class Conversations(_Exact):
     conversations: list[ConversationInfo] = Field(description="Newest first; an admin key sees its tenant's")
+    next_offset: int | None = Field(description="The offset of the next page; null on the last page")
 
 
 class Message(_Exact):
@@ -215,12 +216,26 @@ class Message(_Exact):
     role: Literal["user", "assistant"]
     content: str
     created_at: str
-    meta: dict[str, Any] = Field(description="An answer's model, route, citations and usage")
+    model: str = Field(description="The model that answered; empty for questions")
+    route: str = Field(description="DIRECT, NO_RAG, SUMMARY, DEEP, LOOKUP or SPECIFIC; empty for questions")
+    retrieval: str = Field(description="RAG_NEW_QUERY, RAG_REUSE or NO_RAG")
+    citations: list[Citation] = Field(description="What the answer cites, as the stream's citations event")
+    web_queries: list[str]
+    chunk_map: dict[str, str] = Field(description="Persistent ref (#chk_...) -> chunk id; GET /api/chunks/{chunk_id}")
+    timings: dict[str, float] = Field(description="retrieval_ms and generation_ms")
+    usage: dict[str, int]
+    failed: str = Field(description="The error code that cut the answer short; empty otherwise")
+    meta: dict[str, Any] = Field(description="Everything stored with the message")
 
 
 class Conversation(_Exact):
     conversation_id: str
     messages: list[Message]
+
+
+class ConversationRenamed(_Exact):
+    conversation_id: str
+    title: str = Field(description="The title kept (spaces collapsed); empty: the first question again")
 
 
 class ConversationDeleted(_Exact):
@@ -254,6 +269,63 @@ class DocumentInfo(_Exact):
     sections: list[SectionOutline]
 
 
+class DocumentLine(_Exact):
+    doc_id: str
+    collection: str
+    title: str
+    type: str = Field(description="FAQ, BOOK, SENSITIVE or USER (the ingest's), else the file type")
+    date: str
+    chunk_count: int
+    summarized: bool = Field(description="A summary of the whole document was made at ingest")
+    updated_at: str = Field(description="Last written (ISO 8601 UTC)")
+    metadata: dict[str, str]
+
+
+class Documents(_Exact):
+    documents: list[DocumentLine] = Field(description="The tenant's documents, most recently written first")
+    next_offset: int | None = Field(description="The offset of the next page; null on the last page")
+
+
+class ChunkDocument(_Exact):
+    doc_id: str
+    collection: str
+    title: str
+    date: str
+    chunk_count: int
+    summary: str
+    metadata: dict[str, str]
+
+
+class ChunkView(_Exact):
+    """A chunk as a citation panel shows it."""
+
+    chunk_id: str
+    doc_id: str
+    collection: str
+    text: str
+    parent_text: str = Field(description="The parent chunk's text (the wider context); empty when none")
+    date: str
+    page: str = Field(description="First page of the chunk; empty when the document has no pages")
+    fund: str
+    metadata: dict[str, str]
+    document: ChunkDocument | None
+
+
+class CollectionLine(_Exact):
+    name: str
+    documents: int = Field(description="The tenant's documents in it")
+    chunks: int
+    data_source: str = Field(description="The data source (POST /api/chat/ask) that searches it; empty: none")
+
+
+class Collections(_Exact):
+    collections: list[CollectionLine]
+
+
+class Funds(_Exact):
+    funds: list[str] = Field(description="Fund names in the tenant's corpus, sorted")
+
+
 class DocumentsDeleted(_Exact):
     documents: int
     chunks: int
@@ -267,8 +339,9 @@ class Health(_Exact):
 ASK_EVENTS = (SearchingEvent, StrategyEvent, GeneratingEvent, ThinkingEvent, ContentEvent, CitationsEvent,
               AskDone, Error)
 INGEST_EVENTS = (IngestProgress, IngestDone, Error)
-MODELS = (Answer, Meta, Conversations, Conversation, ConversationDeleted, Stopped, CorrectionRecorded,
-          DocumentInfo, DocumentsDeleted, Health, *ASK_EVENTS, *INGEST_EVENTS)
+MODELS = (Answer, Meta, Conversations, Conversation, ConversationRenamed, ConversationDeleted, Stopped,
+          CorrectionRecorded, DocumentInfo, Documents, DocumentsDeleted, ChunkView, Collections, Funds, Health,
+          *ASK_EVENTS, *INGEST_EVENTS)
 
 
 # -- errors -----------------------------------------------------------------------------------------
@@ -282,11 +355,11 @@ def _errors(max_body: int, max_upload: int) -> dict[int, str]:
         403: "PERMISSION_DENIED: the key's role may not do this (a member key ingesting or deleting), the body "
              "names another tenant (or, with a member key, another user), or a browser page of another "
              "origin sent it",
-        404: "NOT_FOUND: no such conversation or document for this caller (another tenant's or user's answers "
+        404: "NOT_FOUND: no such conversation, document or chunk for this caller (another tenant's or user's answers "
              "exactly as an unknown id)",
         413: f"INVALID_ARGUMENT: the body is over HTTP_MAX_BODY_BYTES ({max_body:,} bytes; uploads to "
              f"/api/documents: UPLOAD_MAX_BYTES, {max_upload:,} bytes), refused as it arrives",
-        415: "INVALID_ARGUMENT: a POST body must be application/json (or multipart/form-data for files)",
+        415: "INVALID_ARGUMENT: a POST or PATCH body must be application/json (or multipart/form-data for files)",
         429: "RESOURCE_EXHAUSTED: too many calls in flight (MAX_CONCURRENT_CALLS), the user's rate "
              "(RATE_LIMIT_PER_MINUTE) or monthly quota is used up, or a provider's; wait Retry-After seconds",
         500: "INTERNAL: a fault of ours; the message quotes the request id to report",
@@ -306,22 +379,32 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, Any, tuple[int, ...]]] = {
                           ()),
     ("get", "/healthz"): ("health", "Health of the gateway and the services it calls (503 when degraded)",
                           Health, ()),
-    ("get", "/api/meta"): ("meta", "Models, data sources, the tenant's fund names, and who the credential is",
-                           Meta, ()),
+    ("get", "/api/meta"): ("meta", "Configured models, data sources, the tenant's fund names, and who the "
+                                   "credential is", Meta, ()),
+    ("get", "/api/collections"): ("list_collections", "The tenant's collections, for pickers", Collections, (502,)),
+    ("get", "/api/funds"): ("list_funds", "The tenant's fund names, for pickers", Funds, ()),
+    ("get", "/api/chunks/{chunk_id}"): ("get_chunk", "A chunk with its parent's text and its document (citation "
+                                                     "panels)", ChunkView, (404, 502)),
     ("post", "/api/chat/ask/stream"): ("ask_stream", "Ask, the answer streamed as Server-Sent Events",
                                        ("sse", ASK_EVENTS), (403, 404)),
     ("post", "/api/chat/ask"): ("ask", "Ask, the answer whole as JSON", Answer, (403, 404, 502)),
     ("post", "/api/chat/stop"): ("stop", "Stop the conversation's running answer", Stopped, (404,)),
     ("post", "/api/corrections"): ("correct", "Say an answer was wrong and what is right", CorrectionRecorded,
                                    (403, 404)),
-    ("get", "/api/conversations"): ("list_conversations", "The caller's conversations", Conversations, ()),
-    ("get", "/api/conversations/{conversation_id}"): ("read_conversation", "A conversation's messages",
-                                                     Conversation, (404,)),
+    ("get", "/api/conversations"): ("list_conversations", "The caller's conversations, newest first, titled by "
+                                                          "their first question", Conversations, ()),
+    ("get", "/api/conversations/{conversation_id}"): ("read_conversation", "A conversation's messages with each "
+                                                                           "answer's citations, model, route and "
+                                                                           "timings", Conversation, (404,)),
+    ("patch", "/api/conversations/{conversation_id}"): ("rename_conversation", "Rename a conversation",
+                                                       ConversationRenamed, (404,)),
     ("delete", "/api/conversations/{conversation_id}"): (
         "delete_conversation", "Delete a conversation: messages, summary, corrections and its conversation memory",
         ConversationDeleted, (404, 502)),
     ("post", "/api/documents"): ("ingest_documents", "Ingest files or JSON documents (admin keys), progress "
                                                      "streamed as Server-Sent Events", ("sse", INGEST_EVENTS), ()),
+    ("get", "/api/documents"): ("list_documents", "The tenant's documents (one collection's or all), most "
+                                                  "recently written first", Documents, (502,)),
     ("get", "/api/documents/{collection}/{doc_id}"): ("get_document", "A document's header, summary and outline",
                                                      DocumentInfo, (404, 502)),
     ("delete", "/api/documents/{collection}/{doc_id}"): ("delete_document", "Delete a document (admin keys)",
@@ -522,6 +605,8 @@ def build(app: FastAPI, *, max_body_bytes: int, max_upload_bytes: int, max_file_
     _constrain(schemas["AskBody"], ASK_FIELDS, required=["question"])
     _constrain(schemas["CorrectionBody"], CORRECTION_FIELDS, required=["correction"])
     schemas["CorrectionBody"].update(CORRECTION_RULES)
+    _constrain(schemas["RenameBody"], {"title": _text(MAX_TITLE_CHARS, "Empty or blank: the first question again; "
+                                                                       "spaces are collapsed")}, required=["title"])
     _constrain(schemas["StopBody"], {"conversation_id": _text(MAX_NAME_CHARS, "One of the caller's conversations "
                                                                               "(404 otherwise)")},
                required=["conversation_id"])
@@ -561,9 +646,9 @@ def build(app: FastAPI, *, max_body_bytes: int, max_upload_bytes: int, max_file_
                     op["responses"]["404"] = _error_response(404, "NOT_FOUND: metrics are off (METRICS_ENABLED=false)")
                 continue
             statuses = set(API_ERRORS) | set(own)
-            if method in ("post", "delete"):
+            if method in ("post", "patch", "delete"):
                 statuses |= set(WRITE_ERRORS)
-            if method == "post":
+            if method in ("post", "patch"):
                 statuses |= set(BODY_ERRORS)
             for status in sorted(statuses):
                 op["responses"][str(status)] = _error_response(status, errors[status])
@@ -588,8 +673,17 @@ def _constrain(schema: dict, fields: dict[str, dict], required: list[str]) -> No
 def _parameter(method: str, parameter: dict) -> None:
     name = parameter["name"]
     if name == "limit":
-        parameter["schema"] = {"type": "integer", "minimum": 1, "maximum": MAX_LIST, "default": 50}
-        parameter["description"] = f"At most this many conversations (1..{MAX_LIST})"
+        parameter["schema"] = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50}
+        parameter["description"] = f"At most this many (1..{MAX_PAGE})"
+    elif name == "offset":
+        parameter["schema"] = {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0}
+        parameter["description"] = "Skip this many (the previous page's next_offset)"
+    elif name == "collection" and parameter["in"] == "query":
+        parameter["schema"] = {"type": "string", "pattern": f"(?:{COLLECTION_NAME.pattern})|^$", "default": ""}
+        parameter["description"] = "One collection's documents; empty: every collection's"
+    elif name == "chunk_id":
+        parameter["schema"] = {"type": "string", "minLength": 1, "maxLength": MAX_CHUNK_ID_CHARS, "pattern": NOT_BLANK}
+        parameter["description"] = "A citation's chunk_id (tenant/collection/doc_id#n: percent-encode '#' and '/')"
     elif name == "doc_id":
         parameter["schema"] = dict(DOC_ID[method])
         parameter["description"] = "The document's id (may contain '/')"
