@@ -1,14 +1,8 @@
 """The REST/SSE bridge for web clients, in the gateway process: one router per resource (chat,
-<<<<<<< HEAD
-conversations, documents), the web page, health, Prometheus' /metrics, the OpenAPI document
-(openapi.py, at /openapi.json and /docs), and the rules every route shares: a bearer credential on
-every /api/* route, browser safety, and domain errors as HTTP status codes."""
-=======
 conversations, documents, chunks, the catalog of collections and funds), the web page and its
-vendored scripts, health, the OpenAPI document (openapi.py, at /openapi.json
+vendored scripts, health, Prometheus' /metrics, the OpenAPI document (openapi.py, at /openapi.json
 and /docs), and the rules every route shares: a bearer credential on every /api/* route, browser
 safety, and domain errors as HTTP status codes."""
->>>>>>> web
 from __future__ import annotations
 
 import logging
@@ -17,12 +11,8 @@ from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-<<<<<<< HEAD
 from fastapi.responses import FileResponse, JSONResponse, Response
-=======
-from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
->>>>>>> web
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
