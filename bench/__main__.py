@@ -6,6 +6,7 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
   bm25     the inverted index against rank-bm25 (bench/bm25_bench.py), top-10 agreement
   hnsw     HNSW recall@10 against exact search, with and without a 10% filter
   scifact  nDCG@10 / recall@100 on SciFact (train) and ingest throughput with the local model
+  embed    the local model through torch vs ONNX Runtime: texts/s at ingest and per query, cosine
   auth     what authenticating a call costs, per kind of credential (bench/auth_bench.py)
   load     the whole stack (`python -m deploy.run`) under concurrent SSE chats and searches: refusals,
            errors, time to first event, searches/s, each service's memory and descriptors (bench/load_bench.py)
@@ -32,6 +33,7 @@ import faiss
 
 from bench import scifact_eval
 from bench.auth_bench import run_auth
+from bench.embed_bench import run_embed
 from bench.load_bench import run_load
 from bench.metrics_bench import run_metrics
 from bench.search_bench import Section, failed_targets, machine_load, log, render, run_bm25, run_hnsw, run_search
@@ -39,7 +41,7 @@ from bench.search_bench import Section, failed_targets, machine_load, log, rende
 DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quality (issue 3), "
                "the cost of authentication (issue 10), the whole stack under load (issue 11) and what metrics "
                "cost a search (issue 12).")
-PARTS = ("search", "bm25", "hnsw", "scifact", "auth", "load", "metrics")
+PARTS = ("search", "bm25", "hnsw", "scifact", "embed", "auth", "load", "metrics")
 METRICS_SIZE = {False: 100_000, True: 5_000}
 DEFAULT_SIZES = [100_000, 1_000_000]
 QUICK_SIZE = 5_000
@@ -77,6 +79,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("hnsw", partial(run_hnsw, size, HNSW_QUERIES[quick])))
     if "scifact" in args.only:
         steps.append(("scifact", partial(scifact_eval.run, args.scifact, quick=quick)))
+    if "embed" in args.only:
+        steps.append(("embed", partial(run_embed, args.scifact, quick)))
     if "auth" in args.only:
         steps.append(("auth", partial(run_auth, 500 if quick else 5000, 100 if quick else 10_000)))
     if "load" in args.only:

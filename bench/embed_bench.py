@@ -1,0 +1,65 @@
+"""The local embedding model through torch (sentence-transformers) and through ONNX Runtime, side by
+side in one run on the same SciFact texts: ingest throughput (chunk-sized texts, the batches the
+retriever sends), query throughput (one short text a call, as a question arrives) and how close the
+vectors are (cosine of each text's two vectors)."""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.search_bench import Section, Target
+from services.embedder.backends.local import SentenceTransformersEmbedder
+from services.embedder.backends.onnx import OnnxMiniLMEmbedder
+
+CHUNK_CHARS = 800  # the user-document chunker's upper size
+
+
+def _texts(scifact: Path, documents: int) -> tuple[list[str], list[str]]:
+    """Chunk-sized abstracts and the train queries."""
+    with open(scifact / "corpus.jsonl") as fh:
+        docs = [(d.get("title", "") + ". " + d["text"])[:CHUNK_CHARS]
+                for d in (json.loads(line) for line, _ in zip(fh, range(documents)))]
+    with open(scifact / "queries_train.jsonl") as fh:
+        queries = [json.loads(line)["text"] for line in fh]
+    return docs, queries
+
+
+def _throughput(embed, texts: list[str], batch: int) -> float:
+    """Texts per second, `batch` texts a call."""
+    started = time.perf_counter()
+    for start in range(0, len(texts), batch):
+        embed(texts[start : start + batch], "DOCUMENT")
+    return len(texts) / (time.perf_counter() - started)
+
+
+def run_embed(scifact: Path, quick: bool) -> Section:
+    section = Section("Local embedding: torch vs ONNX Runtime (all-MiniLM-L6-v2, same texts, one run)")
+    docs, queries = _texts(scifact, 64 if quick else 1024)
+    queries = queries[: 20 if quick else 300]
+    with tempfile.TemporaryDirectory(prefix="ragmesh-bench-onnx-") as cache:
+        onnx = OnnxMiniLMEmbedder(Path(cache))
+        started = time.perf_counter()
+        onnx.warm_up()
+        export_s = time.perf_counter() - started
+        torch = SentenceTransformersEmbedder(batch_size=64)
+        torch.warm_up()
+        figures = {}
+        for name, backend in (("torch", torch), ("onnx", onnx)):
+            figures[name] = (_throughput(backend.embed, docs, 64), _throughput(backend.embed, queries, 1))
+        cosine = (onnx.embed(docs, "DOCUMENT") * torch.embed(docs, "DOCUMENT")).sum(axis=1)
+    (torch_docs, torch_queries), (onnx_docs, onnx_queries) = figures["torch"], figures["onnx"]
+    section.add("ingest texts/s torch / ONNX", f"{torch_docs:.1f} / {onnx_docs:.1f}", "",
+                note=f"{len(docs):,} SciFact abstracts cut at {CHUNK_CHARS} characters, 64 a call")
+    section.add("ingest speed-up ONNX / torch", onnx_docs / torch_docs, "x", Target(">=", 2.0))
+    section.add("query embeddings/s torch / ONNX", f"{torch_queries:.1f} / {onnx_queries:.1f}", "",
+                note=f"{len(queries):,} SciFact train queries, one a call")
+    section.add("query speed-up ONNX / torch", onnx_queries / torch_queries, "x", Target(">=", 2.0))
+    section.add("cosine ONNX vs torch, min", float(cosine.min()), "", Target(">=", 0.999),
+                note=f"mean {float(cosine.mean()):.7f} over {len(docs):,} texts")
+    section.notes.append(f"ONNX export and fusion at first start: {export_s:.1f} s (cached afterwards; the "
+                         f"image does it at build time).")
+    return section
