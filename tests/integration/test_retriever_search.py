@@ -24,7 +24,7 @@ def unit(rng: np.random.Generator) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-def corpus() -> list[tuple[common_pb2.Chunk, np.ndarray | None]]:
+def corpus(collection: str) -> list[tuple[common_pb2.Chunk, np.ndarray | None]]:
     rng = np.random.default_rng(11)
     words = ["growth", "drawdown", "hedge", "credit", "rates", "equity", "volatility", "liquidity"]
     out = []
@@ -37,14 +37,14 @@ def corpus() -> list[tuple[common_pb2.Chunk, np.ndarray | None]]:
             meta = {"fund_name": fund}
             if d % 7 == 0:
                 meta |= {"type": "transcript", "tags": "hiring, budget"}
-            out.append((common_pb2.Chunk(chunk_id=f"t/{tenant}/d{d}#{i}", doc_id=f"d{d}", collection="searchtest",
+            out.append((common_pb2.Chunk(chunk_id=f"t/{tenant}/d{d}#{i}", doc_id=f"d{d}", collection=collection,
                                          text=text, metadata=meta, date=date, tenant=tenant), unit(rng)))
-    parent = common_pb2.Chunk(chunk_id="book#p", doc_id="book", collection="searchtest",
+    parent = common_pb2.Chunk(chunk_id="book#p", doc_id="book", collection=collection,
                               text="The whole chapter about zeppelins and their history.", date="2024-06-01",
                               tenant=DEMO)
     out.append((parent, None))
     for i in range(2):
-        out.append((common_pb2.Chunk(chunk_id=f"book#c{i}", doc_id="book", collection="searchtest",
+        out.append((common_pb2.Chunk(chunk_id=f"book#c{i}", doc_id="book", collection=collection,
                                      text=f"zeppelins section {i}", parent_chunk_id="book#p", date="2024-06-01",
                                      tenant=DEMO),
                     unit(rng)))
@@ -52,14 +52,20 @@ def corpus() -> list[tuple[common_pb2.Chunk, np.ndarray | None]]:
 
 
 @pytest.fixture(scope="module")
-def stubs(stack: Stack) -> dict[str, retriever_pb2_grpc.RetrieverStub]:
+def stubs(stack: Stack, backend: tuple[str, str]) -> dict[str, retriever_pb2_grpc.RetrieverStub]:
     """Stubs calling as DEMO's admin, as an admin of "acme", and as the service (for the
-    platform operations), with each tenant's share of the corpus upserted under its own key."""
-    channels = {DEMO: channel(stack.address("retriever"), stack.metadata),
-                "acme": channel(stack.address("retriever"), bearer(stack.key("acme", "searcher", "admin"))),
-                "service": channel(stack.address("retriever"), stack.service_metadata())}
+    platform operations), with each tenant's share of the corpus upserted under its own key.
+    Each search backend gets a collection of its own (both retrievers share the stack's store);
+    every stub knows it as `stub.collection`."""
+    name, address = backend
+    collection = f"searchtest-{name}"
+    channels = {DEMO: channel(address, stack.metadata),
+                "acme": channel(address, bearer(stack.key("acme", "searcher", "admin"))),
+                "service": channel(address, stack.service_metadata())}
     found = {name: retriever_pb2_grpc.RetrieverStub(ch) for name, ch in channels.items()}
-    items = corpus()
+    for stub in found.values():
+        stub.collection = collection
+    items = corpus(collection)
     for tenant in (DEMO, "acme"):
         mine = [(c, v) for c, v in items if c.tenant == tenant]
         requests = (retriever_pb2.UpsertRequest(chunk=c, vector=[] if v is None else v.tolist()) for c, v in mine)
@@ -77,7 +83,7 @@ def retriever(stubs) -> retriever_pb2_grpc.RetrieverStub:
 
 
 def search(stub, query: str, vector: np.ndarray | None = None, **kw) -> retriever_pb2.SearchResponse:
-    request = retriever_pb2.SearchRequest(query=query, collections=["searchtest"], **kw)
+    request = retriever_pb2.SearchRequest(query=query, collections=[stub.collection], **kw)
     if vector is not None:
         request.query_vector.extend(vector.tolist())
     return stub.Search(request, timeout=10)
@@ -90,7 +96,7 @@ def fund_filter(*funds: str) -> common_pb2.Filter:
 
 
 def test_filtered_dense_search_is_exact_and_both_sides_obey_the_filter(retriever) -> None:
-    items = [(c, v) for c, v in corpus() if v is not None]
+    items = [(c, v) for c, v in corpus(retriever.collection) if v is not None]
     query = items[3][1] + 0.3 * items[8][1]
     reply = search(retriever, "drawdown hedge", query, top_k=200, filter=fund_filter("Beta", "Gamma"),
                    dense_weight=1.0, sparse_weight=0.0)
@@ -127,9 +133,11 @@ def test_filters_fail_closed(retriever, f: common_pb2.Filter) -> None:
     assert reply.candidate_count == 0 and list(reply.hits) == []
 
 
-def test_a_tenant_without_documents_finds_nothing(stack: Stack) -> None:
-    with channel(stack.address("retriever"), bearer(stack.key("nobody", "someone", "admin"))) as ch:
-        reply = search(retriever_pb2_grpc.RetrieverStub(ch), "growth", top_k=50, filter=fund_filter("Alpha"))
+def test_a_tenant_without_documents_finds_nothing(stack: Stack, backend, retriever) -> None:
+    with channel(backend[1], bearer(stack.key("nobody", "someone", "admin"))) as ch:
+        stub = retriever_pb2_grpc.RetrieverStub(ch)
+        stub.collection = retriever.collection
+        reply = search(stub, "growth", top_k=50, filter=fund_filter("Alpha"))
     assert reply.candidate_count == 0 and list(reply.hits) == []
 
 
@@ -171,8 +179,8 @@ def test_boosters_time_window_and_threshold_layers(retriever) -> None:
 
 
 def test_upsert_rejects_bad_documents_and_keeps_the_rest(retriever) -> None:
-    good = common_pb2.Chunk(chunk_id="ok#0", doc_id="ok", collection="searchtest", text="fine")
-    bad = common_pb2.Chunk(chunk_id="bad#0", doc_id="bad", collection="searchtest", text="short vector")
+    good = common_pb2.Chunk(chunk_id="ok#0", doc_id="ok", collection=retriever.collection, text="fine")
+    bad = common_pb2.Chunk(chunk_id="bad#0", doc_id="bad", collection=retriever.collection, text="short vector")
     reply = retriever.Upsert(iter([
         retriever_pb2.UpsertRequest(chunk=bad, vector=[0.1, 0.2]),
         retriever_pb2.UpsertRequest(chunk=good, vector=[0.0] * DIM),
@@ -184,21 +192,21 @@ def test_upsert_rejects_bad_documents_and_keeps_the_rest(retriever) -> None:
 def test_a_collection_can_switch_to_hnsw_and_back(retriever, stubs) -> None:
     """ConfigureCollection is a platform operation (collections are shared by every tenant): the service calls it."""
     service = stubs["service"]
-    items = [(c, v) for c, v in corpus() if v is not None and c.tenant == DEMO]
+    items = [(c, v) for c, v in corpus(retriever.collection) if v is not None and c.tenant == DEMO]
     chunk, vector = items[17]
 
     def top(**kw) -> str:
         return search(retriever, "", vector, top_k=5, dense_weight=1.0, sparse_weight=0.0, **kw).hits[0].chunk.chunk_id
 
     assert top() == chunk.chunk_id
-    info = service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="hnsw"),
+    info = service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name=retriever.collection, dense_index="hnsw"),
                                        timeout=60)
     assert info.dense_index == "hnsw" and info.indexed_chunks == info.chunks - 1  # the parent is stored, not indexed
     assert top() == chunk.chunk_id, "HNSW finds a vector's own chunk"
     with pytest.raises(grpc.RpcError) as err:
-        service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="ivf"),
+        service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name=retriever.collection, dense_index="ivf"),
                                     timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("dense_index")
-    flat = service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="flat"),
+    flat = service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name=retriever.collection, dense_index="flat"),
                                        timeout=60)
     assert flat.dense_index == "flat" and top() == chunk.chunk_id
