@@ -53,6 +53,19 @@ def backend(request: pytest.FixtureRequest, stack: Stack, tmp_path_factory: pyte
 
 
 @pytest.fixture(scope="module")
+def ask_url(stack: Stack, backend: tuple[str, str]) -> Iterator[str]:
+    """The HTTP bridge of a gateway asking the retriever on each search backend (the whole stack on it)."""
+    name, address = backend
+    if name == "memory":
+        yield stack.http_url
+        return
+    host = stack.start_variant("gateway", retriever_addr=address)
+    yield f"http://{stack.settings.host}:{host.app.http_port}"
+    stack.extra.remove(host)
+    stack.call(host.stop())
+
+
+@pytest.fixture(scope="module")
 def gemini_gateway(stack: Stack) -> Iterator[tuple]:
     """A generator on the fake Gemini server and a gateway in front of it, beside the stack's
     own: (the gateway's HTTP base URL, the FakeGemini, the gateway's gRPC address)."""
