@@ -7,6 +7,8 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
   hnsw     HNSW recall@10 against exact search, with and without a 10% filter
   scifact  nDCG@10 / recall@100 on SciFact (train) and ingest throughput with the local model
   auth     what authenticating a call costs, per kind of credential (bench/auth_bench.py)
+  backends the memory engine vs the Milvus backend (milvus-lite) on the same corpus: load rate, hybrid
+           p50/p99 without and with a 10% filter, SciFact nDCG@10 on each (bench/backends_bench.py)
   load     the whole stack (`python -m deploy.run`) under concurrent SSE chats and searches: refusals,
            errors, time to first event, searches/s, each service's memory and descriptors (bench/load_bench.py)
 
@@ -31,12 +33,14 @@ import faiss
 
 from bench import scifact_eval
 from bench.auth_bench import run_auth
+from bench.backends_bench import run_backends
 from bench.load_bench import run_load
 from bench.search_bench import Section, failed_targets, machine_load, log, render, run_bm25, run_hnsw, run_search
 
 DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quality (issue 3), "
-               "the cost of authentication (issue 10) and the whole stack under load (issue 11).")
-PARTS = ("search", "bm25", "hnsw", "scifact", "auth", "load")
+               "the cost of authentication (issue 10), the whole stack under load (issue 11) and "
+               "the search backends side by side (issue 17).")
+PARTS = ("search", "bm25", "hnsw", "scifact", "auth", "backends", "load")
 DEFAULT_SIZES = [100_000, 1_000_000]
 QUICK_SIZE = 5_000
 FULL_SIZE = 100_000  # the corpus the issue's BM25 and HNSW figures are for
@@ -75,6 +79,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("scifact", partial(scifact_eval.run, args.scifact, quick=quick)))
     if "auth" in args.only:
         steps.append(("auth", partial(run_auth, 500 if quick else 5000, 100 if quick else 10_000)))
+    if "backends" in args.only:
+        steps.append(("backends", partial(run_backends, size, args.queries, args.scifact, quick)))
     if "load" in args.only:
         steps.append(("load", partial(run_load, quick)))
     return steps

@@ -53,8 +53,8 @@ def test_hostile_text_in_every_place(hostile: str) -> None:
     assert expr.documents(hostile, [hostile]).count('"') == 4
 
 
-def test_an_empty_tenant_or_value_list_admits_nothing() -> None:
-    assert expr.expression(SearchFilter()) == expr.NOTHING
+def test_the_tenant_is_always_a_condition_and_an_empty_value_list_admits_nothing() -> None:
+    assert expr.expression(SearchFilter()) == 'tenant == ""'
     assert expr.NOTHING in expr.expression(SearchFilter(tenant="t", any_of={"fund": []}))
 
 

@@ -158,6 +158,12 @@ class MilvusBackend:
                    index_params=self._index_params(self.options(name)), consistency_level=self.config.consistency)
         self._existing().add(name)
 
+    def seal(self, name: str) -> None:
+        """Seals what was written so far into indexed segments: after a bulk load, not per write
+        (Milvus seals growing segments by itself; a search scans a growing one without its index)."""
+        if name in self._existing():
+            self._call(self.client.flush, self._milvus(name))
+
     def drop(self, name: str) -> None:
         self._call(self.client.drop_collection, self._milvus(name))
         self._existing().discard(name)
@@ -300,8 +306,13 @@ class MilvusBackend:
                     pending = []
             if pending:
                 self._call(self.client.upsert, name, pending)
+            by_tenant: dict[str, tuple[list[str], list[str]]] = {}
             for (tenant, doc_id), pks in kept.items():
-                self._call(self.client.delete, name, filter=expr.dropped(tenant, doc_id, pks))
+                docs, keep = by_tenant.setdefault(tenant, ([], []))
+                docs.append(doc_id)
+                keep += pks
+            for tenant, (docs, keep) in by_tenant.items():  # one call per tenant for the whole batch
+                self._call(self.client.delete, name, filter=expr.dropped(tenant, docs, keep))
 
     # -- reads for delete-by-filter and field values -----------------------------------------
     def _rows(self, name: str, where: str, fields: list[str]):

@@ -33,9 +33,8 @@ def _day(date: str, fallback: int) -> int:
 
 
 def expression(f: SearchFilter) -> str:
-    """The whole filter; the tenant is always part of it, an empty tenant admits nothing."""
-    if not f.tenant:
-        return NOTHING
+    """The whole filter; the tenant is always part of it (as in the memory engine, "" is a tenant:
+    the one of chunks stored without, by in-process callers such as the benchmarks)."""
     parts = [f"tenant == {_hex_literal(hexed(f.tenant))}"]
     if f.start_date or f.end_date:
         if f.date_field:
@@ -59,9 +58,9 @@ def documents(tenant: str, doc_ids: list[str]) -> str:
     return f"tenant == {_hex_literal(hexed(tenant))} and doc in {_hex_list([digest('doc', d) for d in doc_ids])}"
 
 
-def dropped(tenant: str, doc_id: str, kept: list[str]) -> str:
-    """The document's rows other than the primary keys kept."""
-    base = documents(tenant, [doc_id])
+def dropped(tenant: str, doc_ids: list[str], kept: list[str]) -> str:
+    """The documents' rows other than the primary keys kept."""
+    base = documents(tenant, doc_ids)
     return f"{base} and not (pk in {_hex_list(kept)})" if kept else base
 
 

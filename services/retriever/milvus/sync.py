@@ -106,6 +106,7 @@ def rebuild(backend: "MilvusBackend", store: Store, collections: list[str] | Non
         if dims is not None:
             backend.dimensions = dims  # the store's vectors decide: the index is derived from them
         total += _load(backend, store.iter_chunks(name), progress)
+        backend.seal(name)
     if collections is None:
         set_watermark(backend, version)
     return total
