@@ -21,6 +21,7 @@ from ragmesh.types import Chunk, DocumentRecord, SearchFilter, StoredChunk
 from services.retriever.app import make_backend
 from services.retriever.ingest.commit import Committer
 from services.retriever.milvus import MilvusBackend, MilvusConfig, sync
+from services.retriever.milvus import backend as milvus_backend
 
 DIM = 4
 
@@ -86,6 +87,19 @@ def test_a_crash_between_the_store_and_milvus_is_repaired_at_the_next_start(uri:
     done = restarted.warm_up(store, Path(), store.version())
     assert "1 documents replayed" in done
     assert found(restarted) == ["new lantern rules 0"]
+
+
+def test_replicas_share_one_index_and_hold_none_of_their_own(uri: str, store, monkeypatch) -> None:
+    """What one replica writes, another finds at once, a collection it made included (once the
+    other's list of collections is older than NAMES_TTL_S); nobody replays it into an index of its own."""
+    monkeypatch.setattr(milvus_backend, "NAMES_TTL_S", 0.0)
+    first, second = backend(uri, "replicas_"), backend(uri, "replicas_")
+    for b in (first, second):
+        b.warm_up(store, Path(), store.version())
+    assert second.names() == []
+    Committer(store, first).replace([document("a", "shared", 2)])
+    assert found(second) == ["shared lantern rules 0", "shared lantern rules 1"]
+    assert not second.follows_store and second.indexed("c") == 2
 
 
 def test_index_rebuild_reloads_milvus_from_the_store(uri: str, tmp_path: Path, store, monkeypatch, capsys) -> None:

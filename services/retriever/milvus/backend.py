@@ -37,6 +37,7 @@ BM25_PARAMS = {"bm25_k1": 1.5, "bm25_b": 0.75}  # as the memory engine's BM25 (r
 HNSW_DEFAULTS = {"M": 16, "efConstruction": 64}  # a collection configured "hnsw" without MILVUS_INDEX_PARAMS
 UPSERT_ROWS = 512  # rows per upsert call (a batch stays well below gRPC's message limit)
 READ_BATCH = 1000
+NAMES_TTL_S = 2.0  # how long the list of collections is trusted: another replica may have made one
 _EMPTY = (np.zeros(0, np.int64), np.zeros(0, np.float32))
 # Dense and lexical searches of one request run side by side (and the filter's count beside them).
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="milvus")
@@ -98,7 +99,8 @@ class MilvusBackend:
         self.store: Store | None = None  # parents and over-long texts are read from it
         self._client: MilvusClient | None = None
         self._options: dict[str, CollectionOptions] = {}
-        self._names: set[str] | None = None  # Milvus collections of ours, cached; None = list again
+        self._names: set[str] = set()  # Milvus collections of ours, listed at _listed_at
+        self._listed_at = -NAMES_TTL_S
         self._write = threading.Lock()
 
     # -- connection ------------------------------------------------------------------------
@@ -132,9 +134,10 @@ class MilvusBackend:
         return rows.milvus_name(self.config.prefix, name)
 
     def _existing(self) -> set[str]:
-        if self._names is None:
+        if time.monotonic() - self._listed_at > NAMES_TTL_S:
             listed = self._call(self.client.list_collections)
             self._names = {n for n in (rows.ragmesh_name(self.config.prefix, m) for m in listed) if n}
+            self._listed_at = time.monotonic()
         return self._names
 
     def names(self) -> list[str]:
@@ -235,8 +238,8 @@ class MilvusBackend:
                     # milvus-lite gives BM25 as a negative distance, a server as a positive score.
                     scores.append(abs(hit["distance"]) if kind == "sparse" else hit["distance"])
                 getattr(out, kind).append((np.asarray(ids, np.int64), np.asarray(scores, np.float32)) if ids else _EMPTY)
-        if vectors is None:
-            out.dense = []
+        if vectors is None:  # as the memory engine: an empty dense list per variant
+            out.dense = [_EMPTY] * len(queries)
         out.chunks = self._chunks(name, rows_by_slot)
         if vectors is not None and rows_by_slot:
             order = list(rows_by_slot)
