@@ -8,6 +8,8 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
   scifact  nDCG@10 / recall@100 on SciFact (train) and ingest throughput with the local model
   embed    the local model through torch vs ONNX Runtime: texts/s at ingest and per query, cosine
   auth     what authenticating a call costs, per kind of credential (bench/auth_bench.py)
+  backends the memory engine vs the Milvus backend (milvus-lite) on the same corpus: load rate, hybrid
+           p50/p99 without and with a 10% filter, SciFact nDCG@10 on each (bench/backends_bench.py)
   load     the whole stack (`python -m deploy.run`) under concurrent SSE chats and searches: refusals,
            errors, time to first event, searches/s, each service's memory and descriptors (bench/load_bench.py)
   metrics  search latency with metrics on against metrics off, side by side (bench/metrics_bench.py)
@@ -33,15 +35,16 @@ import faiss
 
 from bench import scifact_eval
 from bench.auth_bench import run_auth
+from bench.backends_bench import run_backends
 from bench.embed_bench import run_embed
 from bench.load_bench import run_load
 from bench.metrics_bench import run_metrics
 from bench.search_bench import Section, failed_targets, machine_load, log, render, run_bm25, run_hnsw, run_search
 
 DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quality (issue 3), "
-               "the cost of authentication (issue 10), the whole stack under load (issue 11) and what metrics "
-               "cost a search (issue 12).")
-PARTS = ("search", "bm25", "hnsw", "scifact", "embed", "auth", "load", "metrics")
+               "the cost of authentication (issue 10), the whole stack under load (issue 11), what metrics "
+               "cost a search (issue 12) and the search backends side by side (issue 17).")
+PARTS = ("search", "bm25", "hnsw", "scifact", "embed", "auth", "backends", "load", "metrics")
 METRICS_SIZE = {False: 100_000, True: 5_000}
 DEFAULT_SIZES = [100_000, 1_000_000]
 QUICK_SIZE = 5_000
@@ -83,6 +86,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("embed", partial(run_embed, args.scifact, quick)))
     if "auth" in args.only:
         steps.append(("auth", partial(run_auth, 500 if quick else 5000, 100 if quick else 10_000)))
+    if "backends" in args.only:
+        steps.append(("backends", partial(run_backends, size, args.queries, args.scifact, quick)))
     if "load" in args.only:
         steps.append(("load", partial(run_load, quick)))
     if "metrics" in args.only:

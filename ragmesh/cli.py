@@ -6,6 +6,7 @@ the retriever's gRPC API, and manage the API keys every caller needs.
     ragmesh keys create --tenant T --user U [--role admin|member] [--expires-days N] [--label TEXT]
     ragmesh keys list [--tenant T]
     ragmesh keys revoke ID
+    ragmesh index rebuild [--collection NAME]...
 
 ingest and delete send an admin API key (--key, default RAGMESH_API_KEY) as `authorization:
 Bearer <key>`, over TLS when TLS_CERT/TLS_KEY are set; the key decides the tenant. A file's
@@ -15,6 +16,10 @@ doc_id is its name, or its path below a folder given on the command line; the re
 keys works on the store directly (SQLite under DATA_DIR, or MONGODB_URI), with the services'
 pepper (API_KEY_PEPPER, or the one under DATA_DIR/secrets): run it where the services' settings
 are. `keys create` prints the key once, alone on the last line of stdout; only its hash is kept.
+
+`index rebuild` (RETRIEVER_BACKEND=milvus) drops the Milvus collections named (default: every one
+the store holds) and reloads them from the store, with a progress bar; run it where the
+retriever's settings are (MILVUS_URI, the store). Rerun it after an interruption: it starts over.
 
 Exit status: 0 when everything was done, 1 when some documents failed (each is named with its
 reason) or there is no live key to revoke, 2 when nothing could be done (bad arguments, missing or
@@ -232,6 +237,39 @@ def _keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _index_rebuild(args: argparse.Namespace, settings: Settings) -> int:
+    """The Milvus index from the store (the memory backend rebuilds itself at every start)."""
+    if settings.retriever_backend != "milvus":
+        print("ragmesh: RETRIEVER_BACKEND is not milvus: the memory backend rebuilds from the store at every start",
+              file=sys.stderr)
+        return 2
+    from services.retriever.backend import CollectionOptions
+    from services.retriever.milvus import MilvusBackend, MilvusConfig, sync
+
+    backend = MilvusBackend(MilvusConfig.from_settings(settings), 0)
+    store = open_store(settings)
+    try:
+        for name, options in store.collection_options().items():
+            backend.configure(name, CollectionOptions(**options))
+        backend.connect()
+        stats = {c.name: c.chunks for c in store.collections()}
+        names = args.collections or None
+        unknown = [n for n in names or [] if n not in stats]
+        if unknown:
+            print(f"ragmesh: the store holds no collection {', '.join(map(repr, unknown))}", file=sys.stderr)
+            return 2
+        bar = tqdm(total=sum(stats[n] for n in names or stats), unit="chunk", file=sys.stderr, disable=None)
+        started = time.monotonic()
+        chunks = sync.rebuild(backend, store, names, progress=bar.update)
+        bar.close()
+    finally:
+        backend.close(Path(), 0)
+        store.close()
+    print(f"rebuilt {', '.join(names or sorted(stats)) or 'nothing'}: {chunks:,} chunks in "
+          f"{time.monotonic() - started:.1f} s")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragmesh", description="ragmesh operator commands")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -277,6 +315,12 @@ def _parser() -> argparse.ArgumentParser:
     revoke = actions.add_parser("revoke", help="revoke a key by its id (see `keys list`)")
     revoke.set_defaults(run=_keys_revoke)
     revoke.add_argument("key_id", metavar="ID")
+    index = commands.add_parser("index", help="the retriever's search index (RETRIEVER_BACKEND=milvus)")
+    index_actions = index.add_subparsers(dest="action", required=True)
+    rebuild = index_actions.add_parser("rebuild", help="drop and reload Milvus collections from the store")
+    rebuild.add_argument("--collection", dest="collections", action="append", metavar="NAME",
+                         help="a collection to rebuild (repeatable; default: every one)")
+    rebuild.set_defaults(run=_index_rebuild)
     return parser
 
 

@@ -135,6 +135,27 @@ class Settings:
     summary_min_chars: int = field(default_factory=lambda: _int("SUMMARY_MIN_CHARS", 3000))
     summary_model: str = field(default_factory=lambda: _env("SUMMARY_MODEL", ""))
 
+    # Search backend: memory (FAISS + BM25 in each replica, rebuilt from the store) or milvus (one
+    # shared Milvus index; the store stays the system of record and the index is rebuilt from it).
+    retriever_backend: str = field(default_factory=lambda: _env("RETRIEVER_BACKEND", "memory"))
+    # Milvus: a file path runs milvus-lite in process (tests, a laptop); http(s)://host:19530 a
+    # server, a cluster or Zilliz Cloud. Checked at start: a bad or unreachable URI stops the retriever.
+    milvus_uri: str = field(default_factory=lambda: _env("MILVUS_URI", ""))
+    # Milvus credential ("user:password" or an API key) and database; empty = none / the default.
+    milvus_token: str = field(default_factory=lambda: _env("MILVUS_TOKEN", ""))
+    milvus_db: str = field(default_factory=lambda: _env("MILVUS_DB", ""))
+    # Milvus dense index: FLAT (exact, default), HNSW or IVF_FLAT, with their build parameters as
+    # JSON (e.g. {"M": 16, "efConstruction": 200} or {"nlist": 1024}) and search parameters as JSON
+    # (e.g. {"ef": 128} or {"nprobe": 32}).
+    milvus_index_type: str = field(default_factory=lambda: _env("MILVUS_INDEX_TYPE", "FLAT"))
+    milvus_index_params: str = field(default_factory=lambda: _env("MILVUS_INDEX_PARAMS", "{}"))
+    milvus_search_params: str = field(default_factory=lambda: _env("MILVUS_SEARCH_PARAMS", "{}"))
+    # Milvus consistency level of searches: Strong (a search sees every write acknowledged before
+    # it), Bounded, Session or Eventually.
+    milvus_consistency: str = field(default_factory=lambda: _env("MILVUS_CONSISTENCY", "Strong"))
+    # Milvus: collection names are this prefix + the ragmesh collection name.
+    milvus_prefix: str = field(default_factory=lambda: _env("MILVUS_PREFIX", "ragmesh_"))
+
     # Gateway
     # Scope cache of retrieved hits per tenant and conversation: lifetime (seconds) and entries.
     scope_cache_ttl_s: float = field(default_factory=lambda: _float("SCOPE_CACHE_TTL_S", 900.0))
@@ -223,7 +244,7 @@ class Settings:
         out: dict[str, object] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "mongodb_uri":
+            if f.name == "mongodb_uri" or f.name == "milvus_uri" and "://" in value:  # a milvus-lite file path is shown
                 out[f.name] = redact_uri(value)
             else:
                 secret = any(word in f.name for word in ("key", "token", "secret", "pepper"))

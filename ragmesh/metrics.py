@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
@@ -150,7 +150,9 @@ class _InFlight(Protocol):
 
 
 class _Indexes(Protocol):
-    def sizes(self) -> Iterable[tuple[str, int]]: ...
+    def names(self) -> list[str]: ...
+
+    def indexed(self, name: str) -> int: ...
 
 
 def service_label(service_name: str) -> str:
@@ -180,8 +182,8 @@ class _StateCollector:
                                    labels=("collection",))
         sizes: dict[str, int] = {}
         for registry in list(self.indexes):
-            for name, live in registry.sizes():
-                sizes[name] = max(sizes.get(name, 0), live)  # replicas in one process (tests) hold the same
+            for name in registry.names():
+                sizes[name] = max(sizes.get(name, 0), registry.indexed(name))  # replicas in one process (tests) hold the same
         for name, live in sorted(sizes.items()):
             chunks.add_metric((name,), live)
         yield chunks
@@ -201,7 +203,7 @@ def watch_in_flight(admission: _InFlight) -> None:
 
 
 def watch_indexes(indexes: _Indexes) -> None:
-    """Exports `indexes.sizes()` as ragmesh_index_chunks{collection}."""
+    """Exports each collection's `indexes.indexed(name)` as ragmesh_index_chunks{collection} (any search backend)."""
     _state.indexes.add(indexes)
 
 

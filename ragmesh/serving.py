@@ -260,6 +260,9 @@ class ServiceHost:
             # rather than crash and be restarted in a loop.
             log.error("warm-up failed; NOT_SERVING until it succeeds", extra={"error": str(exc)})
             self._retrying = asyncio.create_task(self._warm_up_until_ready())
+        except ConfigError:  # a setting found wrong only on use (an address nothing answers at): stop
+            await self.server.stop(0)
+            raise
         return bound
 
     async def _warm_up(self) -> None:

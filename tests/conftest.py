@@ -38,6 +38,33 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     st.stop()
 
 
+@pytest.fixture(scope="module", params=["memory", "milvus"])
+def backend(request: pytest.FixtureRequest, stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """(search backend, address) of a retriever over the stack's store: the stack's own for memory,
+    for milvus one more retriever on a milvus-lite file of the test module's own (shared by its tests)."""
+    if request.param == "memory":
+        yield "memory", stack.address("retriever")
+        return
+    uri = tmp_path_factory.mktemp("milvus") / "index.db"
+    host = stack.start_variant("retriever", retriever_backend="milvus", milvus_uri=str(uri))
+    yield "milvus", host.address
+    stack.extra.remove(host)
+    stack.call(host.stop())
+
+
+@pytest.fixture(scope="module")
+def ask_url(stack: Stack, backend: tuple[str, str]) -> Iterator[str]:
+    """The HTTP bridge of a gateway asking the retriever on each search backend (the whole stack on it)."""
+    name, address = backend
+    if name == "memory":
+        yield stack.http_url
+        return
+    host = stack.start_variant("gateway", retriever_addr=address)
+    yield f"http://{stack.settings.host}:{host.app.http_port}"
+    stack.extra.remove(host)
+    stack.call(host.stop())
+
+
 @pytest.fixture(scope="module")
 def gemini_gateway(stack: Stack) -> Iterator[tuple]:
     """A generator on the fake Gemini server and a gateway in front of it, beside the stack's

@@ -11,11 +11,13 @@ from ragmesh import metrics
 from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient
 from ragmesh.config import Settings
 from ragmesh.errors import InvalidArgument, RagmeshError
+from ragmesh.identity.authenticator import ConfigError
 from ragmesh.validation import check_name
 from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import retriever_pb2_grpc
-from services.retriever.index import CollectionOptions, IndexRegistry
+from services.retriever.backend import CollectionOptions, SearchBackend
+from services.retriever.index import IndexRegistry
 from services.retriever.freshness import Follower
 from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.pipeline import Ingestor, SummaryPolicy
@@ -36,7 +38,7 @@ class RetrieverApp(ServiceApp):
         self.settings = settings
         self.store = LazyStore(settings)  # opened at warm-up: an unreachable database means NOT_SERVING
         self.key_store = self.store
-        self.registry = IndexRegistry(FALLBACK_DIMENSIONS)
+        self.registry = make_backend(settings)
         metrics.watch_indexes(self.registry)
         self.snapshot_dir = settings.data_dir / "index"
         self.embedder: EmbedderClient | None = None
@@ -101,12 +103,8 @@ class RetrieverApp(ServiceApp):
         for name, options in (await asyncio.to_thread(self.store.collection_options)).items():
             self.registry.configure(name, CollectionOptions(**options))
         version = await asyncio.to_thread(self.store.version)
-        if await asyncio.to_thread(self.registry.load_snapshot, self.snapshot_dir, version):
-            log.info("indexes loaded from snapshot", extra={"version": version, "collections": self.registry.names()})
-        else:
-            chunks = await asyncio.to_thread(self.registry.rebuild, self.store)
-            log.info("indexes rebuilt from the store",
-                     extra={"chunks": chunks, "collections": self.registry.names(), "store": repr(self.store)})
+        done = await asyncio.to_thread(self.registry.warm_up, self.store, self.snapshot_dir, version)
+        log.info(done, extra={"version": version, "backend": self.settings.retriever_backend, "store": repr(self.store)})
         # Other replicas' writes from here on are replayed from the store's change log.
         self.follower.start_from(version)
         if self._following is None:
@@ -120,10 +118,21 @@ class RetrieverApp(ServiceApp):
             return
         try:  # caught up first, the snapshot is labelled with the exact version the indexes reflect
             await asyncio.to_thread(self.follower.catch_up)
-            await asyncio.to_thread(self.registry.save_snapshot, self.snapshot_dir, self.follower.applied)
+            await asyncio.to_thread(self.registry.close, self.snapshot_dir, self.follower.applied)
         except (OSError, RagmeshError) as exc:
             log.warning("index snapshot not written", extra={"error": str(exc)})
         for client in (self.embedder, self.generator):
             if client is not None:
                 await client.close()
         self.store.close()
+
+
+def make_backend(settings: Settings) -> SearchBackend:
+    """RETRIEVER_BACKEND's engine; ConfigError (one line, the retriever does not start) for a bad setting."""
+    if settings.retriever_backend == "memory":
+        return IndexRegistry(FALLBACK_DIMENSIONS)
+    if settings.retriever_backend == "milvus":
+        from services.retriever.milvus.backend import MilvusBackend, MilvusConfig  # pymilvus only when chosen
+
+        return MilvusBackend(MilvusConfig.from_settings(settings), FALLBACK_DIMENSIONS)
+    raise ConfigError(f"RETRIEVER_BACKEND must be memory or milvus, got {settings.retriever_backend!r}")

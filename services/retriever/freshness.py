@@ -40,6 +40,8 @@ class Follower:
             for change in self.store.changes_since(self.applied):
                 if change.version not in own and change.version <= version:
                     changed[(change.collection, change.tenant, change.doc_id)] = None
+            if not self.registry.follows_store:  # a shared index: the other writer has written it
+                changed.clear()
             for collection, tenant, doc_id in changed:
                 chunks = self.store.document_chunks(tenant, collection, doc_id)
                 self.registry.apply(collection, [((tenant, doc_id), chunks)])

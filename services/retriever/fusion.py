@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ragmesh.errors import InvalidArgument
 from ragmesh.types import Chunk, Hit
 from ragmesh.validation import MAX_ID_CHARS, check_date, check_number, check_text, shown
-from services.retriever.index import Retrieved
+from services.retriever.backend import Retrieved
 
 RRF, LINEAR = "RRF", "LINEAR"
 TIME_WINDOWS = {"24h": 1, "48h": 2, "1w": 7, "all": 0, "": 0}

@@ -17,9 +17,8 @@ import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import BinaryIO
 
@@ -29,15 +28,14 @@ import numpy as np
 from ragmesh.store import Store
 from ragmesh.types import Chunk, SearchFilter, StoredChunk
 from services.retriever.analyzer import ANALYSIS, Analyzer
+from services.retriever.backend import CollectionOptions, DocKey, Ranked, Retrieved
 from services.retriever.bm25 import BM25Index
 from services.retriever.columns import Columns
-from services.retriever.dense import FLAT, DenseIndex
+from services.retriever.dense import DenseIndex
 from services.retriever.rwlock import RWLock
 
 log = logging.getLogger(__name__)
 
-DocKey = tuple[str, str]  # (tenant, doc_id)
-Ranked = tuple[np.ndarray, np.ndarray]  # (slots, scores), best first
 COMPACT_MIN_DEAD = 1000
 COMPACT_DEAD_SHARE = 0.25
 # Bumped whenever the pickled classes change shape: a snapshot in another format is rebuilt
@@ -48,30 +46,6 @@ _SNAPSHOT_BLOCK = 8192  # chunks per pickle block
 # is faster that way, and BM25 runs on the other core. Measured: 1M p50 95 -> 63 ms.
 _DENSE_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dense",
                                  initializer=faiss.omp_set_num_threads, initargs=(1,))
-
-
-@dataclass
-class CollectionOptions:
-    """Per-collection index settings: dense kind and the BM25 analyzer."""
-
-    dense: str = FLAT
-    analyzer: dict = field(default_factory=dict)
-
-
-@dataclass
-class Retrieved:
-    """What one search took from a collection under its read lock: per query variant a dense and
-    a sparse ranked list of slots, and everything later steps need about those slots, copied out
-    so ranking runs without the lock while writers go on."""
-
-    dense: list[Ranked]
-    sparse: list[Ranked]
-    admitted: int
-    chunks: dict[int, Chunk] = field(default_factory=dict)
-    similarity: dict[int, float] = field(default_factory=dict)  # cosine to the first query vector
-    parents: dict[str, str] = field(default_factory=dict)  # parent chunk id -> text
-    dense_ms: float = 0.0
-    sparse_ms: float = 0.0
 
 
 _SHARED_VALUE_MAX = 64  # metadata values up to this long repeat across chunks (funds, types, pages)
@@ -257,7 +231,10 @@ class CollectionIndex:
 
 
 class IndexRegistry:
-    """Collection name -> index. Writers serialise on one lock; readers take only a collection's read lock."""
+    """The memory search backend: collection name -> index. Writers serialise on one lock;
+    readers take only a collection's read lock."""
+
+    follows_store = True  # each replica holds its own copy
 
     def __init__(self, dimensions: int) -> None:
         self.dimensions = dimensions
@@ -271,9 +248,51 @@ class IndexRegistry:
     def names(self) -> list[str]:
         return sorted(self._indexes)
 
-    def sizes(self) -> list[tuple[str, int]]:
-        """(collection, live chunks) of every index: what ragmesh_index_chunks exports."""
-        return [(name, index.live) for name, index in sorted(self._indexes.items())]
+    def searchable(self, names: list[str]) -> list[str]:
+        return [n for n in names if n in self._indexes and len(self._indexes[n])]
+
+    def indexed(self, name: str) -> int:
+        index = self._indexes.get(name)
+        return index.live if index else 0
+
+    def analyzer(self, name: str) -> Analyzer:
+        index = self._indexes.get(name)
+        return index.analyzer if index else Analyzer.from_options(self.options(name).analyzer)
+
+    def search(self, name: str, queries: list[str], vectors: np.ndarray | None, depth: int, f: SearchFilter,
+               with_parents: bool = False) -> Retrieved | None:
+        index = self._indexes.get(name)
+        if index is None or not len(index):
+            return None
+        return index.search(queries, vectors, depth, f, with_parents)
+
+    def matching_doc_ids(self, collection: str, where: SearchFilter) -> list[str]:
+        """From the index's filter columns: the same compiled mask a search uses."""
+        index = self.get(collection)
+        if index is None:
+            return []
+        with index.lock.read():
+            mask = index.columns.mask(where, index.alive[: len(index.chunks)])
+            return sorted({index.chunk(int(slot)).doc_id for slot in np.flatnonzero(mask)})
+
+    def field_values(self, field_name: str, collections: list[str], tenant: str) -> list[str]:
+        values: set[str] = set()
+        for name in collections or self.names():
+            index = self.get(name)
+            if index is not None:
+                values |= index.values(field_name, tenant)
+        return sorted(values)
+
+    def warm_up(self, store: Store, snapshot_dir: Path, version: int) -> str:
+        """The snapshot when it matches the store's version, else a rebuild from the store."""
+        if self.load_snapshot(snapshot_dir, version):
+            return f"indexes loaded from snapshot at version {version}: {', '.join(self.names()) or 'none'}"
+        chunks = self.rebuild(store)
+        return f"indexes rebuilt from the store: {chunks:,} chunks in {', '.join(self.names()) or 'no collections'}"
+
+    def close(self, snapshot_dir: Path, version: int) -> None:
+        """A snapshot for a fast restart."""
+        self.save_snapshot(snapshot_dir, version)
 
     def configure(self, name: str, options: CollectionOptions) -> None:
         """Options for a collection: an existing index is rebuilt with them (from memory), a new one starts so."""
@@ -389,12 +408,3 @@ def _atomic_write(path: Path, write) -> None:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
 
-
-def field_values(registry: IndexRegistry, field_name: str, collections: Iterable[str], tenant: str) -> list[str]:
-    """Sorted distinct values of a metadata field over the tenant's chunks."""
-    values: set[str] = set()
-    for name in collections or registry.names():
-        index = registry.get(name)
-        if index is not None:
-            values |= index.values(field_name, tenant)
-    return sorted(values)

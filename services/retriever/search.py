@@ -20,7 +20,7 @@ from ragmesh.validation import (
 )
 from services.retriever import filters
 from services.retriever import fusion as ranking
-from services.retriever.index import IndexRegistry
+from services.retriever.backend import SearchBackend
 from services.retriever.fusion import LINEAR, LINEAR_DEFAULTS, RRF, Boosters, Candidate
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class SearchOutcome:
 
 
 class SearchEngine:
-    def __init__(self, registry: IndexRegistry, embed: EmbedFn) -> None:
+    def __init__(self, registry: SearchBackend, embed: EmbedFn) -> None:
         self.registry = registry
         self.embed = embed
         self.searches = 0
@@ -99,7 +99,7 @@ class SearchEngine:
         self.searches += 1
         started = time.perf_counter()
         names = q.collections or self.registry.names()
-        indexes = [ix for ix in (self.registry.get(n) for n in names) if ix is not None and len(ix)]
+        indexes = self.registry.searchable(names)
         timings = {"embed_ms": 0.0, "dense_ms": 0.0, "sparse_ms": 0.0, "fusion_ms": 0.0}
         queries = [q.query] + [v for v in dict.fromkeys(q.variants) if v.strip() and v != q.query]
         vectors, dense_skipped = None, False
@@ -124,16 +124,18 @@ class SearchEngine:
         parents: dict[str, str] = {}
         admitted = 0
         depth = max(q.top_k * 2, 100)
-        for ix in indexes:
+        for name in indexes:
             retrieved = await asyncio.to_thread(
-                ix.search, queries, vectors, depth, search_filter, q.boosters.expand_parents
+                self.registry.search, name, queries, vectors, depth, search_filter, q.boosters.expand_parents
             )
+            if retrieved is None:  # emptied since it was counted
+                continue
             t0 = time.perf_counter()
             if q.fusion == LINEAR:
                 found = ranking.fuse_linear(retrieved, weights, q.boosters)
             else:
                 found = ranking.fuse_rrf(retrieved, weights[0] if vectors is not None else 0.0, weights[1], q.rrf_k)
-            ranking.boost(found, q.boosters, " ".join(queries), ix.analyzer.analyze, linear=q.fusion == LINEAR)
+            ranking.boost(found, q.boosters, " ".join(queries), self.registry.analyzer(name).analyze, linear=q.fusion == LINEAR)
             candidates += found
             parents |= retrieved.parents
             admitted += retrieved.admitted

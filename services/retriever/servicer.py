@@ -17,7 +17,6 @@ from ragmesh.validation import (MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, check_field_na
                                 check_page, check_text, shown)
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
 from services.retriever.fusion import Boosters
-from services.retriever.index import field_values
 from services.retriever.ingest.pipeline import Ingestor
 from services.retriever.ingest.upsert import Upserter
 from services.retriever.search import SearchEngine, SearchQuery
@@ -151,11 +150,10 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
             named = {c.name for c in stats}
             stats += [CollectionStats(n, 0, 0) for n in self.engine.registry.configured() if n not in named]
         for c in stats:
-            index = self.engine.registry.get(c.name)
             infos.append(retriever_pb2.CollectionInfo(
                 name=c.name, documents=c.documents, chunks=c.chunks,
-                indexed_chunks=index.live if index else 0,
-                dense_index=(index.options if index else self.engine.registry.options(c.name)).dense,
+                indexed_chunks=self.engine.registry.indexed(c.name),
+                dense_index=self.engine.registry.options(c.name).dense,
             ))
         return infos
 
@@ -175,7 +173,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def FieldValues(self, request: retriever_pb2.FieldValuesRequest, context: grpc.aio.ServicerContext):
         check_field_name("field", request.field)
         collections = check_names("collections", list(request.collections))
-        values = field_values(self.engine.registry, request.field, collections, _tenant())
+        values = await asyncio.to_thread(self.engine.registry.field_values, request.field, collections, _tenant())
         return retriever_pb2.FieldValuesResponse(values=values)
 
     async def ConfigureCollection(self, request: retriever_pb2.ConfigureCollectionRequest, context):

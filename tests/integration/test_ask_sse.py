@@ -1,4 +1,5 @@
-"""Gateway.Ask through the SSE bridge, with all four services on loopback and the demo corpus.
+"""Gateway.Ask through the SSE bridge, with all four services on loopback and the demo corpus
+(the asking tests on each search backend: `ask_url`).
 Every /api/* call carries the stack's admin key (tenant DEMO, where the demo corpus is)."""
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ KESTREL = "Kestrel Emerging Markets"
 NORTHWIND = "Northwind Global Macro Fund"
 
 
-def test_events_arrive_in_the_documented_order_with_citations_that_resolve(stack: Stack) -> None:
-    events = sse(stack.http_url + "/api/chat/ask/stream",
+def test_events_arrive_in_the_documented_order_with_citations_that_resolve(stack: Stack, ask_url: str) -> None:
+    events = sse(ask_url + "/api/chat/ask/stream",
                  {"question": "What did Kestrel do with its Brazil exposure in March 2024?"}, stack.headers)
     keys = [next(iter(e)) for e in events]
     assert keys[:4] == ["searching", "searching", "strategy", "generating"]
@@ -36,8 +37,8 @@ def test_events_arrive_in_the_documented_order_with_citations_that_resolve(stack
     assert any(c["doc_id"] == "mn-kestrel-2024-03-14" for c in citations)
 
 
-def test_one_selected_fund_gives_only_that_funds_chunks(stack: Stack) -> None:
-    events = sse(stack.http_url + "/api/chat/ask/stream",
+def test_one_selected_fund_gives_only_that_funds_chunks(stack: Stack, ask_url: str) -> None:
+    events = sse(ask_url + "/api/chat/ask/stream",
                  {"question": "How did net exposure change?", "selected_funds": [NORTHWIND]}, stack.headers)
     strategy = one(events, "strategy")
     assert strategy["filter"]["in"] == {"fund_name": [NORTHWIND]}
@@ -46,8 +47,8 @@ def test_one_selected_fund_gives_only_that_funds_chunks(stack: Stack) -> None:
     assert citations and {c["metadata"]["fund_name"] for c in citations} == {NORTHWIND}
 
 
-def test_a_date_range_with_no_documents_returns_no_chunks_and_says_so(stack: Stack) -> None:
-    events = sse(stack.http_url + "/api/chat/ask/stream",
+def test_a_date_range_with_no_documents_returns_no_chunks_and_says_so(stack: Stack, ask_url: str) -> None:
+    events = sse(ask_url + "/api/chat/ask/stream",
                  {"question": "What was Kestrel's performance?", "start_date": "2019-01-01", "end_date": "2019-12-31"},
                  stack.headers)
     strategy = one(events, "strategy")
@@ -56,8 +57,8 @@ def test_a_date_range_with_no_documents_returns_no_chunks_and_says_so(stack: Sta
     assert "no data" in answer_of(events).lower()
 
 
-def test_the_whole_answer_as_json(stack: Stack) -> None:
-    reply = httpx.post(stack.http_url + "/api/chat/ask",
+def test_the_whole_answer_as_json(stack: Stack, ask_url: str) -> None:
+    reply = httpx.post(ask_url + "/api/chat/ask",
                        json={"question": "Who left Northwind in early 2025?", "selected_funds": [NORTHWIND]},
                        headers=stack.headers, timeout=60)
     assert reply.status_code == 200, reply.text

@@ -24,7 +24,7 @@ def unit(rng: np.random.Generator) -> np.ndarray:
     return v / np.linalg.norm(v)
 
 
-def corpus() -> list[tuple[common_pb2.Chunk, np.ndarray | None]]:
+def corpus(collection: str) -> list[tuple[common_pb2.Chunk, np.ndarray | None]]:
     rng = np.random.default_rng(11)
     words = ["growth", "drawdown", "hedge", "credit", "rates", "equity", "volatility", "liquidity"]
     out = []
@@ -37,29 +37,35 @@ def corpus() -> list[tuple[common_pb2.Chunk, np.ndarray | None]]:
             meta = {"fund_name": fund}
             if d % 7 == 0:
                 meta |= {"type": "transcript", "tags": "hiring, budget"}
-            out.append((common_pb2.Chunk(chunk_id=f"t/{tenant}/d{d}#{i}", doc_id=f"d{d}", collection="searchtest",
+            out.append((common_pb2.Chunk(chunk_id=f"{collection}/{tenant}/d{d}#{i}", doc_id=f"d{d}", collection=collection,
                                          text=text, metadata=meta, date=date, tenant=tenant), unit(rng)))
-    parent = common_pb2.Chunk(chunk_id="book#p", doc_id="book", collection="searchtest",
+    parent = common_pb2.Chunk(chunk_id=f"{collection}/book#p", doc_id="book", collection=collection,
                               text="The whole chapter about zeppelins and their history.", date="2024-06-01",
                               tenant=DEMO)
     out.append((parent, None))
     for i in range(2):
-        out.append((common_pb2.Chunk(chunk_id=f"book#c{i}", doc_id="book", collection="searchtest",
-                                     text=f"zeppelins section {i}", parent_chunk_id="book#p", date="2024-06-01",
+        out.append((common_pb2.Chunk(chunk_id=f"{collection}/book#c{i}", doc_id="book", collection=collection,
+                                     text=f"zeppelins section {i}", parent_chunk_id=f"{collection}/book#p", date="2024-06-01",
                                      tenant=DEMO),
                     unit(rng)))
     return out
 
 
 @pytest.fixture(scope="module")
-def stubs(stack: Stack) -> dict[str, retriever_pb2_grpc.RetrieverStub]:
+def stubs(stack: Stack, backend: tuple[str, str]) -> dict[str, retriever_pb2_grpc.RetrieverStub]:
     """Stubs calling as DEMO's admin, as an admin of "acme", and as the service (for the
-    platform operations), with each tenant's share of the corpus upserted under its own key."""
-    channels = {DEMO: channel(stack.address("retriever"), stack.metadata),
-                "acme": channel(stack.address("retriever"), bearer(stack.key("acme", "searcher", "admin"))),
-                "service": channel(stack.address("retriever"), stack.service_metadata())}
+    platform operations), with each tenant's share of the corpus upserted under its own key.
+    Each search backend gets a collection of its own (both retrievers share the stack's store);
+    every stub knows it as `stub.collection`."""
+    name, address = backend
+    collection = f"searchtest-{name}"
+    channels = {DEMO: channel(address, stack.metadata),
+                "acme": channel(address, bearer(stack.key("acme", "searcher", "admin"))),
+                "service": channel(address, stack.service_metadata())}
     found = {name: retriever_pb2_grpc.RetrieverStub(ch) for name, ch in channels.items()}
-    items = corpus()
+    for stub in found.values():
+        stub.collection = collection
+    items = corpus(collection)
     for tenant in (DEMO, "acme"):
         mine = [(c, v) for c, v in items if c.tenant == tenant]
         requests = (retriever_pb2.UpsertRequest(chunk=c, vector=[] if v is None else v.tolist()) for c, v in mine)
@@ -77,7 +83,7 @@ def retriever(stubs) -> retriever_pb2_grpc.RetrieverStub:
 
 
 def search(stub, query: str, vector: np.ndarray | None = None, **kw) -> retriever_pb2.SearchResponse:
-    request = retriever_pb2.SearchRequest(query=query, collections=["searchtest"], **kw)
+    request = retriever_pb2.SearchRequest(query=query, collections=[stub.collection], **kw)
     if vector is not None:
         request.query_vector.extend(vector.tolist())
     return stub.Search(request, timeout=10)
@@ -90,7 +96,7 @@ def fund_filter(*funds: str) -> common_pb2.Filter:
 
 
 def test_filtered_dense_search_is_exact_and_both_sides_obey_the_filter(retriever) -> None:
-    items = [(c, v) for c, v in corpus() if v is not None]
+    items = [(c, v) for c, v in corpus(retriever.collection) if v is not None]
     query = items[3][1] + 0.3 * items[8][1]
     reply = search(retriever, "drawdown hedge", query, top_k=200, filter=fund_filter("Beta", "Gamma"),
                    dense_weight=1.0, sparse_weight=0.0)
@@ -127,9 +133,11 @@ def test_filters_fail_closed(retriever, f: common_pb2.Filter) -> None:
     assert reply.candidate_count == 0 and list(reply.hits) == []
 
 
-def test_a_tenant_without_documents_finds_nothing(stack: Stack) -> None:
-    with channel(stack.address("retriever"), bearer(stack.key("nobody", "someone", "admin"))) as ch:
-        reply = search(retriever_pb2_grpc.RetrieverStub(ch), "growth", top_k=50, filter=fund_filter("Alpha"))
+def test_a_tenant_without_documents_finds_nothing(stack: Stack, backend, retriever) -> None:
+    with channel(backend[1], bearer(stack.key("nobody", "someone", "admin"))) as ch:
+        stub = retriever_pb2_grpc.RetrieverStub(ch)
+        stub.collection = retriever.collection
+        reply = search(stub, "growth", top_k=50, filter=fund_filter("Alpha"))
     assert reply.candidate_count == 0 and list(reply.hits) == []
 
 
@@ -171,8 +179,8 @@ def test_boosters_time_window_and_threshold_layers(retriever) -> None:
 
 
 def test_upsert_rejects_bad_documents_and_keeps_the_rest(retriever) -> None:
-    good = common_pb2.Chunk(chunk_id="ok#0", doc_id="ok", collection="searchtest", text="fine")
-    bad = common_pb2.Chunk(chunk_id="bad#0", doc_id="bad", collection="searchtest", text="short vector")
+    good = common_pb2.Chunk(chunk_id=f"{retriever.collection}/ok#0", doc_id="ok", collection=retriever.collection, text="fine")
+    bad = common_pb2.Chunk(chunk_id=f"{retriever.collection}/bad#0", doc_id="bad", collection=retriever.collection, text="short vector")
     reply = retriever.Upsert(iter([
         retriever_pb2.UpsertRequest(chunk=bad, vector=[0.1, 0.2]),
         retriever_pb2.UpsertRequest(chunk=good, vector=[0.0] * DIM),
@@ -184,21 +192,118 @@ def test_upsert_rejects_bad_documents_and_keeps_the_rest(retriever) -> None:
 def test_a_collection_can_switch_to_hnsw_and_back(retriever, stubs) -> None:
     """ConfigureCollection is a platform operation (collections are shared by every tenant): the service calls it."""
     service = stubs["service"]
-    items = [(c, v) for c, v in corpus() if v is not None and c.tenant == DEMO]
+    items = [(c, v) for c, v in corpus(retriever.collection) if v is not None and c.tenant == DEMO]
     chunk, vector = items[17]
 
     def top(**kw) -> str:
         return search(retriever, "", vector, top_k=5, dense_weight=1.0, sparse_weight=0.0, **kw).hits[0].chunk.chunk_id
 
     assert top() == chunk.chunk_id
-    info = service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="hnsw"),
+    info = service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name=retriever.collection, dense_index="hnsw"),
                                        timeout=60)
     assert info.dense_index == "hnsw" and info.indexed_chunks == info.chunks - 1  # the parent is stored, not indexed
     assert top() == chunk.chunk_id, "HNSW finds a vector's own chunk"
     with pytest.raises(grpc.RpcError) as err:
-        service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="ivf"),
+        service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name=retriever.collection, dense_index="ivf"),
                                     timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("dense_index")
-    flat = service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name="searchtest", dense_index="flat"),
+    flat = service.ConfigureCollection(retriever_pb2.ConfigureCollectionRequest(name=retriever.collection, dense_index="flat"),
                                        timeout=60)
     assert flat.dense_index == "flat" and top() == chunk.chunk_id
+
+
+def ingest(stub, *docs: retriever_pb2.Document) -> dict[str, str]:
+    return {p.doc_id: retriever_pb2.IngestStage.Name(p.stage) for p in stub.Ingest(iter(docs), timeout=120)
+            if p.stage in (retriever_pb2.INDEXED, retriever_pb2.FAILED, retriever_pb2.UNCHANGED)}
+
+
+def notes(doc_id: str, collection: str, marker: str, paragraphs: int, **kw) -> retriever_pb2.Document:
+    text = "\n\n".join(f"The {marker} note {i} sets out the quarry lantern rules for every keeper of the"
+                       f" north gate, with the hours and the duties of each watch in turn." for i in range(paragraphs))
+    return retriever_pb2.Document(doc_id=doc_id, collection=collection, text=text, summarize=False, **kw)
+
+
+def test_ingest_replaces_a_document_whole(retriever) -> None:
+    """After INDEXED a search sees exactly the new version: its chunks, none the old one had beyond them."""
+    collection = f"{retriever.collection}-ingest"
+    assert ingest(retriever, notes("swap", collection, "alphaversion", 24)) == {"swap": "INDEXED"}
+    first = search_in(retriever, collection, "quarry lantern rules")
+    assert len(first.hits) > 2 and all("alphaversion" in h.chunk.text for h in first.hits)
+    assert ingest(retriever, notes("swap", collection, "betaversion", 3)) == {"swap": "INDEXED"}
+    second = search_in(retriever, collection, "quarry lantern rules")
+    assert second.hits and all("betaversion" in h.chunk.text for h in second.hits)
+    assert len(second.hits) < len(first.hits) and second.candidate_count == len(second.hits)
+
+
+def test_delete_by_id_and_by_filter_removes_only_the_callers_documents(stubs) -> None:
+    demo, acme = stubs[DEMO], stubs["acme"]
+    collection = f"{demo.collection}-delete"
+    docs = [notes(f"del-{i}", collection, f"batch{i}", 1, metadata={"batch": "x" if i % 2 else "y"}) for i in range(4)]
+    assert set(ingest(demo, *docs).values()) == {"INDEXED"}
+    assert set(ingest(acme, *docs).values()) == {"INDEXED"}  # the same ids in another tenant
+    gone = demo.Delete(retriever_pb2.DeleteRequest(collection=collection, filter=common_pb2.Filter(equals={"batch": "x"})),
+                       timeout=30)
+    assert (gone.documents, gone.chunks) == (2, 2)
+    assert demo.Delete(retriever_pb2.DeleteRequest(collection=collection, doc_ids=["del-0"]), timeout=30).documents == 1
+    assert [h.chunk.doc_id for h in search_in(demo, collection, "quarry lantern rules").hits] == ["del-2"]
+    assert sorted(h.chunk.doc_id for h in search_in(acme, collection, "quarry lantern rules").hits) == [
+        "del-0", "del-1", "del-2", "del-3"]
+
+
+def test_field_values_are_the_callers_tenants(stubs) -> None:
+    def values(stub) -> list[str]:
+        request = retriever_pb2.FieldValuesRequest(field="fund_name", collections=[stub.collection])
+        return list(stub.FieldValues(request, timeout=30).values)
+
+    assert values(stubs[DEMO]) == sorted(FUNDS)
+    assert values(stubs["acme"]) == ["Alpha"]  # acme holds the documents d % 10 == 0, all Alpha's
+
+
+# Strings an attacker would put in a filter's field names and values, to close a quote or a
+# bracket and add a condition of their own.
+HOSTILE = [
+    '"', "'", "\\", '\\"', '" or 1==1 or "', "' or 1==1 or '", 'x") or (1==1',
+    '] or true or [', 'a"]) or ARRAY_CONTAINS(kv, "', "tenant", 'tenant == "acme"', "\u00e9\u6f22\U0001f600",
+    "line\nbreak", "\\u0022 or 1==1", "' || true || '", "%s{0}$meta",
+]
+
+
+def test_no_filter_field_or_value_widens_a_search(retriever) -> None:
+    """Hostile text in every place a filter takes one finds nothing (no chunk has such fields),
+    where an expression it could alter would find everything."""
+    for text in HOSTILE:
+        for f in (common_pb2.Filter(equals={text: text}), common_pb2.Filter(equals={"fund_name": text}),
+                  common_pb2.Filter(start_date="2024-01-01", date_field=text),
+                  common_pb2.Filter(start_date="2024-01-01", end_date="2024-12-31", date_field=text)):
+            reply = search(retriever, "growth", top_k=50, filter=f)
+            assert (reply.candidate_count, list(reply.hits)) == (0, []), (text, f)
+        f = common_pb2.Filter()
+        getattr(f, "in")[text].values.extend([text, "Alpha"])
+        getattr(f, "in")["fund_name"].values.extend([text])
+        reply = search(retriever, "growth", top_k=50, filter=f)
+        assert (reply.candidate_count, list(reply.hits)) == (0, []), text
+
+
+def test_hostile_fields_and_values_match_exactly_themselves(stubs) -> None:
+    """A chunk whose metadata is hostile text is found by exactly that text, and only it."""
+    demo = stubs[DEMO]
+    collection = f"{demo.collection}-hostile"
+    rng = np.random.default_rng(5)
+    requests = [retriever_pb2.UpsertRequest(
+        chunk=common_pb2.Chunk(chunk_id=f"{collection}/h{i}", doc_id=f"h{i}", collection=collection, text=f"hostile note {i}",
+                               metadata={text: text, "other": "plain"}, date="2024-05-05"),
+        vector=unit(rng).tolist()) for i, text in enumerate(HOSTILE)]
+    assert demo.Upsert(iter(requests), timeout=60).documents == len(HOSTILE)
+    for i, text in enumerate(HOSTILE):
+        f = common_pb2.Filter(equals={text: text})
+        getattr(f, "in")[text].values.extend([text, '" or 1==1 or "'])
+        assert [h.chunk.doc_id for h in search_in(demo, collection, "hostile note", filter=f).hits] == [f"h{i}"], text
+        # a named date field compares the field's text: the hostile value sorts among dates as text does
+        dated = common_pb2.Filter(date_field=text, start_date="1000-01-01")
+        found = [h.chunk.doc_id for h in search_in(demo, collection, "hostile note", filter=dated).hits]
+        assert found == ([f"h{i}"] if text >= "1000-01-01" else []), text
+    assert not search_in(stubs["acme"], collection, "hostile note").hits
+
+
+def search_in(stub, collection: str, query: str, **kw) -> retriever_pb2.SearchResponse:
+    return stub.Search(retriever_pb2.SearchRequest(query=query, collections=[collection], top_k=100, **kw), timeout=30)

@@ -8,11 +8,11 @@ from collections import defaultdict
 
 from ragmesh.store import Store
 from ragmesh.types import DocumentRecord, StoredChunk
-from services.retriever.index import IndexRegistry
+from services.retriever.backend import SearchBackend
 
 
 class Committer:
-    def __init__(self, store: Store, registry: IndexRegistry) -> None:
+    def __init__(self, store: Store, registry: SearchBackend) -> None:
         self.store = store
         self.registry = registry
         self.lock = threading.Lock()

@@ -28,7 +28,7 @@ from ragmesh.validation import (
     check_list, check_metadata, check_name, check_text,
 )
 from services.retriever import filters
-from services.retriever.index import IndexRegistry
+from services.retriever.backend import SearchBackend
 from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.embedding import BatchEmbedder
 from services.retriever.ingest.parsed import BadRecord, Parsed, UnreadableFile
@@ -105,7 +105,7 @@ _PARSE_POOL = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2))
 
 class Ingestor:
     def __init__(
-        self, store: Store, registry: IndexRegistry, embed: EmbedFn, *,
+        self, store: Store, registry: SearchBackend, embed: EmbedFn, *,
         min_chars: int = 400, max_chars: int = 800, batch_size: int = 64, max_bytes: int = MAX_BYTES,
         retries: int = 4, backoff_s: float = 0.5, summarizer: Summarizer | None = None,
         summaries: SummaryPolicy = SummaryPolicy(), committer: Committer | None = None,
@@ -273,16 +273,7 @@ class Ingestor:
             if not (where.any_of or where.equals or where.start_date or where.end_date):
                 raise InvalidArgument("filter", "needs at least one condition (to delete by id, give doc_ids)")
             filters.validate(where)
-            doc_ids = matching_doc_ids(self.registry, collection, dataclasses.replace(where, tenant=tenant))
+            doc_ids = await asyncio.to_thread(self.registry.matching_doc_ids, collection,
+                                              dataclasses.replace(where, tenant=tenant))
         return await asyncio.to_thread(self.committer.delete, tenant, collection, doc_ids)
 
-
-def matching_doc_ids(registry: IndexRegistry, collection: str, where: SearchFilter) -> list[str]:
-    """Documents with a live chunk that the filter admits, from the index's filter columns
-    (the same compiled mask a search uses, so delete-by-filter matches what search shows)."""
-    index = registry.get(collection)
-    if index is None:
-        return []
-    with index.lock.read():
-        mask = index.columns.mask(where, index.alive[: len(index.chunks)])
-        return sorted({index.chunk(int(slot)).doc_id for slot in np.flatnonzero(mask)})

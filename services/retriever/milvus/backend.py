@@ -1,0 +1,359 @@
+"""MilvusBackend: the search-backend seam on Milvus (pymilvus; milvus-lite for a file URI).
+
+Retriever replicas hold no index of their own: every replica searches the same Milvus
+collections, so they start in seconds whatever the corpus size. Writes come through the
+Committer after the store write (upsert by primary key, then delete the rows the new version
+dropped); sync.py repairs what a crash between the two left behind, at the next start.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from pymilvus import MilvusClient
+from pymilvus.exceptions import MilvusException
+
+from ragmesh.config import Settings, redact_uri
+from ragmesh.errors import Unavailable
+from ragmesh.identity.authenticator import ConfigError
+from ragmesh.store import Store
+from ragmesh.types import Chunk, SearchFilter, StoredChunk
+from services.retriever.analyzer import Analyzer
+from services.retriever.backend import CollectionOptions, DocKey, Retrieved
+from services.retriever.dense import FLAT, HNSW
+from services.retriever.milvus import expr, rows, sync
+
+log = logging.getLogger(__name__)
+
+INDEX_TYPES = ("FLAT", "HNSW", "IVF_FLAT")
+CONSISTENCY = ("Strong", "Bounded", "Session", "Eventually")
+BM25_PARAMS = {"bm25_k1": 1.5, "bm25_b": 0.75}  # as the memory engine's BM25 (rank_bm25's defaults)
+HNSW_DEFAULTS = {"M": 16, "efConstruction": 64}  # a collection configured "hnsw" without MILVUS_INDEX_PARAMS
+UPSERT_ROWS = 512  # rows per upsert call (a batch stays well below gRPC's message limit)
+READ_BATCH = 1000
+NAMES_TTL_S = 2.0  # how long the list of collections is trusted: another replica may have made one
+_EMPTY = (np.zeros(0, np.int64), np.zeros(0, np.float32))
+# Dense and lexical searches of one request run side by side (and the filter's count beside them).
+_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="milvus")
+
+
+def _json_object(name: str, raw: str) -> dict:
+    try:
+        value = json.loads(raw or "{}")
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be a JSON object, got {raw!r}: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"{name} must be a JSON object, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class MilvusConfig:
+    uri: str
+    token: str
+    db: str
+    index_type: str
+    index_params: dict
+    search_params: dict
+    consistency: str
+    prefix: str
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> "MilvusConfig":
+        """Checked before anything connects: a bad setting stops the retriever with one line."""
+        uri = s.milvus_uri.strip()
+        if not uri:
+            raise ConfigError("RETRIEVER_BACKEND=milvus needs MILVUS_URI (a path ending in .db for milvus-lite, "
+                              "or http://host:19530)")
+        scheme = uri.partition("://")[0].lower() if "://" in uri else ""
+        if scheme and scheme not in ("http", "https", "tcp", "grpc", "unix"):
+            raise ConfigError(f"MILVUS_URI {redact_uri(uri)}: the scheme must be http, https, tcp, grpc or unix")
+        if not scheme and (not uri.endswith(".db") or not Path(uri).parent.is_dir()):
+            raise ConfigError(f"MILVUS_URI {uri!r}: a milvus-lite file must end in .db, in a folder that exists")
+        index_type = s.milvus_index_type.upper()
+        if index_type not in INDEX_TYPES:
+            raise ConfigError(f"MILVUS_INDEX_TYPE must be one of {', '.join(INDEX_TYPES)}, got {s.milvus_index_type!r}")
+        consistency = next((c for c in CONSISTENCY if c.lower() == s.milvus_consistency.lower()), None)
+        if consistency is None:
+            raise ConfigError(f"MILVUS_CONSISTENCY must be one of {', '.join(CONSISTENCY)}, "
+                              f"got {s.milvus_consistency!r}")
+        if not s.milvus_prefix.isidentifier():
+            raise ConfigError(f"MILVUS_PREFIX must be letters, digits and '_', got {s.milvus_prefix!r}")
+        return cls(uri, s.milvus_token, s.milvus_db, index_type,
+                   _json_object("MILVUS_INDEX_PARAMS", s.milvus_index_params),
+                   _json_object("MILVUS_SEARCH_PARAMS", s.milvus_search_params), consistency, s.milvus_prefix)
+
+
+class MilvusBackend:
+    follows_store = False  # one shared index: another replica's write is in it already
+
+    def __init__(self, config: MilvusConfig, dimensions: int) -> None:
+        self.config = config
+        self.dimensions = dimensions
+        self.store: Store | None = None  # parents and over-long texts are read from it
+        self._client: MilvusClient | None = None
+        self._options: dict[str, CollectionOptions] = {}
+        self._names: set[str] = set()  # Milvus collections of ours, listed at _listed_at
+        self._listed_at = -NAMES_TTL_S
+        self._write = threading.Lock()
+
+    # -- connection ------------------------------------------------------------------------
+    @property
+    def client(self) -> MilvusClient:
+        if self._client is None:
+            self.connect()
+        assert self._client is not None
+        return self._client
+
+    def connect(self) -> None:
+        """Raises ConfigError with one clear line when the URI is wrong or nothing answers there."""
+        where = redact_uri(self.config.uri) if "://" in self.config.uri else self.config.uri
+        try:
+            self._client = MilvusClient(uri=self.config.uri, token=self.config.token, db_name=self.config.db,
+                                        timeout=10)
+            self._client.list_collections()
+        except Exception as exc:  # pymilvus raises several kinds for a bad address, database or credential
+            reason = getattr(exc, "message", "") or str(exc) or type(exc).__name__
+            raise ConfigError(f"MILVUS_URI {where}: cannot use Milvus there: {reason.splitlines()[0][:300]}") from None
+
+    def _call(self, fn, *args, **kwargs):
+        """A Milvus call; a failing server is Unavailable (a retriable gRPC status), never INTERNAL."""
+        try:
+            return fn(*args, **kwargs)
+        except MilvusException as exc:
+            raise Unavailable(f"Milvus: {exc.message[:300]}") from exc
+
+    # -- collections -----------------------------------------------------------------------
+    def _milvus(self, name: str) -> str:
+        return rows.milvus_name(self.config.prefix, name)
+
+    def _existing(self) -> set[str]:
+        if time.monotonic() - self._listed_at > NAMES_TTL_S:
+            listed = self._call(self.client.list_collections)
+            self._names = {n for n in (rows.ragmesh_name(self.config.prefix, m) for m in listed) if n}
+            self._listed_at = time.monotonic()
+        return self._names
+
+    def names(self) -> list[str]:
+        return sorted(self._existing())
+
+    def _index_params(self, options: CollectionOptions):
+        params = self.client.prepare_index_params()
+        kind = self.config.index_type if options.dense == FLAT else "HNSW"
+        build = self.config.index_params if options.dense == FLAT or self.config.index_type == "HNSW" else HNSW_DEFAULTS
+        params.add_index("dense", index_type=kind, metric_type="IP", params=dict(build) if kind != "FLAT" else {})
+        params.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25", params=BM25_PARAMS)
+        params.add_index("date", index_type="INVERTED")
+        return params
+
+    def create(self, name: str) -> None:
+        """An empty collection with this retriever's dimensions and the collection's options."""
+        if self._call(self.client.has_collection, self._milvus(name)):  # made by another replica meanwhile
+            self._existing().add(name)
+            return
+        self._call(self.client.create_collection, self._milvus(name), schema=rows.schema(self.dimensions),
+                   index_params=self._index_params(self.options(name)), consistency_level=self.config.consistency)
+        self._existing().add(name)
+        pairs = self.client.prepare_index_params()
+        pairs.add_index("kv", index_type="INVERTED")  # `in` and `equals` filters (Milvus 2.5 indexes arrays)
+        try:
+            self.client.create_index(self._milvus(name), pairs)
+        except MilvusException as exc:  # milvus-lite does not: its filters scan
+            log.info("metadata filters unindexed: Milvus refused an index on the pairs",
+                     extra={"collection": name, "error": exc.message[:200]})
+
+    def seal(self, name: str) -> None:
+        """Seals what was written so far into indexed segments: after a bulk load, not per write
+        (Milvus seals growing segments by itself; a search scans a growing one without its index)."""
+        if name in self._existing():
+            self._call(self.client.flush, self._milvus(name))
+
+    def drop(self, name: str) -> None:
+        self._call(self.client.drop_collection, self._milvus(name))
+        self._existing().discard(name)
+
+    def indexed(self, name: str) -> int:
+        if name not in self._existing():
+            return 0
+        return self._count(name, "")
+
+    def _count(self, name: str, where: str) -> int:
+        found = self._call(self.client.query, self._milvus(name), filter=where, output_fields=["count(*)"],
+                           consistency_level=self.config.consistency)
+        return int(found[0]["count(*)"]) if found else 0
+
+    def analyzer(self, name: str) -> Analyzer:
+        return Analyzer.from_options(self.options(name).analyzer)
+
+    def configure(self, name: str, options: CollectionOptions) -> None:
+        """Recorded; a collection already in Milvus is rebuilt from the store with them (its terms
+        come from the analyzer, its dense index from the kind), as the memory engine rebuilds."""
+        Analyzer.from_options(options.analyzer)  # ValueError for unknown options
+        if options.dense not in (FLAT, HNSW):
+            raise ValueError(f"dense index kind must be {FLAT!r} or {HNSW!r}, got {options.dense!r}")
+        changed = self.options(name) != options
+        self._options[name] = options
+        if changed and self.store is not None and name in self._existing():
+            sync.rebuild(self, self.store, [name])
+
+    def options(self, name: str) -> CollectionOptions:
+        return self._options.get(name) or CollectionOptions()
+
+    def configured(self) -> list[str]:
+        return sorted(self._options)
+
+    # -- search ----------------------------------------------------------------------------
+    def searchable(self, names: list[str]) -> list[str]:
+        existing = self._existing()
+        return [n for n in names if n in existing]
+
+    def search(self, name: str, queries: list[str], vectors: np.ndarray | None, depth: int, f: SearchFilter,
+               with_parents: bool = False) -> Retrieved | None:
+        if name not in self._existing():
+            return None
+        where = expr.expression(f)
+        analyzer = self.analyzer(name)
+        texts = [" ".join(analyzer.analyze(q)) for q in queries]
+        fields = rows.CHUNK_FIELDS + (["dense"] if vectors is not None else [])
+        count = _POOL.submit(self._count, name, where)
+        dense = _POOL.submit(self._timed_search, name, "dense", vectors.tolist(), depth, where, fields) \
+            if vectors is not None else None
+        lexical = [t for t in texts if t]
+        sparse = _POOL.submit(self._timed_search, name, "sparse", lexical, depth, where, fields) if lexical else None
+        admitted = count.result()
+        dense_lists, dense_ms = dense.result() if dense else ([], 0.0)
+        sparse_found, sparse_ms = sparse.result() if sparse else ([], 0.0)
+        found = iter(sparse_found)
+        sparse_lists = [next(found) if t else [] for t in texts]  # an all-stopword variant has no lexical list
+        out = Retrieved([], [], admitted, dense_ms=dense_ms, sparse_ms=sparse_ms)
+        slots: dict[str, int] = {}
+        rows_by_slot: dict[int, dict] = {}
+        for kind, lists in (("dense", dense_lists), ("sparse", sparse_lists)):
+            for hits in lists:
+                ids, scores = [], []
+                for hit in hits:
+                    entity = hit["entity"]
+                    slot = slots.setdefault(entity["pk"], len(slots))
+                    rows_by_slot.setdefault(slot, entity)
+                    ids.append(slot)
+                    # milvus-lite gives BM25 as a negative distance, a server as a positive score.
+                    scores.append(abs(hit["distance"]) if kind == "sparse" else hit["distance"])
+                getattr(out, kind).append((np.asarray(ids, np.int64), np.asarray(scores, np.float32)) if ids else _EMPTY)
+        if vectors is None:  # as the memory engine: an empty dense list per variant
+            out.dense = [_EMPTY] * len(queries)
+        out.chunks = self._chunks(name, rows_by_slot)
+        if vectors is not None and rows_by_slot:
+            order = list(rows_by_slot)
+            matrix = np.asarray([rows_by_slot[s]["dense"] for s in order], np.float32)
+            out.similarity = dict(zip(order, (matrix @ vectors[0]).tolist()))
+        if with_parents:
+            out.parents = self._parents(name, out.chunks.values())
+        return out
+
+    def _timed_search(self, name: str, field: str, data: list, depth: int, where: str,
+                      fields: list[str]) -> tuple[list, float]:
+        started = time.perf_counter()
+        params = {"metric_type": "IP", "params": self.config.search_params} if field == "dense" \
+            else {"metric_type": "BM25"}
+        found = self._call(self.client.search, self._milvus(name), data=data, anns_field=field, limit=depth,
+                           filter=where, output_fields=fields, search_params=params,
+                           consistency_level=self.config.consistency)
+        return [list(hits) for hits in found], (time.perf_counter() - started) * 1000
+
+    def _chunks(self, name: str, found: dict[int, dict]) -> dict[int, Chunk]:
+        """Chunks of the rows; a text cut at 64 KB is read whole from the store."""
+        chunks = {slot: rows.to_chunk(row, name) for slot, row in found.items()}
+        for slot, row in found.items():
+            chunk = chunks[slot]
+            if row["text_chars"] != len(chunk.text) and self.store is not None:
+                whole = {s.chunk.chunk_id: s.chunk.text
+                         for s in self.store.document_chunks(chunk.tenant, name, chunk.doc_id)}
+                chunk.text = whole.get(chunk.chunk_id, chunk.text)
+        return chunks
+
+    def _parents(self, name: str, chunks) -> dict[str, str]:
+        """Parents are stored, not indexed: their texts come from the store, a document at a time."""
+        wanted = {(c.tenant, c.doc_id) for c in chunks if c.parent_chunk_id}
+        ids = {c.parent_chunk_id for c in chunks if c.parent_chunk_id}
+        out: dict[str, str] = {}
+        for tenant, doc_id in wanted:
+            for s in self.store.document_chunks(tenant, name, doc_id) if self.store is not None else []:
+                if s.chunk.chunk_id in ids:
+                    out[s.chunk.chunk_id] = s.chunk.text
+        return out
+
+    # -- writes ----------------------------------------------------------------------------
+    def apply(self, collection: str, changes: list[tuple[DocKey, list[StoredChunk]]]) -> None:
+        """Upserts each document's indexed chunks, then deletes the rows its new version dropped:
+        a search meanwhile sees the old or the new version of a chunk, never none of the kept ones."""
+        latest = dict(changes)
+        with self._write:
+            if collection not in self._existing():
+                if not any(s.vector is not None for chunks in latest.values() for s in chunks):
+                    return  # nothing to delete from a collection that does not exist
+                self.create(collection)
+            name = self._milvus(collection)
+            analyze = self.analyzer(collection).analyze
+            pending: list[dict] = []
+            kept: dict[DocKey, list[str]] = {}
+            for key, chunks in latest.items():
+                indexed = [s for s in chunks if s.vector is not None]  # parents stay in the store
+                for s in indexed:
+                    if len(s.vector) != self.dimensions:
+                        raise ValueError(f"collection {collection!r}: a {len(s.vector)}-dim vector, Milvus holds "
+                                         f"{self.dimensions}-dim ones: rebuild with the matching embedder")
+                doc_rows = [rows.to_row(s.chunk, s.vector, analyze(s.chunk.text)) for s in indexed]
+                kept[key] = [r["pk"] for r in doc_rows]
+                pending += doc_rows
+                if len(pending) >= UPSERT_ROWS:
+                    self._call(self.client.upsert, name, pending)
+                    pending = []
+            if pending:
+                self._call(self.client.upsert, name, pending)
+            by_tenant: dict[str, tuple[list[str], list[str]]] = {}
+            for (tenant, doc_id), pks in kept.items():
+                docs, keep = by_tenant.setdefault(tenant, ([], []))
+                docs.append(doc_id)
+                keep += pks
+            for tenant, (docs, keep) in by_tenant.items():  # one call per tenant for the whole batch
+                self._call(self.client.delete, name, filter=expr.dropped(tenant, docs, keep))
+
+    # -- reads for delete-by-filter and field values -----------------------------------------
+    def _rows(self, name: str, where: str, fields: list[str]):
+        """Every row the expression admits, a batch at a time."""
+        it = self._call(self.client.query_iterator, self._milvus(name), batch_size=READ_BATCH, filter=where,
+                        output_fields=fields, consistency_level=self.config.consistency)
+        try:
+            while batch := self._call(it.next):
+                yield from batch
+        finally:
+            it.close()
+
+    def matching_doc_ids(self, collection: str, where: SearchFilter) -> list[str]:
+        if collection not in self._existing():
+            return []
+        return sorted({r["doc_id"] for r in self._rows(collection, expr.expression(where), ["doc_id"])})
+
+    def field_values(self, field_name: str, collections: list[str], tenant: str) -> list[str]:
+        key = rows.hexed(field_name)
+        values: set[str] = set()
+        for name in self.searchable(collections or self.names()):
+            values |= {rows.unhexed(r["meta"][key]) for r in self._rows(name, expr.has_field(tenant, field_name), ["meta"])}
+        return sorted(values)
+
+    # -- start and stop --------------------------------------------------------------------
+    def warm_up(self, store: Store, snapshot_dir: Path, version: int) -> str:
+        self.store = store
+        self.connect()
+        return sync.reconcile(self, store, version)
+
+    def close(self, snapshot_dir: Path, version: int) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

@@ -1,0 +1,69 @@
+"""A SearchFilter as a Milvus boolean expression with the memory engine's meaning.
+
+Caller values and field names never become expression text: milvus-lite has no filter
+templates (`filter_params`), so each one is turned into hexadecimal (a digest or its UTF-8
+hex, see rows.py) or an integer before it is written between quotes. Nothing a caller sends
+can close a quote, open a bracket or add an operator. A condition on a field a chunk lacks is
+false, so filters fail closed as in the memory engine."""
+from __future__ import annotations
+
+import datetime as dt
+
+from ragmesh.types import SearchFilter
+from services.retriever.milvus.rows import date_number, digest, hexed, pair
+
+NOTHING = 'pk == ""'  # no row has an empty primary key
+
+
+def _hex_literal(value: str) -> str:
+    if value.strip("0123456789abcdef"):
+        raise ValueError("only hexadecimal text goes between an expression's quotes")
+    return f'"{value}"'
+
+
+def _hex_list(values: list[str]) -> str:
+    return "[" + ", ".join(_hex_literal(v) for v in values) + "]"
+
+
+def _day(date: str, fallback: int) -> int:
+    if not date:
+        return fallback
+    dt.date.fromisoformat(date)  # raises ValueError: a filter is validated before it gets here
+    return date_number(date)
+
+
+def expression(f: SearchFilter) -> str:
+    """The whole filter; the tenant is always part of it (as in the memory engine, "" is a tenant:
+    the one of chunks stored without, by in-process callers such as the benchmarks)."""
+    parts = [f"tenant == {_hex_literal(hexed(f.tenant))}"]
+    if f.start_date or f.end_date:
+        if f.date_field:
+            path = f"meta[{_hex_literal(hexed(f.date_field))}]"
+            parts.append(f"{path} >= {_hex_literal(hexed(f.start_date))}")
+            if f.end_date:
+                parts.append(f"{path} <= {_hex_literal(hexed(f.end_date))}")
+        else:
+            parts.append(f"date >= {max(0, _day(f.start_date, 0))}")
+            parts.append(f"date <= {_day(f.end_date, 99_991_231)}")
+    for key, values in f.any_of.items():
+        wanted = sorted({pair(key, v) for v in values})
+        parts.append(f"ARRAY_CONTAINS_ANY(kv, {_hex_list(wanted)})" if wanted else NOTHING)
+    for key, value in f.equals.items():
+        parts.append(f"ARRAY_CONTAINS(kv, {_hex_literal(pair(key, value))})")
+    return " and ".join(parts)
+
+
+def documents(tenant: str, doc_ids: list[str]) -> str:
+    """The rows of these documents of the tenant."""
+    return f"tenant == {_hex_literal(hexed(tenant))} and doc in {_hex_list([digest('doc', d) for d in doc_ids])}"
+
+
+def dropped(tenant: str, doc_ids: list[str], kept: list[str]) -> str:
+    """The documents' rows other than the primary keys kept."""
+    base = documents(tenant, doc_ids)
+    return f"{base} and not (pk in {_hex_list(kept)})" if kept else base
+
+
+def has_field(tenant: str, field_name: str) -> str:
+    """The tenant's rows whose metadata has the field (every string is >= the empty one)."""
+    return f'tenant == {_hex_literal(hexed(tenant))} and meta[{_hex_literal(hexed(field_name))}] >= ""'

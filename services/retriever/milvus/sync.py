@@ -1,0 +1,134 @@
+"""Keeping Milvus level with the store, the system of record.
+
+Milvus keeps one number of its own (in the `<prefix>_state` collection): the store version
+up to which every write is known to be in Milvus. A writer writes the store, then Milvus; if
+it dies between the two, the store's change log still names the document. So at each start
+a retriever replays the change log from that number (re-reading each changed document from
+the store and writing it to Milvus, which is idempotent), then moves the number to the
+version it started at. An empty Milvus with a full store is loaded whole.
+
+`rebuild` drops and reloads collections from the store (`ragmesh index rebuild`, and a
+collection whose index options changed).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from pymilvus import DataType, MilvusClient
+
+from ragmesh.store import Store
+from ragmesh.types import StoredChunk
+from services.retriever.backend import DocKey
+
+if TYPE_CHECKING:
+    from services.retriever.milvus.backend import MilvusBackend
+
+STATE = "_state"  # suffix of the state collection ('_s' is no escape, so no ragmesh collection maps to it)
+WATERMARK = "store_version"
+BATCH_CHUNKS = 2048
+Progress = Callable[[int], None]  # called with the chunks just loaded
+
+
+def _state_name(backend: "MilvusBackend") -> str:
+    return backend.config.prefix + STATE
+
+
+def _ensure_state(backend: "MilvusBackend") -> str:
+    name = _state_name(backend)
+    client = backend.client
+    if not backend._call(client.has_collection, name):
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=64)
+        schema.add_field("value", DataType.INT64)
+        schema.add_field("unused", DataType.FLOAT_VECTOR, dim=2)  # Milvus needs a vector field in every collection
+        params = client.prepare_index_params()
+        params.add_index("unused", index_type="FLAT", metric_type="L2")
+        backend._call(client.create_collection, name, schema=schema, index_params=params, consistency_level="Strong")
+    return name
+
+
+def watermark(backend: "MilvusBackend") -> int | None:
+    """The store version Milvus is known to hold every write of; None for a Milvus never loaded."""
+    found = backend._call(backend.client.get, _ensure_state(backend), ids=[WATERMARK], output_fields=["value"])
+    return int(found[0]["value"]) if found else None
+
+
+def set_watermark(backend: "MilvusBackend", version: int) -> None:
+    backend._call(backend.client.upsert, _ensure_state(backend),
+                  [{"key": WATERMARK, "value": version, "unused": [0.0, 0.0]}])
+
+
+def _load(backend: "MilvusBackend", chunks: Iterable[StoredChunk], progress: Progress | None) -> int:
+    """Applies a stream of stored chunks a batch at a time (a document's chunks arrive together)."""
+    pending: dict[str, dict[DocKey, list[StoredChunk]]] = defaultdict(lambda: defaultdict(list))
+    count = batched = 0
+
+    def flush() -> None:
+        for collection, docs in pending.items():
+            backend.apply(collection, list(docs.items()))
+        if progress is not None:
+            progress(batched)
+        pending.clear()
+
+    last: tuple[str, DocKey] | None = None
+    for stored in chunks:
+        c = stored.chunk
+        key = (c.collection, (c.tenant, c.doc_id))
+        if batched >= BATCH_CHUNKS and key != last:  # never split a document: apply() replaces it whole
+            flush()
+            batched = 0
+        pending[c.collection][key[1]].append(stored)
+        last = key
+        batched += 1
+        count += 1
+    flush()
+    return count
+
+
+def _dimensions(store: Store, collection: str | None) -> int | None:
+    return next((len(s.vector) for s in store.iter_chunks(collection) if s.vector is not None), None)
+
+
+def rebuild(backend: "MilvusBackend", store: Store, collections: list[str] | None = None,
+            progress: Progress | None = None) -> int:
+    """Drops the collections (all the store holds, when None) and reloads them from the store;
+    returns the chunks read. A full rebuild also moves the watermark to the store's version."""
+    version = store.version()
+    names = collections if collections is not None else sorted({c.name for c in store.collections()})
+    for name in names:
+        if name in backend.names():
+            backend.drop(name)
+    total = 0
+    for name in names:
+        dims = _dimensions(store, name)
+        if dims is not None:
+            backend.dimensions = dims  # the store's vectors decide: the index is derived from them
+        total += _load(backend, store.iter_chunks(name), progress)
+        backend.seal(name)
+    if collections is None:
+        set_watermark(backend, version)
+    return total
+
+
+def reconcile(backend: "MilvusBackend", store: Store, version: int) -> str:
+    """At start: load an empty Milvus whole, else replay the store's changes since the watermark
+    (twice: a document another replica rewrote while the first pass ran is read again)."""
+    mark = watermark(backend)
+    if mark is None:
+        chunks = rebuild(backend, store)
+        set_watermark(backend, version)
+        return f"Milvus was empty: {chunks:,} chunks loaded from the store"
+    documents = _replay(backend, store, mark, version)
+    documents += _replay(backend, store, version, store.version())
+    set_watermark(backend, version)
+    return f"Milvus level with the store at version {version}: {documents:,} documents replayed since {mark}"
+
+
+def _replay(backend: "MilvusBackend", store: Store, since: int, until: int) -> int:
+    changed = dict.fromkeys((c.collection, c.tenant, c.doc_id) for c in store.changes_since(since)
+                            if c.version <= until)
+    for collection, tenant, doc_id in changed:
+        backend.apply(collection, [((tenant, doc_id), store.document_chunks(tenant, collection, doc_id))])
+    return len(changed)

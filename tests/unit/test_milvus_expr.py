@@ -1,0 +1,84 @@
+"""Milvus filter expressions: no caller text ever becomes expression text, whatever it holds;
+encoded values keep the order and identity the memory engine compares them by."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragmesh.types import SearchFilter
+from services.retriever.milvus import expr, rows
+
+# Any text a caller may send (lone surrogates are refused before a filter gets here).
+text = st.text(st.characters(blacklist_categories=["Cs"]), min_size=1, max_size=40)
+HEX = re.compile(r'"[0-9a-f]*"')
+
+
+def shape(expression: str) -> str:
+    """The expression with every quoted literal blanked and every number as N."""
+    return re.sub(r"\b\d+\b", "N", HEX.sub('""', expression))
+
+
+def plain(f: SearchFilter) -> SearchFilter:
+    """The same filter with harmless names and values in every place."""
+    return SearchFilter(
+        tenant="t", start_date=f.start_date, end_date=f.end_date, date_field="d" if f.date_field else "",
+        any_of={f"k{i}": [f"v{j}" for j in range(len(set(vs)))] for i, vs in enumerate(f.any_of.values())},
+        equals={f"e{i}": "v" for i, _ in enumerate(f.equals)},
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(tenant=text, date_field=text, keys=st.lists(text, max_size=3, unique=True), values=st.lists(text, max_size=3),
+       equals=st.dictionaries(text, text, max_size=3), dated=st.booleans())
+def test_caller_text_only_ever_appears_as_hex(tenant, date_field, keys, values, equals, dated) -> None:
+    f = SearchFilter(tenant=tenant, start_date="2024-01-01" if dated else "", end_date="2024-12-31" if dated else "",
+                     date_field=date_field if dated else "", any_of={k: values for k in keys}, equals=equals)
+    built = expr.expression(f)
+    # Outside quotes only the fixed vocabulary; inside them only hex digits.
+    outside = HEX.sub("", built)
+    assert re.fullmatch(r'[A-Za-z_\[\]()=<>, 0-9]*', outside), built
+    assert '"' not in outside
+    assert shape(built) == shape(expr.expression(plain(f)))
+
+
+@pytest.mark.parametrize("hostile", ['" or 1==1 or "', "\\", "'", "] or [", "\u00e9\U0001f600", "a\nb"])
+def test_hostile_text_in_every_place(hostile: str) -> None:
+    f = SearchFilter(tenant=hostile, start_date="2024-01-01", date_field=hostile, any_of={hostile: [hostile]},
+                     equals={hostile: hostile})
+    built = expr.expression(f)
+    assert hostile not in built and "1==1" not in built
+    assert expr.documents(hostile, [hostile]).count('"') == 4
+
+
+def test_the_tenant_is_always_a_condition_and_an_empty_value_list_admits_nothing() -> None:
+    assert expr.expression(SearchFilter()) == 'tenant == ""'
+    assert expr.NOTHING in expr.expression(SearchFilter(tenant="t", any_of={"fund": []}))
+
+
+@given(st.lists(text, min_size=2, max_size=2))
+def test_hex_keeps_the_order_of_text(pair: list[str]) -> None:
+    a, b = pair
+    assert (rows.hexed(a) < rows.hexed(b)) == (a < b)
+    assert rows.unhexed(rows.hexed(a)) == a
+
+
+@given(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}", fullmatch=True))
+def test_collection_names_map_one_to_one(name: str) -> None:
+    encoded = rows.milvus_name("ragmesh_", name)
+    assert re.fullmatch(r"[A-Za-z0-9_]+", encoded)
+    assert rows.ragmesh_name("ragmesh_", encoded) == name
+
+
+def test_the_state_collection_is_no_ragmesh_collection() -> None:
+    assert rows.ragmesh_name("ragmesh_", "ragmesh__state") is None
+    assert rows.ragmesh_name("ragmesh_", "other_thing") is None
+
+
+def test_dates_become_sortable_numbers() -> None:
+    assert rows.date_number("2024-03-07") == 20240307
+    assert rows.date_number("") == rows.date_number("March") == rows.date_number("20240307") == rows.NO_DATE
+    f = SearchFilter(tenant="t", start_date="2024-01-01")
+    assert "date >= 20240101" in expr.expression(f) and "date <= 99991231" in expr.expression(f)
