@@ -10,6 +10,7 @@ import grpc
 import uvicorn
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from ragmesh.admission import Admission
 from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient, RetrieverClient
 from ragmesh.config import Settings
 from ragmesh.errors import RagmeshError
@@ -73,7 +74,8 @@ class GatewayApp(ServiceApp):
         )
         self.pipeline = AskPipeline(self.history, self.generator, planner, self.memory,
                                     UsageLimiter(self.store, s.monthly_message_limit, s.monthly_token_limit),
-                                    RateLimiter(s.rate_limit_per_minute))
+                                    RateLimiter(s.rate_limit_per_minute),
+                                    Admission("gateway: retrieval", s.max_concurrent_retrievals))
         self.conversations = Conversations(self.history, self.memory, self.pipeline)
         gateway_pb2_grpc.add_GatewayServicer_to_server(
             GatewayServicer(self.pipeline, self.conversations, self.retriever, self.memory), server

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragmesh import metrics, tracing
+from ragmesh.admission import Admission
 from ragmesh.clients import GeneratorClient
 from ragmesh.errors import RagmeshError, Unavailable
 from ragmesh.identity import Identity, identity_var
@@ -68,8 +69,11 @@ class Stopped(Exception):
 
 class AskPipeline:
     def __init__(self, history: History, generator: GeneratorClient, planner: Planner, memory: Memory,
-                 limits: UsageLimiter, rate: RateLimiter | None = None) -> None:
+                 limits: UsageLimiter, rate: RateLimiter | None = None, planning: Admission | None = None) -> None:
         self.history = history
+        # Questions being planned (embedding + searches) at once: past it a question is refused at once
+        # (RESOURCE_EXHAUSTED, Retry-After) instead of waiting behind the others until its searches time out.
+        self.planning = planning or Admission("gateway: retrieval", 0)
         self.generator = generator
         self.planner = planner
         self.memory = memory
@@ -120,7 +124,8 @@ class AskPipeline:
         try:
             yield Event("searching", True)
             turns = await asyncio.to_thread(self.history.turns, conv)
-            strategy = await self.planner.plan(ask, turns)
+            with self.planning.slot():
+                strategy = await self.planner.plan(ask, turns)
             metrics.route_taken(strategy.route)
             if strategy.retrieval != NO_RETRIEVAL:
                 metrics.scope_cache(strategy.cache_hit)
