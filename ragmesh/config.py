@@ -59,7 +59,7 @@ class Settings:
     # Gateway: questions planned (embedded and searched) at once; past it a question gets HTTP 429 /
     # RESOURCE_EXHAUSTED at once. Sized so queued work finishes inside RETRIEVAL_TIMEOUT_S on 2 cores
     # (make bench's load part); 0 = no limit.
-    max_concurrent_retrievals: int = field(default_factory=lambda: _int("MAX_CONCURRENT_RETRIEVALS", 32))
+    max_concurrent_retrievals: int = field(default_factory=lambda: _int("MAX_CONCURRENT_RETRIEVALS", 16))
     # Largest gRPC message a service accepts or sends, and the largest JSON body the HTTP bridge reads
     # (uploads to /api/documents may be up to UPLOAD_MAX_BYTES).
     grpc_max_message_bytes: int = field(default_factory=lambda: _int("GRPC_MAX_MESSAGE_BYTES", 64 * 1024 * 1024))
