@@ -126,7 +126,10 @@ def _messages(w: World, conversation_id: str) -> list:
                                          ("/api/chat/ask", "POST"), ("/api/chat/ask/stream", "POST"),
                                          ("/api/chat/stop", "POST"), ("/api/corrections", "POST"),
                                          ("/api/documents", "POST"), ("/api/conversations/x", "DELETE"),
-                                         ("/api/documents/documents/nightingale", "GET")])
+                                         ("/api/documents/documents/nightingale", "GET"),
+                                         ("/api/documents", "GET"), ("/api/conversations/x", "PATCH"),
+                                         ("/api/chunks/demo%2Fdocuments%2Fx%230", "GET"),
+                                         ("/api/collections", "GET"), ("/api/funds", "GET")])
 @pytest.mark.parametrize("credential", [None, "Bearer", "Bearer rmk_0000000000000000_" + "A" * 43,
                                         "Basic YWxhZGRpbjpvcGVuc2VzYW1l", "Bearer not.a.jwt"])
 def test_every_api_route_refuses_calls_without_a_valid_credential(world: World, path: str, method: str,
