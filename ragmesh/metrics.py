@@ -182,8 +182,11 @@ class _StateCollector:
                                    labels=("collection",))
         sizes: dict[str, int] = {}
         for registry in list(self.indexes):
-            for name in registry.names():
-                sizes[name] = max(sizes.get(name, 0), registry.indexed(name))  # replicas in one process (tests) hold the same
+            try:  # a backend that cannot answer (Milvus down) loses its series, never the whole scrape
+                for name in registry.names():
+                    sizes[name] = max(sizes.get(name, 0), registry.indexed(name))  # replicas in one process (tests) hold the same
+            except Exception as exc:  # noqa: BLE001 - any backend's failure
+                log.warning("index sizes not exported", extra={"error": str(exc)[:300]})
         for name, live in sorted(sizes.items()):
             chunks.add_metric((name,), live)
         yield chunks
@@ -205,6 +208,11 @@ def watch_in_flight(admission: _InFlight) -> None:
 def watch_indexes(indexes: _Indexes) -> None:
     """Exports each collection's `indexes.indexed(name)` as ragmesh_index_chunks{collection} (any search backend)."""
     _state.indexes.add(indexes)
+
+
+def unwatch_indexes(indexes: _Indexes) -> None:
+    """A closed retriever's indexes leave the metrics at once, not when garbage collection gets to them."""
+    _state.indexes.discard(indexes)
 
 
 # --------------------------------------------------------------------------- domain events

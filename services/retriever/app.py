@@ -114,6 +114,7 @@ class RetrieverApp(ServiceApp):
         """After the server stopped (no writes in flight): snapshot the indexes for a fast restart."""
         if self._following is not None:
             self._following.cancel()
+        metrics.unwatch_indexes(self.registry)
         if not self.store.connected:
             return
         try:  # caught up first, the snapshot is labelled with the exact version the indexes reflect

@@ -173,3 +173,30 @@ def test_tracing_is_off_by_default_and_costs_a_shared_no_op() -> None:
 @pytest.mark.parametrize("name,label", [("ragmesh.v1.Retriever", "retriever"), ("test.v1.Meter", "meter")])
 def test_service_label(name: str, label: str) -> None:
     assert metrics.service_label(name) == label
+
+
+class _Indexes:
+    def __init__(self, sizes: dict[str, int] | None) -> None:
+        self.sizes = sizes
+
+    def names(self) -> list[str]:
+        if self.sizes is None:
+            raise ConnectionError("Milvus is gone")
+        return sorted(self.sizes)
+
+    def indexed(self, name: str) -> int:
+        return self.sizes[name]  # type: ignore[index]
+
+
+def test_an_index_source_that_fails_loses_its_series_not_the_scrape() -> None:
+    """A retriever whose backend went away (Milvus down) must not turn /metrics into a 500."""
+    broken, fine = _Indexes(None), _Indexes({"meter-collection": 7})
+    metrics.watch_indexes(broken)
+    metrics.watch_indexes(fine)
+    try:
+        page = metrics.exposition().decode()
+        assert 'ragmesh_index_chunks{collection="meter-collection"} 7.0' in page
+    finally:
+        metrics.unwatch_indexes(broken)
+        metrics.unwatch_indexes(fine)
+    assert "meter-collection" not in metrics.exposition().decode()  # unwatched: gone at once
