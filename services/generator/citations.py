@@ -2,8 +2,10 @@
 is removed before it reaches the client (002's validation, done on the fly).
 
 Only text that may still turn out to be a marker is held back: an unfinished `[12`
-or `[1, `, or a run of markers that may continue, at the end of a chunk, with the
-spaces before it (so removing a marker leaves no stray space before the full stop).
+or `[1, `, or a run of invented markers that may continue, at the end of a chunk, with
+the spaces before it (so removing a marker leaves no stray space before the full stop).
+A finished run that cites a supplied block goes out at once: whatever follows it, its
+space stays, so an answer that cites early is not held until the next chunk.
 Lists like `[1, 7]` keep their valid numbers, written `[1]`, the one marker form the
 gateway resolves to citations. Bracketed numbers of four or more digits (`[2024]`)
 are not markers and pass through.
@@ -28,6 +30,7 @@ _MARKERS = re.compile(rf"{_SPACE}(?:\[{_LIST}\])+")
 # The end of a chunk that could still grow into a run of markers: a few characters,
 # more only while the model writes nothing but markers.
 _UNFINISHED = re.compile(rf"{_SPACE}(?:\[{_LIST}\])*(?:{_OPEN})?\Z")
+_NUMBER = re.compile(r"\d+")
 
 
 class CitationFilter:
@@ -40,6 +43,8 @@ class CitationFilter:
         """The part of the stream so far that is safe to send, with invented markers removed."""
         text = self._held + text
         cut = _UNFINISHED.search(text).start()
+        if _MARKERS.fullmatch(text, cut) and any(int(n) in self.valid for n in _NUMBER.findall(text, cut)):
+            cut = len(text)  # a finished run citing a supplied block: nothing that follows changes it
         self._held = text[cut:]
         return _MARKERS.sub(self._check, text[:cut])
 
@@ -49,7 +54,7 @@ class CitationFilter:
         return _MARKERS.sub(self._check, text)
 
     def _check(self, run: re.Match[str]) -> str:
-        numbers = [int(n) for n in re.findall(r"\d+", run.group(0))]
+        numbers = [int(n) for n in _NUMBER.findall(run.group(0))]
         kept = [n for n in numbers if n in self.valid]
         self.removed += [n for n in numbers if n not in self.valid]
         if not kept:

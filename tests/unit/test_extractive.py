@@ -46,3 +46,14 @@ def test_follow_up_without_blocks_restates_the_conversation() -> None:
     answer = run(GenerationRequest("extractive", "Summarize that", [], history))
     assert "Kestrel cut Brazil to 4%." in answer and "India is now 28% of NAV." in answer
     assert "[" not in answer, "old markers point at blocks this answer was not given"
+
+
+def test_the_first_piece_cites_a_given_block() -> None:
+    """The gateway shows nothing before a valid citation: a first piece that cites is shown at once."""
+    async def first() -> str:
+        request = GenerationRequest("extractive", "What did Kestrel do with Brazil exposure?", BLOCKS)
+        return await anext(e.text async for e in ExtractiveBackend(delay_ms=0).stream(request) if e.kind == "content")
+
+    piece = asyncio.run(first())
+    assert piece.startswith("Here is what the sources say:")
+    assert {int(n) for n in re.findall(r"\[(\d+)\]", piece)} & {1, 2, 3}

@@ -47,8 +47,9 @@ def test_only_the_end_that_could_become_a_marker_is_held() -> None:
     assert f.feed("Exposure fell to 4%  [1") == "Exposure fell to 4%"
     assert f.feed("] and ") == "  [1] and"
     assert f.feed("x[1, 2, 3, 4, 5") == " x[1, 2, 3, 4, 5", "more numbers than a marker holds: not held"
-    assert f.feed(" [1][7]") == "", "a run of markers at the end may go on"
-    assert f.flush() == " [1]"
+    assert f.feed(" [7][9]") == "", "a run of invented markers at the end may go on"
+    assert f.feed("[1].") == " [1].", "and keeps its space for the valid marker that followed"
+    assert f.flush() == ""
 
 
 @settings(max_examples=300, deadline=None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ NOTHING_RELEVANT = (
     "The retrieved sources do not contain information that answers this question, "
     "so I can't answer it from them."
 )
+_MARKER = re.compile(r"\[\d+\]")
 
 
 @dataclass
@@ -48,10 +50,10 @@ class ExtractiveBackend:
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenEvent]:
         answer = self.compose(request)
         words = answer.split(" ")
-        for i in range(0, len(words), self.words_per_piece):
-            piece = " ".join(words[i : i + self.words_per_piece])
-            yield GenEvent("content", text=piece if i == 0 else " " + piece)
-            await asyncio.sleep(self.delay)
+        for i, piece in enumerate(self.pieces(words)):
+            if i:
+                await asyncio.sleep(self.delay)
+            yield GenEvent("content", text=piece)
         yield GenEvent("usage", usage={
             "prompt_tokens": sum(len(b.text.split()) for b in request.blocks),
             "completion_tokens": len(words), "thinking_tokens": 0,
@@ -61,6 +63,13 @@ class ExtractiveBackend:
 
     async def close(self) -> None:
         """Nothing to release: no clients, no files."""
+
+    def pieces(self, words: list[str]) -> list[str]:
+        """The answer's words, a few a piece; the first piece runs through the first citation, so the
+        gateway, which shows nothing before a valid citation, can show it at once."""
+        first = next((i + 1 for i, w in enumerate(words) if _MARKER.search(w)), self.words_per_piece)
+        cuts = [0, *range(max(first, 1), len(words), self.words_per_piece), len(words)]
+        return [(" " if a else "") + " ".join(words[a:b]) for a, b in zip(cuts, cuts[1:]) if b > a]
 
     def compose(self, request: GenerationRequest) -> str:
         if request.blocks:
