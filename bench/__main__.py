@@ -13,6 +13,8 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
   load     the whole stack (`python -m deploy.run`) under concurrent SSE chats and searches: refusals,
            errors, time to first event, searches/s, each service's memory and descriptors (bench/load_bench.py)
   metrics  search latency with metrics on against metrics off, side by side (bench/metrics_bench.py)
+  pipeline the whole stack over 100k chunks, one question at a time per route (NEW_QUERY, REUSE, NO_RAG,
+           DIRECT): time to the strategy and first content events, the gateway's own share (bench/pipeline_bench.py)
 
 `--quick` is a smoke run of every part at small sizes (for tests); its figures are not
 comparable to the targets, which are only applied at the sizes the issue names.
@@ -39,12 +41,13 @@ from bench.backends_bench import run_backends
 from bench.embed_bench import run_embed
 from bench.load_bench import run_load
 from bench.metrics_bench import run_metrics
+from bench.pipeline_bench import run_pipeline
 from bench.search_bench import Section, failed_targets, machine_load, log, render, run_bm25, run_hnsw, run_search
 
 DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quality (issue 3), "
                "the cost of authentication (issue 10), the whole stack under load (issue 11), what metrics "
                "cost a search (issue 12) and the search backends side by side (issue 17).")
-PARTS = ("search", "bm25", "hnsw", "scifact", "embed", "auth", "backends", "load", "metrics")
+PARTS = ("search", "bm25", "hnsw", "scifact", "embed", "auth", "backends", "load", "metrics", "pipeline")
 METRICS_SIZE = {False: 100_000, True: 5_000}
 DEFAULT_SIZES = [100_000, 1_000_000]
 QUICK_SIZE = 5_000
@@ -92,6 +95,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("load", partial(run_load, quick)))
     if "metrics" in args.only:
         steps.append(("metrics", partial(run_metrics, METRICS_SIZE[quick], args.queries)))
+    if "pipeline" in args.only:
+        steps.append(("pipeline", partial(run_pipeline, quick)))
     return steps
 
 

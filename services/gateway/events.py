@@ -16,7 +16,8 @@ def strategy_json(s: Strategy) -> dict[str, Any]:
         "filter": {"tenant": f.tenant, "start_date": f.start_date, "end_date": f.end_date, "in": f.any_of},
         "time_hint": s.time_hint, "detected_funds": s.detected_funds,
         "k": s.k, "candidate_count": s.candidate_count, "chunks": s.chunks, "threshold_layer": s.threshold_layer,
-        "retrieval_ms": round(s.retrieval_ms, 2), "context_chars": s.context_chars, "corrections": s.corrections,
+        "retrieval_ms": round(s.retrieval_ms, 2), "embed_ms": round(s.embed_ms, 2), "search_ms": round(s.search_ms, 2),
+        "context_chars": s.context_chars, "corrections": s.corrections,
         "conversation_id": s.conversation_id, "cache_key": s.cache_key, "dense_skipped": s.dense_skipped,
         "unavailable": s.unavailable, "model": s.model,
     }

@@ -165,12 +165,18 @@ class AskPipeline:
         usage: dict[str, int] = {}
         model, stopped, finished, failure = s.model, False, False, ""
         started = time.monotonic()
+        marks: dict[str, float] = {}  # ms after `started`: the generator's first token, the first text shown
+
+        def mark(name: str) -> None:
+            marks.setdefault(name, round((time.monotonic() - started) * 1000, 2))
+
         yield Event("generating", True)
         try:
             canned = self._canned(ask, s, ctx)
             if canned is not None:
                 model, text = canned
                 parts.append(text)
+                mark("first_content_ms")
                 yield Event("content", text)
             else:
                 stream = await self._generation(ask, s, turns, ctx, corrections)
@@ -179,9 +185,12 @@ class AskPipeline:
                     async with aclosing(_until(stream, stop)) as events:
                         try:
                             async for ev in events:  # a generator failure raises out, kept below as failed
+                                if ev.kind in ("content", "thinking"):
+                                    mark("first_token_ms")
                                 if ev.kind == "content":
                                     parts.append(ev.text)
                                     if shown := guard.feed(ev.text):
+                                        mark("first_content_ms")
                                         yield Event("content", shown)
                                 elif ev.kind == "thinking":
                                     yield Event("thinking", ev.text)
@@ -198,6 +207,7 @@ class AskPipeline:
                     tail, replaced = guard.finish()
                     if replaced:
                         parts = [tail]
+                        mark("first_content_ms")
                         yield Event("content", tail)
             answer = "".join(parts)
             citations = _citations(answer, ctx.blocks) + _web_citations(web, len(ctx.blocks))
@@ -209,7 +219,7 @@ class AskPipeline:
                 "chunk_map": {c.ref: c.chunk_id for c in citations if c.chunk_id},
                 "citations": [dataclasses.asdict(c) for c in citations], "web_queries": web_queries,
                 "timings": {"retrieval_ms": round(s.retrieval_ms, 2),
-                            "generation_ms": round((time.monotonic() - started) * 1000, 2)},
+                            "generation_ms": round((time.monotonic() - started) * 1000, 2), **marks},
             }
             with tracing.span("storing", record="answer"):
                 answer_id = await asyncio.to_thread(self.history.save_answer, ask.conversation_id, answer, meta,

@@ -47,6 +47,8 @@ class Strategy:
     candidate_count: int = 0
     chunks: int = 0
     retrieval_ms: float = 0.0
+    embed_ms: float = 0.0  # of retrieval_ms, waiting for the question's vector
+    search_ms: float = 0.0  # of retrieval_ms, waiting for the searches
     dense_skipped: bool = False
     unavailable: list[str] = field(default_factory=list)  # collections whose search failed or timed out
     threshold_layer: int = 0
@@ -115,6 +117,7 @@ class Planner:
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
         with tracing.span("embedding"):
             vector = await self._embed_question(ask.question, self.settings.retrieval_timeout_s * EMBED_SHARE)
+        s.embed_ms = (time.perf_counter() - started) * 1000
         cached = self.cache.get(ask.tenant, ask.conversation_id)
         if cached is None:
             s.retrieval, why = RAG_NEW_QUERY, "no cached scope for this conversation"
@@ -129,7 +132,9 @@ class Planner:
                 s.retrieval, why = RAG_NEW_QUERY, f"same filters, different topic {note}"
         s.reason = f"{rt.reason}; {why}"
         if s.retrieval == RAG_NEW_QUERY:
+            searching = time.perf_counter()
             await self._search(ask, rt, s, vector, deadline)
+            s.search_ms = (time.perf_counter() - searching) * 1000
             if not s.unavailable:
                 self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
                     s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count))

@@ -95,6 +95,8 @@ class Strategy(_Exact):
     chunks: int
     threshold_layer: int
     retrieval_ms: float
+    embed_ms: float = Field(description="Of retrieval_ms, the wait for the question's embedding")
+    search_ms: float = Field(description="Of retrieval_ms, the wait for the searches (0 when the scope was reused)")
     context_chars: int
     corrections: int = Field(description="The user's corrections given to the model")
     conversation_id: str
@@ -222,7 +224,9 @@ class Message(_Exact):
     citations: list[Citation] = Field(description="What the answer cites, as the stream's citations event")
     web_queries: list[str]
     chunk_map: dict[str, str] = Field(description="Persistent ref (#chk_...) -> chunk id; GET /api/chunks/{chunk_id}")
-    timings: dict[str, float] = Field(description="retrieval_ms and generation_ms")
+    timings: dict[str, float] = Field(description="retrieval_ms, generation_ms, and from the start of generation "
+                                              "first_token_ms (the generator's first token) and first_content_ms "
+                                              "(the first text sent)")
     usage: dict[str, int]
     failed: str = Field(description="The error code that cut the answer short; empty otherwise")
     meta: dict[str, Any] = Field(description="Everything stored with the message")
