@@ -121,9 +121,12 @@ class AskPipeline:
         identity_var.set(ask.identity)  # the retriever searches, and memory is written, as this user
         stop = self._running.setdefault(conv, asyncio.Event())
         stop.clear()
+        lookup: asyncio.Future[list[CorrectionRecord]] | None = None
         try:
             yield Event("searching", True)
             turns = await asyncio.to_thread(self.history.turns, conv)
+            # The user's corrections are looked up while the question is planned, not after.
+            lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
             with self.planning.slot():
                 strategy = await self.planner.plan(ask, turns)
             metrics.route_taken(strategy.route)
@@ -137,8 +140,7 @@ class AskPipeline:
                 raise Unavailable(f"retrieval: no answer in time from {', '.join(strategy.unavailable)}, so "
                                   f"there is nothing to answer from; try again")
             strategy.context_chars = len(ctx.text)
-            corrections = [] if strategy.route == router.DIRECT else \
-                await self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question)
+            corrections = [] if strategy.route == router.DIRECT else await lookup
             strategy.corrections = len(corrections)
             yield Event("searching", False)
             yield Event("strategy", strategy)
@@ -154,6 +156,8 @@ class AskPipeline:
             log.exception("ask failed", extra={"conversation_id": conv})
             yield Event("error", {"code": "INTERNAL", "message": f"internal error (request id {request_id_var.get()})"})
         finally:
+            if lookup is not None and not lookup.cancel() and not lookup.cancelled():
+                lookup.exception()  # done: a failure the answer did not wait for is not reported twice
             self._running.pop(conv, None)
 
     # -- generation -------------------------------------------------------------------------
