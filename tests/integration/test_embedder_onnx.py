@@ -11,7 +11,7 @@ import pytest
 
 from ragmesh import config
 from services.embedder import backends
-from services.embedder.backends.local import SentenceTransformersEmbedder
+from services.embedder.backends.local import SentenceTransformersEmbedder, native_bf16
 from services.embedder.backends.onnx import OnnxMiniLMEmbedder
 
 SCIFACT = Path(__file__).parents[3] / "shared" / "data" / "scifact" / "corpus.jsonl"
@@ -65,3 +65,34 @@ def test_the_runtime_is_chosen_by_settings(tmp_path: Path) -> None:
     assert isinstance(backends.create(dataclasses.replace(base, embed_runtime="torch")), SentenceTransformersEmbedder)
     with pytest.raises(ValueError, match="EMBED_RUNTIME must be 'onnx' or 'torch'"):
         backends.create(dataclasses.replace(base, embed_runtime="tensorrt"))
+
+
+@pytest.mark.skipif(not native_bf16(), reason="documents run in bf16 only on CPUs that multiply bf16 in hardware")
+def test_documents_in_bf16_stay_within_the_cosine_bound(onnx_embedder: OnnxMiniLMEmbedder) -> None:
+    mixed = OnnxMiniLMEmbedder(onnx_embedder.cache_dir, documents=SentenceTransformersEmbedder(bf16=True))
+    mixed.warm_up()
+    float32 = SentenceTransformersEmbedder()
+    float32.warm_up()
+    texts = _texts()
+    ours, theirs = mixed.embed(texts, "DOCUMENT"), float32.embed(texts, "DOCUMENT")
+    assert ours.shape == (len(texts), 384) and ours.dtype == np.float32
+    assert (ours * theirs).sum(axis=1).min() >= 0.999
+    assert not np.array_equal(ours, theirs), "the documents did not go through bf16"
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    assert np.array_equal(mixed.embed(texts[:3], "QUERY"), onnx_embedder.embed(texts[:3], "QUERY")), \
+        "queries stay on ONNX Runtime"
+
+
+def test_bf16_documents_follow_the_setting_and_the_cpu(tmp_path: Path) -> None:
+    base = dataclasses.replace(config.load(), embed_backend="local", embed_runtime="onnx", model_cache_dir=str(tmp_path))
+    assert backends.create(dataclasses.replace(base, embed_documents_bf16="off")).documents is None
+    on = backends.create(dataclasses.replace(base, embed_documents_bf16="on")).documents
+    assert isinstance(on, SentenceTransformersEmbedder) and on.bf16
+    assert (backends.create(base).documents is not None) == native_bf16()
+    with pytest.raises(ValueError, match="EMBED_DOCUMENTS_BF16"):
+        backends.create(dataclasses.replace(base, embed_documents_bf16="maybe"))
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
+    assert not native_bf16(cpuinfo)
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_bf16\n")
+    assert native_bf16(cpuinfo)

@@ -8,6 +8,10 @@ by a fingerprint of the weights and the exporting versions, so a new package or 
 Tokenization (the model's own tokenizer.json, truncated at its 256-token limit), mean pooling over
 the attention mask and L2 normalisation happen here, as sentence-transformers does them.
 
+With `documents` given (a SentenceTransformersEmbedder in bf16, on CPUs with native bf16), DOCUMENT
+batches go to it: ONNX Runtime wins on short queries (per-call overhead), not on chunk-length texts,
+which float32 matrix products bound whatever the runtime.
+
 Threads do not spin while idle: on a couple of cores shared with three other services, ONNX Runtime's
 default busy-waiting burns the CPU the other services need.
 """
@@ -22,6 +26,8 @@ import threading
 from pathlib import Path
 
 import numpy as np
+
+from services.embedder.backends import EmbeddingBackend
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +97,10 @@ class OnnxMiniLMEmbedder:
     dimensions = 384
     max_batch = 256
 
-    def __init__(self, cache_dir: Path, threads: int = 0) -> None:
+    def __init__(self, cache_dir: Path, threads: int = 0, documents: EmbeddingBackend | None = None) -> None:
         self.cache_dir = Path(cache_dir)
         self.threads = threads  # 0 = one per core
+        self.documents = documents
         self._session = None
         self._tokenizer = None
         self._lock = threading.Lock()  # one run at a time: a run already uses every core
@@ -119,11 +126,15 @@ class OnnxMiniLMEmbedder:
         tokenizer.enable_padding()
         self._tokenizer = tokenizer
         self.embed(["warm-up"], "QUERY")
+        if self.documents is not None:
+            self.documents.warm_up()
 
     def embed(self, texts: list[str], task: str) -> np.ndarray:
         """Texts sorted by length so each run pads little; rows come back in the caller's order."""
         if self._session is None:
             raise RuntimeError("embedder used before warm_up()")
+        if task == "DOCUMENT" and self.documents is not None:
+            return self.documents.embed(texts, task)
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
         with self._lock:
