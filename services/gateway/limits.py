@@ -58,9 +58,13 @@ class UsageLimiter:
         self.max_messages = max_messages  # 0 = unlimited
         self.max_tokens = max_tokens
 
+    @property
+    def enabled(self) -> bool:
+        return bool(self.max_messages or self.max_tokens)
+
     def check(self, tenant: str, user_id: str) -> None:
         """Raises ResourceExhausted (gRPC RESOURCE_EXHAUSTED, HTTP 429) once a limit is reached."""
-        if not (self.max_messages or self.max_tokens):
+        if not self.enabled:
             return
         month = this_month()
         messages, tokens = self.store.usage(tenant, user_id, month)
