@@ -31,8 +31,11 @@ DEMO = "demo"
 
 class Stack:
     def __init__(self, data_dir: Path, **overrides: Any) -> None:
+        # One model runtime in the embedder (ONNX), so the stack starts in time on a busy machine; the
+        # bf16 document path is tested on its own (tests/integration/test_embedder_onnx.py).
         base = dict(host=HOST, data_dir=data_dir, http_port=0, extractive_delay_ms=1.0, service_token="",
-                    api_key_pepper="", tls_cert="", tls_key="", tls_ca="", allowed_hosts="")
+                    api_key_pepper="", tls_cert="", tls_key="", tls_ca="", allowed_hosts="",
+                    embed_documents_bf16="off")
         self.settings = dataclasses.replace(config.load(), **(base | overrides))
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
