@@ -159,8 +159,8 @@ def fence_safe(text: str) -> str:
 
 
 def build_prompt(prompt_name: str, question: str, history: list[Turn], summary: str, context: Context,
-                 data_sources: list[str]) -> tuple[str, str]:
-    """(system instruction, user prompt) for the route's prompt."""
+                 data_sources: list[str], persona: str = "") -> tuple[str, str]:
+    """(system instruction with the persona in place, user prompt) for the route's prompt."""
     prompt = PROMPTS[prompt_name]
     parts: list[str] = []
     if summary:
@@ -175,5 +175,5 @@ def build_prompt(prompt_name: str, question: str, history: list[Turn], summary: 
     if context.blocks:
         parts.append(f"Internal Data:\n<data>\nAvailable Data Sources:\n\n{fence_safe(context.text)}\n</data>\n")
     parts.append("Now provide a comprehensive answer.")
-    return system_instruction(prompt), "\n".join(parts)
+    return system_instruction(prompt, persona), "\n".join(parts)
 

@@ -14,7 +14,7 @@ def strategy_json(s: Strategy) -> dict[str, Any]:
         "route": s.route, "retrieval": s.retrieval, "reason": s.reason, "cache_hit": s.cache_hit,
         "collections": s.collections,
         "filter": {"tenant": f.tenant, "start_date": f.start_date, "end_date": f.end_date, "in": f.any_of},
-        "time_hint": s.time_hint, "detected_funds": s.detected_funds,
+        "time_hint": s.time_hint, "time_window": s.time_window, "detected_funds": s.detected_funds,
         "k": s.k, "candidate_count": s.candidate_count, "chunks": s.chunks, "threshold_layer": s.threshold_layer,
         "retrieval_ms": round(s.retrieval_ms, 2), "context_chars": s.context_chars, "corrections": s.corrections,
         "conversation_id": s.conversation_id, "cache_key": s.cache_key, "dense_skipped": s.dense_skipped,

@@ -29,7 +29,7 @@ from ragmesh.models import EXTRACTIVE
 from ragmesh.store import CorrectionRecord
 from ragmesh.text import citation_numbers
 from ragmesh.types import Citation, GenEvent, Turn
-from services.gateway import context, router
+from services.gateway import context, generation_params, router
 from services.gateway.answer_guard import AnswerGuard
 from services.gateway.history import History
 from services.gateway.limits import RateLimiter, UsageLimiter
@@ -251,12 +251,15 @@ class AskPipeline:
             summary = await asyncio.to_thread(self.history.store.conversation_summary, ask.conversation_id)
             if summary:  # a long conversation: its summary stands in for all but the last turn
                 recent = turns[-1:]
-        route_prompt = {router.DEEP: "deep_reasoner", router.SUMMARY: "global_summary"}.get(s.route, "fund_research")
-        system, prompt = context.build_prompt(route_prompt, ask.question, recent, summary, ctx, ask.sources)
+        params = generation_params.for_answer(s.route, s.collections, persona=bool(ask.persona.strip()),
+                                              notes_contract=ask.notes_contract)
+        system, prompt = context.build_prompt(params.prompt, ask.question, recent, summary, ctx, ask.sources,
+                                              ask.persona)
         if corrections:
             system = f"{corrections_text(corrections)}\n\n{system}"
         return self.generator.generate(model=s.model, question=ask.question, blocks=ctx.blocks, history=recent,
-                                       system_instruction=system, prompt=prompt, web_search=ask.web_search)
+                                       system_instruction=system, prompt=prompt, web_search=ask.web_search,
+                                       temperature=params.temperature)
 
 
 def _direct_answer(question: str) -> str:

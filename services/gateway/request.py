@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from ragmesh.errors import InvalidArgument
 from ragmesh.identity import Identity
 from ragmesh.models import KNOWN_MODELS
-from ragmesh.validation import check_date_range, check_list, check_text, check_top_k
+from ragmesh.validation import check_date_range, check_list, check_text, check_top_k, shown
 
 MAX_QUESTION_CHARS = 2000
 MAX_NAME_CHARS = 128  # tenant, user, conversation and model names
@@ -14,6 +14,8 @@ MAX_FUNDS = 50
 MAX_FUND_CHARS = 200
 MAX_DOCUMENT_IDS = 20
 MAX_DOCUMENT_ID_CHARS = 512
+MAX_PERSONA_CHARS = 500
+CONTEXT_WINDOWS = ("24h", "48h", "1w", "all")  # 003: documents dated within the last day, two, a week; or any
 
 
 # Data source (what the web client shows) -> collection in the retriever.
@@ -41,6 +43,11 @@ class AskInput:
     user_id: str = ""
     top_k: int | None = None
     document_ids: list[str] = field(default_factory=list)  # documents in scope; one enables SUMMARY
+    persona: str = ""  # 003: who the assistant is, put in the system prompt
+    context_window: str = ""  # 003: one of CONTEXT_WINDOWS, or "" (the question may set one)
+    # 002's notes contract asked for (set by the endpoint that answers in it, not by a request field):
+    # linear fusion and the citation-enforced prompt at 002's temperature.
+    notes_contract: bool = False
     identity: Identity | None = None  # who asks, settled by AskPipeline.prepare from the credential
 
     def validate(self) -> None:
@@ -64,6 +71,10 @@ class AskInput:
                 "data_sources", f"unknown data source {unknown[0]!r}; known: {', '.join(DATA_SOURCES)}"
             )
         check_top_k(self.top_k)
+        check_text("persona", self.persona, MAX_PERSONA_CHARS)
+        if self.context_window and self.context_window not in CONTEXT_WINDOWS:
+            raise InvalidArgument("context_window", f"must be one of {', '.join(CONTEXT_WINDOWS)} (or empty), "
+                                                    f"got {shown(self.context_window)}")
 
     @property
     def sources(self) -> list[str]:

@@ -1,6 +1,6 @@
 """Per tenant and conversation, the scope of the last search and its hits, so a
 follow-up on the same filters and topic reuses them (RAG_REUSE). Bounded (LRU)
-with a TTL, keyed as `{start_date}_{end_date}_{sorted(funds)}`."""
+with a TTL, keyed as `{start_date}_{end_date}_{sorted(funds)}` (and `_{window}` under a time window)."""
 from __future__ import annotations
 
 import time
@@ -13,8 +13,8 @@ import numpy as np
 from ragmesh.types import Hit
 
 
-def scope_key(start_date: str, end_date: str, funds: list[str]) -> str:
-    return f"{start_date}_{end_date}_{sorted(funds)}"
+def scope_key(start_date: str, end_date: str, funds: list[str], window: str = "") -> str:
+    return f"{start_date}_{end_date}_{sorted(funds)}" + (f"_{window}" if window else "")
 
 
 @dataclass

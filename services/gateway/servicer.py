@@ -22,7 +22,8 @@ def ask_from_proto(r: gateway_pb2.AskRequest) -> AskInput:
         question=r.question, data_sources=list(r.data_sources), start_date=r.start_date,
         end_date=r.end_date, selected_funds=list(r.selected_funds), conversation_id=r.conversation_id,
         model=r.model, tenant=r.tenant, user_id=r.user_id,
-        top_k=r.top_k if r.HasField("top_k") else None, document_ids=list(r.document_ids),
+        top_k=r.top_k if r.HasField("top_k") else None, document_ids=list(r.document_ids), persona=r.persona,
+        context_window=r.context_window,
     )
 
 
@@ -35,7 +36,7 @@ def event_to_proto(event: Event) -> gateway_pb2.ChatEvent:
             candidate_count=value.candidate_count, retrieval_ms=value.retrieval_ms,
             conversation_id=value.conversation_id, cache_key=value.cache_key, chunks=value.chunks,
             dense_skipped=value.dense_skipped, unavailable=value.unavailable,
-            threshold_layer=value.threshold_layer, time_hint=value.time_hint,
+            threshold_layer=value.threshold_layer, time_hint=value.time_hint, time_window=value.time_window,
             detected_funds=value.detected_funds, context_chars=value.context_chars,
             corrections=value.corrections, model=value.model,
         ))

@@ -18,9 +18,9 @@ from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient, Se
 from ragmesh.errors import NotFound, RagmeshError
 from ragmesh.models import EXTRACTIVE
 from ragmesh.types import Chunk, Hit, SearchFilter, Turn
-from services.gateway import router
+from services.gateway import boosts, router
 from services.gateway.memory import MEMORY_COLLECTION
-from services.gateway.query_analysis import mentioned_funds, time_hint
+from services.gateway.query_analysis import mentioned_funds, time_hint, time_window
 from services.gateway.request import AskInput
 from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
 
@@ -51,6 +51,7 @@ class Strategy:
     unavailable: list[str] = field(default_factory=list)  # collections whose search failed or timed out
     threshold_layer: int = 0
     time_hint: str = ""
+    time_window: str = ""  # the retriever's window filter (24h | 48h | 1w | all)
     detected_funds: list[str] = field(default_factory=list)
     context_chars: int = 0
     corrections: int = 0
@@ -110,7 +111,8 @@ class Planner:
         if not rt.retrieves:
             return s
         await self._read_question(ask, s)
-        s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []))
+        s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []),
+                                s.time_window)
         started = time.perf_counter()
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
         with tracing.span("embedding"):
@@ -177,8 +179,14 @@ class Planner:
         return self.settings.default_model
 
     async def _read_question(self, ask: AskInput, s: Strategy) -> None:
-        """Time hints and fund names in the question narrow the search when the user set no filter."""
-        if not (ask.start_date or ask.end_date) and (hint := time_hint(ask.question, self.today())):
+        """A time window, time hints and fund names in the question narrow the search when the user set
+        no filter; a context_window the user set is the window."""
+        dated = bool(ask.start_date or ask.end_date)
+        if ask.context_window:
+            s.time_window = ask.context_window
+        elif not dated and (window := time_window(ask.question)):
+            s.time_window, s.time_hint = window.window, window.phrase
+        elif not dated and (hint := time_hint(ask.question, self.today())):
             s.filter = dataclasses.replace(s.filter, start_date=hint.start, end_date=hint.end)
             s.time_hint = hint.phrase
         if not ask.selected_funds and (funds := mentioned_funds(ask.question, await self.known_funds(ask.tenant))):
@@ -227,9 +235,10 @@ class Planner:
     async def _search(self, ask: AskInput, rt: router.Route, s: Strategy, vector: np.ndarray | None,
                       deadline: float) -> None:
         """One search per collection side by side under the retrieval deadline; whatever arrives in time is used."""
-        boosters = {"min_similarity": rt.min_similarity, "fallback_similarity": router.FALLBACK_SIMILARITY,
-                    "expand_parents": True, "conversation_id": ask.conversation_id,
-                    "same_conversation_boost": 0.2, "recent_boost": 0.1, "recent_days": 7}
+        ranking = boosts.Ranking(rt.min_similarity, ask.conversation_id, s.time_window, self.today().isoformat(),
+                                 linear=ask.notes_contract)
+        if ranking.linear:
+            s.reason += "; linear fusion 0.6 vector + 0.25 keyword + 0.15 recency (notes contract)"
         variants = [v for n in rt.question_numbers for v in (f"question {n}", f"problem {n}", f"{n}.")]
 
         async def one(collection: str) -> SearchResult:
@@ -238,15 +247,16 @@ class Planner:
 
         async def searched(collection: str) -> SearchResult:
             f = self._filter_for(collection, s, ask)
+            options = boosts.options(collection, ranking)
             left = lambda: max(0.05, deadline - time.monotonic())  # noqa: E731
             if rt.question_numbers:  # 001 strategy 1: the numbered item itself first
                 exact = dataclasses.replace(f, any_of={**f.any_of, "question_number": list(rt.question_numbers)})
                 found = await self.retriever.search(ask.question, [collection], exact, max(rt.k, SEARCH_DEPTH),
-                                                    vector, left(), variants, boosters)
+                                                    vector, left(), variants, **options)
                 if found.hits:
                     return found
             return await self.retriever.search(ask.question, [collection], f, max(rt.k, SEARCH_DEPTH), vector,
-                                               left(), variants, boosters)
+                                               left(), variants, **options)
 
         results = await asyncio.gather(*(one(c) for c in s.collections), return_exceptions=True)
         hits: list[Hit] = []

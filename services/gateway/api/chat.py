@@ -49,13 +49,16 @@ class AskBody(BaseModel):
     user_id: str = ""  # another user of the tenant: admin keys only
     top_k: Integer | None = None
     document_ids: list[str] = Field(default_factory=list, max_length=MAX_DOCUMENT_IDS)
+    persona: str | None = ""
+    context_window: str | None = ""
 
     def to_input(self) -> AskInput:
         return AskInput(
             question=self.question, data_sources=self.data_sources, start_date=self.start_date or "",
             end_date=self.end_date or "", selected_funds=self.selected_funds,
             conversation_id=self.conversation_id or "", model=self.model or "", tenant=self.tenant,
-            user_id=self.user_id, top_k=self.top_k, document_ids=self.document_ids,
+            user_id=self.user_id, top_k=self.top_k, document_ids=self.document_ids, persona=self.persona or "",
+            context_window=self.context_window or "",
         )
 
 

@@ -29,8 +29,9 @@ from ragmesh.validation import MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, MAX_OFFSET, MAX
 from services.gateway.api.documents import MAX_FILES
 from services.gateway.conversations import MAX_TITLE_CHARS
 from services.gateway.memory import CORRECTION_LIMITS
-from services.gateway.request import (DATA_SOURCES, DEFAULT_SOURCES, MAX_DOCUMENT_ID_CHARS, MAX_DOCUMENT_IDS,
-                                      MAX_FUND_CHARS, MAX_FUNDS, MAX_NAME_CHARS, MAX_QUESTION_CHARS)
+from services.gateway.request import (CONTEXT_WINDOWS, DATA_SOURCES, DEFAULT_SOURCES, MAX_DOCUMENT_ID_CHARS,
+                                      MAX_DOCUMENT_IDS, MAX_FUND_CHARS, MAX_FUNDS, MAX_NAME_CHARS, MAX_PERSONA_CHARS,
+                                      MAX_QUESTION_CHARS)
 
 SCHEME = "bearer"
 SCHEMAS = "#/components/schemas/"
@@ -89,6 +90,7 @@ class Strategy(_Exact):
     collections: list[str]
     filter: StrategyFilter
     time_hint: str
+    time_window: str = Field(description="The retriever's window filter: 24h, 48h, 1w or all (empty: none)")
     detected_funds: list[str]
     k: int
     candidate_count: int
@@ -455,6 +457,11 @@ ASK_FIELDS = {
                      "items": {"type": "string", "maxLength": MAX_DOCUMENT_ID_CHARS},
                      "description": "Documents in scope (collection/doc_id or doc_id); one enables a summary of it. "
                                     "An unknown one is 404"},
+    "persona": _text(MAX_PERSONA_CHARS, "Who the assistant is (\"You are terse.\"), put in the system prompt",
+                     nullable=True),
+    "context_window": {"enum": ["", *CONTEXT_WINDOWS, None],
+                       "description": "Only documents dated within the last 24h, 48h or week (1w); all or empty: "
+                                      "any date (the question may still name a window, \"in the last 24 hours\")"},
 }
 CORRECTION_FIELDS = {
     "correction": _text(CORRECTION_LIMITS["correction"], "What the right answer is", required=True),
