@@ -36,7 +36,8 @@ class Generation:
 ROUTES = {router.SUMMARY: Generation(GLOBAL_SUMMARY.name, 0.4), router.DEEP: Generation(DEEP_REASONER.name, 0.5)}
 
 
-def for_answer(route: str, collections: list[str], *, persona: bool = False, notes_contract: bool = False) -> Generation:
+def for_answer(route: str, collections: list[str], *, persona: bool = False,
+               notes_contract: bool = False) -> Generation:
     """The prompt and temperature of one answer (the table above, first match wins)."""
     if route in ROUTES:
         return ROUTES[route]

@@ -131,7 +131,8 @@ def test_bad_persona_or_context_window_over_grpc_is_invalid_argument(stack: Stac
                                                                      field_name: str) -> None:
     with channel(stack.address("gateway"), stack.metadata) as ch:
         with pytest.raises(grpc.RpcError) as err:
-            list(gateway_pb2_grpc.GatewayStub(ch).Ask(gateway_pb2.AskRequest(question="Kestrel?", **fields), timeout=30))
+            list(gateway_pb2_grpc.GatewayStub(ch).Ask(gateway_pb2.AskRequest(question="Kestrel?", **fields),
+                                                      timeout=30))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith(field_name)
 
 

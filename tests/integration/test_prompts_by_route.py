@@ -3,7 +3,8 @@ through POST /api/chat/ask and Gateway.Ask of a gateway whose generator talks to
 server with the real google-genai SDK, and the tests read the requests the fake received (system
 instruction, user prompt, generationConfig.temperature). Every prompt in ragmesh/prompts.py is
 proved reachable: the library is enumerated and each prompt has a question that selects it.
-Summaries made at ingest go to the model at 004's temperatures too."""
+Summaries made at ingest go to the model at 004's temperatures too, and an OpenAI-compatible model
+gets the same prompt and temperature as Gemini."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc, retriever_pb2, retriever_p
 from services.gateway.request import AskInput
 from tests.auth import bearer, channel, headers
 from tests.fakes.gemini import FakeGemini, text
+from tests.fakes.openai import MODEL, FakeOpenAI, delta
 from tests.stack import DEMO, Stack
 
 TENANT = "q2-prompts"
@@ -96,7 +98,8 @@ class Asker:
         pipeline = next(h for h in self.stack.extra if h.address == self.address).app.pipeline
 
         async def run() -> list:
-            ask = await pipeline.prepare(AskInput(question, notes_contract=True), Identity(DEMO, "admin", "admin", "key"))
+            ask = await pipeline.prepare(AskInput(question, notes_contract=True),
+                                         Identity(DEMO, "admin", "admin", "key"))
             return [e async for e in pipeline.run(ask)]
 
         [strategy] = [e.value for e in self.stack.call(run()) if e.kind == "strategy"]
@@ -178,3 +181,21 @@ def test_summaries_at_ingest_go_to_the_model_at_004s_temperatures(stack: Stack) 
             stack.extra.remove(host)
             stack.call(host.stop())
         fake.server.stop()
+
+
+def test_an_openai_compatible_model_gets_the_prompt_and_temperature_too(stack: Stack, fake_openai: FakeOpenAI) -> None:
+    generator = stack.start_variant("generator", openai_base_url=fake_openai.url, openai_model=MODEL)
+    gateway = stack.start_variant("gateway", generator_addr=generator.address, default_model="openai")
+    try:
+        fake_openai.stream(delta("Comparing [1] and [2]."), delta(finish_reason="stop"))
+        reply = httpx.post(f"http://127.0.0.1:{gateway.app.http_port}/api/chat/ask", headers=stack.headers, json={
+            "question": "Compare how Harborview and Kestrel managed risk", "persona": PERSONA}, timeout=60)
+        assert reply.status_code == 200 and reply.json()["meta"]["strategy"]["route"] == "DEEP", reply.text
+        body = fake_openai.requests()[-1].body
+        assert body["temperature"] == pytest.approx(0.5)
+        assert body["messages"][0]["role"] == "system"
+        assert body["messages"][0]["content"].endswith(system_instruction(PROMPTS["deep_reasoner"], PERSONA))
+    finally:
+        for host in (gateway, generator):
+            stack.extra.remove(host)
+            stack.call(host.stop())
