@@ -116,7 +116,6 @@ def test_rewrite_rerank_and_compression_shape_the_context(model, stack: Stack, s
     compressions = prompts(fake, COMPRESS)
     assert len(compressions) == strategy["chunks"] == 5, "one compression call per chunk of the context"
     assert done["compress"] == {**done["compress"], "status": "done", "detail": "5 chunks: 5 cut, 5 Partial"}
-    assert the_excerpt(compressions[0]) in {pool[-1], *pool}  # the chunks compressed are the reranked ones
     contents = re.findall(r"^Content: (.*)$", prompts(fake, ANSWER)[-1], re.M)
     assert contents[0] == "[Partial]: " + first_sentence(pool[-1]), "the model's favourite is block [1]"
     assert set(contents) <= {"[Partial]: " + first_sentence(the_excerpt(p)) for p in compressions}, \

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ragmesh import tracing
 from ragmesh.clients import GeneratorClient
 from ragmesh.models import EXTRACTIVE
 from services.gateway.quality import compress, rerank, rewrite
@@ -56,10 +57,12 @@ class QualityStack:
             f"turned off (QUALITY_{name.upper()}=false)" if not getattr(self.settings, name)
             else NO_MODEL if s.model == EXTRACTIVE else unneeded)
         if not detail:
-            try:
-                status, detail = DONE, await work()
-            except StepFailed as exc:
-                status, detail = FALLBACK, f"{exc}: {fallback}"
+            with tracing.span("quality", step=name):
+                try:
+                    status, detail = DONE, await work()
+                except StepFailed as exc:
+                    status, detail = FALLBACK, f"{exc}: {fallback}"
+                tracing.annotate(status=status)
         s.quality.append(QualityStep(name, status, round((time.perf_counter() - started) * 1000, 2), detail))
 
     async def _ask(self, s: Strategy, system: str, prompt: str, timeout: float) -> str:
