@@ -187,6 +187,8 @@ class Settings:
     # Answer from the conversation (summary and recent turns), not the hits, when earlier turns exist
     # and the best hit is under every similarity threshold.
     quality_history: bool = field(default_factory=lambda: _env("QUALITY_HISTORY", "true").lower() == "true")
+    # Model the quality steps ask (e.g. a fast one beside a slow answering model); empty = the answer's model.
+    quality_model: str = field(default_factory=lambda: _env("QUALITY_MODEL", ""))
     # Fused hits the model reranks (the rest follow in fused order).
     rerank_candidates: int = field(default_factory=lambda: _int("RERANK_CANDIDATES", 20))
     # Seconds each model step may take; past it the step falls back to the unimproved path (said so).

@@ -73,7 +73,7 @@ class GatewayApp(ServiceApp):
                 scope_llm_check=s.scope_llm_check, scope_llm_timeout_s=s.scope_llm_timeout_s,
                 quality=QualitySettings(
                     rewrite=s.quality_rewrite, rerank=s.quality_rerank, compress=s.quality_compress,
-                    history=s.quality_history, rerank_candidates=s.rerank_candidates,
+                    history=s.quality_history, model=s.quality_model, rerank_candidates=s.rerank_candidates,
                     rewrite_timeout_s=s.rewrite_timeout_s, rerank_timeout_s=s.rerank_timeout_s,
                     compress_timeout_s=s.compress_timeout_s),
             ),

@@ -18,6 +18,7 @@ from tests.auth import channel
 from tests.conftest import answer_of, one, sse
 from tests.fakes.gemini import FakeGemini
 from tests.fakes.http import Reply
+from tests.fakes.openai import MODEL, FakeOpenAI
 from tests.stack import Stack
 
 QUESTION = "What did Kestrel do with its Brazil exposure?"
@@ -203,6 +204,37 @@ def test_the_conversation_answers_when_nothing_retrieved_is_close(model, stack: 
     assert "Previous conversation:" in answer_prompt and f"User: {QUESTION}\nAssistant: " in answer_prompt
     assert "<data>" not in answer_prompt and "Content:" not in answer_prompt
     assert answer_of(events) == "Earlier I said Kestrel cut Brazil; I have nothing on risotto."
+
+
+def test_the_steps_can_ask_another_model_than_the_answer(stack: Stack, fake_openai: FakeOpenAI) -> None:
+    """QUALITY_MODEL=openai beside a Gemini answer: the steps go to the OpenAI-compatible server, the
+    answer to Gemini."""
+    gemini = FakeGemini()
+    gemini.server.start()
+    try:
+        generator = stack.start_variant("generator", gemini_api_key="test-key", gemini_base_url=gemini.url,
+                                        openai_base_url=fake_openai.url, openai_model=MODEL)
+        gateway = stack.start_variant("gateway", generator_addr=generator.address, gemini_api_key="test-key",
+                                      default_model="gemini-2.5-flash", quality_model="openai",
+                                      rewrite_timeout_s=20.0, rerank_timeout_s=20.0, compress_timeout_s=20.0)
+        fake_openai.respond(REWRITE, "\n".join(VARIANTS))
+        fake_openai.respond(RERANK, "1: 9\n2: 3")
+        fake_openai.respond(COMPRESS, lambda sent: first_sentence(the_excerpt(sent)))
+        gemini.respond(ANSWER, "Kestrel cut Brazil [1].")
+        events = sse(f"http://127.0.0.1:{gateway.app.http_port}/api/chat/ask/stream", {"question": QUESTION},
+                     stack.headers)
+        strategy = one(events, "strategy")
+        assert [q["status"] for q in strategy["quality"]] == ["done", "done", "skipped", "done"]
+        sent = [r.body for r in fake_openai.requests()]
+        assert {b["model"] for b in sent} == {MODEL}
+        assert sum(REWRITE in b["messages"][-1]["content"] for b in sent) == 1
+        assert sum(RERANK in b["messages"][-1]["content"] for b in sent) == 1
+        assert sum(COMPRESS in b["messages"][-1]["content"] for b in sent) == strategy["chunks"]
+        assert [b["messages"][0]["role"] for b in sent] == ["system"] * len(sent)
+        assert not prompts(gemini, REWRITE) and len(prompts(gemini, ANSWER)) == 1
+        assert answer_of(events) == "Kestrel cut Brazil [1]."
+    finally:
+        gemini.server.stop()
 
 
 def test_without_a_model_every_step_says_it_was_skipped(stack: Stack) -> None:

@@ -30,6 +30,7 @@ class QualitySettings:
     rerank: bool = True
     compress: bool = True
     history: bool = True
+    model: str = ""  # the model the steps ask; empty = the answer's
     rerank_candidates: int = 20
     rewrite_timeout_s: float = 2.0
     rerank_timeout_s: float = 4.0
@@ -55,7 +56,7 @@ class QualityStack:
         started = time.perf_counter()
         status, detail = SKIPPED, (
             f"turned off (QUALITY_{name.upper()}=false)" if not getattr(self.settings, name)
-            else NO_MODEL if s.model == EXTRACTIVE else unneeded)
+            else NO_MODEL if self._model(s) == EXTRACTIVE else unneeded)
         if not detail:
             with tracing.span("quality", step=name):
                 try:
@@ -65,8 +66,11 @@ class QualityStack:
                 tracing.annotate(status=status)
         s.quality.append(QualityStep(name, status, round((time.perf_counter() - started) * 1000, 2), detail))
 
+    def _model(self, s: Strategy) -> str:
+        return self.settings.model or s.model
+
     async def _ask(self, s: Strategy, system: str, prompt: str, timeout: float) -> str:
-        return await complete(self.generator, s.model, system, prompt, timeout)
+        return await complete(self.generator, self._model(s), system, prompt, timeout)
 
     async def rewrite(self, question: str, s: Strategy) -> None:
         """Sets s.variants, the more search queries the retriever fuses with the question."""
