@@ -51,12 +51,13 @@ class QualityStack:
         self.settings = settings
 
     async def _step(self, s: Strategy, name: str, unneeded: str, work: Callable[[], Awaitable[str]],
-                    fallback: str) -> None:
-        """Runs `work` unless the step is off, has no model or is not needed; records how it went."""
+                    fallback: str, model: str = "") -> None:
+        """Runs `work` unless the step is off, has no model (`model`, else the steps') or is not needed;
+        records how it went."""
         started = time.perf_counter()
         status, detail = SKIPPED, (
             f"turned off (QUALITY_{name.upper()}=false)" if not getattr(self.settings, name)
-            else NO_MODEL if self._model(s) == EXTRACTIVE else unneeded)
+            else NO_MODEL if (model or self._model(s)) == EXTRACTIVE else unneeded)
         if not detail:
             with tracing.span("quality", step=name):
                 try:
@@ -140,5 +141,5 @@ class QualityStack:
             return (f"best similarity under {FALLBACK_SIMILARITY:g}: answered from the conversation's summary "
                     f"and last turns, not from the hits")
 
-        await self._step(s, "history", unneeded, work, "")
+        await self._step(s, "history", unneeded, work, "", model=s.model)  # the answer's model reads the history
         return used
