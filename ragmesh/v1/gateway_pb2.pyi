@@ -35,7 +35,7 @@ class AskRequest(_message.Message):
     def __init__(self, question: _Optional[str] = ..., data_sources: _Optional[_Iterable[str]] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., selected_funds: _Optional[_Iterable[str]] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., top_k: _Optional[int] = ..., document_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Strategy(_message.Message):
-    __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks", "retrieval", "dense_skipped", "unavailable", "threshold_layer", "time_hint", "detected_funds", "context_chars", "corrections", "model")
+    __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks", "retrieval", "dense_skipped", "unavailable", "threshold_layer", "time_hint", "detected_funds", "context_chars", "corrections", "model", "variants", "rerank_count", "quality")
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     CACHE_HIT_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,9 @@ class Strategy(_message.Message):
     CONTEXT_CHARS_FIELD_NUMBER: _ClassVar[int]
     CORRECTIONS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    VARIANTS_FIELD_NUMBER: _ClassVar[int]
+    RERANK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    QUALITY_FIELD_NUMBER: _ClassVar[int]
     route: str
     reason: str
     cache_hit: bool
@@ -76,7 +79,22 @@ class Strategy(_message.Message):
     context_chars: int
     corrections: int
     model: str
-    def __init__(self, route: _Optional[str] = ..., reason: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., k: _Optional[int] = ..., candidate_count: _Optional[int] = ..., retrieval_ms: _Optional[float] = ..., conversation_id: _Optional[str] = ..., cache_key: _Optional[str] = ..., chunks: _Optional[int] = ..., retrieval: _Optional[str] = ..., dense_skipped: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., threshold_layer: _Optional[int] = ..., time_hint: _Optional[str] = ..., detected_funds: _Optional[_Iterable[str]] = ..., context_chars: _Optional[int] = ..., corrections: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
+    variants: _containers.RepeatedScalarFieldContainer[str]
+    rerank_count: int
+    quality: _containers.RepeatedCompositeFieldContainer[QualityStep]
+    def __init__(self, route: _Optional[str] = ..., reason: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., k: _Optional[int] = ..., candidate_count: _Optional[int] = ..., retrieval_ms: _Optional[float] = ..., conversation_id: _Optional[str] = ..., cache_key: _Optional[str] = ..., chunks: _Optional[int] = ..., retrieval: _Optional[str] = ..., dense_skipped: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., threshold_layer: _Optional[int] = ..., time_hint: _Optional[str] = ..., detected_funds: _Optional[_Iterable[str]] = ..., context_chars: _Optional[int] = ..., corrections: _Optional[int] = ..., model: _Optional[str] = ..., variants: _Optional[_Iterable[str]] = ..., rerank_count: _Optional[int] = ..., quality: _Optional[_Iterable[_Union[QualityStep, _Mapping]]] = ...) -> None: ...
+
+class QualityStep(_message.Message):
+    __slots__ = ("step", "status", "ms", "detail")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    step: str
+    status: str
+    ms: float
+    detail: str
+    def __init__(self, step: _Optional[str] = ..., status: _Optional[str] = ..., ms: _Optional[float] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ErrorInfo(_message.Message):
     __slots__ = ("code", "message")
