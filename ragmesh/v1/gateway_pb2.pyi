@@ -39,7 +39,7 @@ class AskRequest(_message.Message):
     def __init__(self, question: _Optional[str] = ..., data_sources: _Optional[_Iterable[str]] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., selected_funds: _Optional[_Iterable[str]] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., top_k: _Optional[int] = ..., document_ids: _Optional[_Iterable[str]] = ..., persona: _Optional[str] = ..., context_window: _Optional[str] = ...) -> None: ...
 
 class Strategy(_message.Message):
-    __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks", "retrieval", "dense_skipped", "unavailable", "threshold_layer", "time_hint", "detected_funds", "context_chars", "corrections", "model", "time_window")
+    __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks", "retrieval", "dense_skipped", "unavailable", "threshold_layer", "time_hint", "detected_funds", "context_chars", "corrections", "model", "variants", "rerank_count", "quality", "time_window")
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     CACHE_HIT_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,9 @@ class Strategy(_message.Message):
     CONTEXT_CHARS_FIELD_NUMBER: _ClassVar[int]
     CORRECTIONS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    VARIANTS_FIELD_NUMBER: _ClassVar[int]
+    RERANK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    QUALITY_FIELD_NUMBER: _ClassVar[int]
     TIME_WINDOW_FIELD_NUMBER: _ClassVar[int]
     route: str
     reason: str
@@ -81,8 +84,23 @@ class Strategy(_message.Message):
     context_chars: int
     corrections: int
     model: str
+    variants: _containers.RepeatedScalarFieldContainer[str]
+    rerank_count: int
+    quality: _containers.RepeatedCompositeFieldContainer[QualityStep]
     time_window: str
-    def __init__(self, route: _Optional[str] = ..., reason: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., k: _Optional[int] = ..., candidate_count: _Optional[int] = ..., retrieval_ms: _Optional[float] = ..., conversation_id: _Optional[str] = ..., cache_key: _Optional[str] = ..., chunks: _Optional[int] = ..., retrieval: _Optional[str] = ..., dense_skipped: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., threshold_layer: _Optional[int] = ..., time_hint: _Optional[str] = ..., detected_funds: _Optional[_Iterable[str]] = ..., context_chars: _Optional[int] = ..., corrections: _Optional[int] = ..., model: _Optional[str] = ..., time_window: _Optional[str] = ...) -> None: ...
+    def __init__(self, route: _Optional[str] = ..., reason: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., k: _Optional[int] = ..., candidate_count: _Optional[int] = ..., retrieval_ms: _Optional[float] = ..., conversation_id: _Optional[str] = ..., cache_key: _Optional[str] = ..., chunks: _Optional[int] = ..., retrieval: _Optional[str] = ..., dense_skipped: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., threshold_layer: _Optional[int] = ..., time_hint: _Optional[str] = ..., detected_funds: _Optional[_Iterable[str]] = ..., context_chars: _Optional[int] = ..., corrections: _Optional[int] = ..., model: _Optional[str] = ..., variants: _Optional[_Iterable[str]] = ..., rerank_count: _Optional[int] = ..., quality: _Optional[_Iterable[_Union[QualityStep, _Mapping]]] = ..., time_window: _Optional[str] = ...) -> None: ...
+
+class QualityStep(_message.Message):
+    __slots__ = ("step", "status", "ms", "detail")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    step: str
+    status: str
+    ms: float
+    detail: str
+    def __init__(self, step: _Optional[str] = ..., status: _Optional[str] = ..., ms: _Optional[float] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ErrorInfo(_message.Message):
     __slots__ = ("code", "message")

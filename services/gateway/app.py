@@ -26,6 +26,7 @@ from services.gateway.history import History
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
+from services.gateway.quality import QualitySettings
 from services.gateway.strategy import PipelineSettings, Planner
 from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.scope_cache import ScopeCache
@@ -70,6 +71,11 @@ class GatewayApp(ServiceApp):
                 history_turns=s.history_turns, same_topic_threshold=s.same_topic_threshold,
                 context_char_budget=s.context_char_budget, retrieval_timeout_s=s.retrieval_timeout_s,
                 scope_llm_check=s.scope_llm_check, scope_llm_timeout_s=s.scope_llm_timeout_s,
+                quality=QualitySettings(
+                    rewrite=s.quality_rewrite, rerank=s.quality_rerank, compress=s.quality_compress,
+                    history=s.quality_history, model=s.quality_model, rerank_candidates=s.rerank_candidates,
+                    rewrite_timeout_s=s.rewrite_timeout_s, rerank_timeout_s=s.rerank_timeout_s,
+                    compress_timeout_s=s.compress_timeout_s),
             ),
         )
         self.pipeline = AskPipeline(self.history, self.generator, planner, self.memory,

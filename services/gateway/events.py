@@ -19,6 +19,7 @@ def strategy_json(s: Strategy) -> dict[str, Any]:
         "retrieval_ms": round(s.retrieval_ms, 2), "context_chars": s.context_chars, "corrections": s.corrections,
         "conversation_id": s.conversation_id, "cache_key": s.cache_key, "dense_skipped": s.dense_skipped,
         "unavailable": s.unavailable, "model": s.model,
+        "variants": s.variants, "rerank_count": s.rerank_count, "quality": [asdict(q) for q in s.quality],
     }
 
 

@@ -130,6 +130,7 @@ class AskPipeline:
             if strategy.retrieval != NO_RETRIEVAL:
                 metrics.scope_cache(strategy.cache_hit)
             with tracing.span("context"):
+                await self.planner.quality.compress(ask.question, strategy)
                 ctx = context.build(strategy.hits, self.settings.context_char_budget)
                 tracing.annotate(blocks=len(ctx.blocks), chars=len(ctx.text))
             if strategy.retrieval != NO_RETRIEVAL and not ctx.blocks and strategy.unavailable:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import asdict
 
 import grpc
 
@@ -38,7 +39,8 @@ def event_to_proto(event: Event) -> gateway_pb2.ChatEvent:
             dense_skipped=value.dense_skipped, unavailable=value.unavailable,
             threshold_layer=value.threshold_layer, time_hint=value.time_hint, time_window=value.time_window,
             detected_funds=value.detected_funds, context_chars=value.context_chars,
-            corrections=value.corrections, model=value.model,
+            corrections=value.corrections, model=value.model, variants=value.variants,
+            rerank_count=value.rerank_count, quality=[gateway_pb2.QualityStep(**asdict(q)) for q in value.quality],
         ))
     if kind == "citations":
         return gateway_pb2.ChatEvent(citations=gateway_pb2.Citations(

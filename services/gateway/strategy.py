@@ -18,8 +18,10 @@ from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient, Se
 from ragmesh.errors import NotFound, RagmeshError
 from ragmesh.models import EXTRACTIVE
 from ragmesh.types import Chunk, Hit, SearchFilter, Turn
+from ragmesh.validation import MAX_VARIANTS
 from services.gateway import boosts, router
 from services.gateway.memory import MEMORY_COLLECTION
+from services.gateway.quality import QualitySettings, QualityStack, QualityStep
 from services.gateway.query_analysis import mentioned_funds, time_hint, time_window
 from services.gateway.request import AskInput
 from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
@@ -56,6 +58,9 @@ class Strategy:
     context_chars: int = 0
     corrections: int = 0
     model: str = ""
+    variants: list[str] = field(default_factory=list)  # the question rewritten, searched with it
+    rerank_count: int = 0
+    quality: list[QualityStep] = field(default_factory=list)  # 003's quality steps, in order
     hits: list[Hit] = field(default_factory=list, repr=False)
 
 
@@ -77,6 +82,7 @@ class PipelineSettings:
     retrieval_timeout_s: float = 3.5
     scope_llm_check: bool = False
     scope_llm_timeout_s: float = 0.8
+    quality: QualitySettings = field(default_factory=QualitySettings)
 
 
 
@@ -91,6 +97,7 @@ class Planner:
         self.known_funds = known_funds
         self.settings = settings
         self.today = today
+        self.quality = QualityStack(generator, settings.quality)
 
     async def plan(self, ask: AskInput, turns: list[Turn]) -> Strategy:
         """Route, filters, scope decision and hits for one question."""
@@ -130,12 +137,18 @@ class Planner:
             else:
                 s.retrieval, why = RAG_NEW_QUERY, f"same filters, different topic {note}"
         s.reason = f"{rt.reason}; {why}"
+        paused = time.monotonic()
+        await self.quality.rewrite(ask.question, s)
+        deadline += time.monotonic() - paused  # the model's time is not taken from the searches'
         if s.retrieval == RAG_NEW_QUERY:
             await self._search(ask, rt, s, vector, deadline)
             if not s.unavailable:
                 self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
                     s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count))
+        await self.quality.rerank(ask.question, s)
         s.hits = s.hits[: s.k]
+        if await self.quality.use_history(s, len(turns)):
+            s.retrieval, s.hits = NO_RETRIEVAL, []
         s.chunks = len(s.hits)
         s.retrieval_ms = (time.perf_counter() - started) * 1000
         log.info("retrieval", extra={"route": s.route, "retrieval": s.retrieval, "chunks": s.chunks,
@@ -240,6 +253,7 @@ class Planner:
         if ranking.linear:
             s.reason += "; linear fusion 0.6 vector + 0.25 keyword + 0.15 recency (notes contract)"
         variants = [v for n in rt.question_numbers for v in (f"question {n}", f"problem {n}", f"{n}.")]
+        variants = (variants + s.variants)[:MAX_VARIANTS]
 
         async def one(collection: str) -> SearchResult:
             with tracing.span("search", collection=collection):

@@ -18,6 +18,7 @@ from ragmesh.prompts import PROMPTS, system_instruction
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc, retriever_pb2, retriever_pb2_grpc
 from services.gateway.request import AskInput
 from tests.auth import bearer, channel, headers
+from tests.conftest import QUALITY_OFF
 from tests.fakes.gemini import FakeGemini, text
 from tests.fakes.openai import MODEL, FakeOpenAI, delta
 from tests.stack import DEMO, Stack
@@ -185,7 +186,7 @@ def test_summaries_at_ingest_go_to_the_model_at_004s_temperatures(stack: Stack) 
 
 def test_an_openai_compatible_model_gets_the_prompt_and_temperature_too(stack: Stack, fake_openai: FakeOpenAI) -> None:
     generator = stack.start_variant("generator", openai_base_url=fake_openai.url, openai_model=MODEL)
-    gateway = stack.start_variant("gateway", generator_addr=generator.address, default_model="openai")
+    gateway = stack.start_variant("gateway", generator_addr=generator.address, default_model="openai", **QUALITY_OFF)
     try:
         fake_openai.stream(delta("Comparing [1] and [2]."), delta(finish_reason="stop"))
         reply = httpx.post(f"http://127.0.0.1:{gateway.app.http_port}/api/chat/ask", headers=stack.headers, json={
