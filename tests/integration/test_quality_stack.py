@@ -64,11 +64,15 @@ def searched(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> list:
     return seen
 
 
-def prompts(fake: FakeGemini, containing: str) -> list[str]:
-    """The contents of the generateContent requests whose prompt contains `containing`."""
-    texts = ["".join(p.get("text", "") for c in r.body["contents"] for p in c["parts"])
+def prompts(fake: FakeGemini, containing: str, temperature: float | None = None) -> list[str]:
+    """The contents of the generateContent requests whose prompt contains `containing` (all asked
+    at `temperature` when one is given)."""
+    found = [(r.body, "".join(p.get("text", "") for c in r.body["contents"] for p in c["parts"]))
              for r in fake.requests("streamGenerateContent")]
-    return [t for t in texts if containing in t]
+    found = [(body, text) for body, text in found if containing in text]
+    if temperature is not None:
+        assert {body.get("generationConfig", {}).get("temperature") for body, _ in found} == {temperature}
+    return [text for _, text in found]
 
 
 def excerpts(prompt: str) -> list[str]:
@@ -104,17 +108,17 @@ def test_rewrite_rerank_and_compression_shape_the_context(model, stack: Stack, s
     done = steps(strategy)
     assert done["rewrite"] == {**done["rewrite"], "status": "done", "detail": "factual intent: 3 variants"}
     assert strategy["variants"] == VARIANTS
-    [rewrite] = prompts(fake, REWRITE)
+    [rewrite] = prompts(fake, REWRITE, temperature=0.0)
     assert "Intent: factual." in rewrite and f"Question: {QUESTION}" in rewrite
     assert {tuple(q.variants) for q in searched} == {tuple(VARIANTS)}, "every search fuses the variants"
     assert all(q.query == QUESTION for q in searched)
 
-    [rerank] = prompts(fake, RERANK)
+    [rerank] = prompts(fake, RERANK, temperature=0.0)
     pool = excerpts(rerank)
     assert done["rerank"]["status"] == "done" and strategy["rerank_count"] == len(pool) > 1
     assert f"Question: {QUESTION}" in rerank and "from 0 (unrelated) to 10" in rerank
 
-    compressions = prompts(fake, COMPRESS)
+    compressions = prompts(fake, COMPRESS, temperature=0.0)
     assert len(compressions) == strategy["chunks"] == 5, "one compression call per chunk of the context"
     assert done["compress"] == {**done["compress"], "status": "done", "detail": "5 chunks: 5 cut, 5 Partial"}
     contents = re.findall(r"^Content: (.*)$", prompts(fake, ANSWER)[-1], re.M)
