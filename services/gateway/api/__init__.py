@@ -21,6 +21,7 @@ from ragmesh.admission import Admission
 from ragmesh.clients import RetrieverClient
 from ragmesh.errors import RagmeshError, ResourceExhausted
 from ragmesh.logging import request_id_var
+from ragmesh.models import WEB_SEARCH_MODELS
 from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import Authenticator
 from ragmesh.serving import REQUEST_ID_HEADER
@@ -137,7 +138,9 @@ def create_app(
 
     @app.get("/api/meta")
     async def meta(who: Identity = Depends(caller)) -> dict:
-        return {"models": await models(), "default_model": pipeline.default_model,
+        offered = await models()
+        return {"models": offered, "default_model": pipeline.default_model,
+                "web_search_models": [m for m in offered if m in WEB_SEARCH_MODELS],
                 "data_sources": list(DATA_SOURCES), "funds": await funds(who.tenant),
                 "identity": {"tenant": who.tenant, "user": who.user, "role": who.role}}
 
