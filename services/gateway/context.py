@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ragmesh.prompts import PROMPTS, system_instruction
 from ragmesh.text import split_sentences, tokenize
 from ragmesh.types import Chunk, Citation, ContextBlock, Hit, Turn
+from services.gateway.context_sections import RenderedBlock, sectioned
 
 HARD_CAP_CHARS = 12_000
 PARENT_MAX_CHARS = 1_600
@@ -88,7 +89,9 @@ def _render(draft: _Draft, index: int, dedupe: list[set[str]], seen_parents: set
     meta = first.metadata
     lines = [f"[{index}] {label(first)}"]
     if first.collection == "meeting_notes":
-        lines += [f"Date: {first.date}", f"Fund: {meta.get('fund_name', '')}", f"Manager: {meta.get('manager', '')}"]
+        kind = meta.get("chunk_type") or meta.get("section_type") or meta.get("doc_type") or "note"  # 000's chunk type
+        lines += [f"Date: {first.date}", f"Fund: {meta.get('fund_name', '')}", f"Manager: {meta.get('manager', '')}",
+                  f"Chunk Type: {kind}"]
     elif first.collection == "factsheets":
         if meta.get("filename"):
             lines[0] += f" - {meta['filename']}"
@@ -128,7 +131,7 @@ def build(hits: list[Hit], budget: int) -> Context:
     """Numbered blocks within the character budget, best hits first."""
     budget = min(budget, HARD_CAP_CHARS)
     blocks: list[ContextBlock] = []
-    rendered: list[str] = []
+    rendered: list[RenderedBlock] = []
     used: list[Hit] = []
     dedupe: list[set[str]] = []
     seen_parents: set[str] = set()
@@ -143,10 +146,10 @@ def build(hits: list[Hit], budget: int) -> Context:
                 break
             text, content = _truncate(text, budget), _truncate(content, budget)  # the best block always goes in
         total += len(text)
-        rendered.append(text)
+        rendered.append(RenderedBlock(draft.hits[0].chunk.collection, text, len(draft.hits)))
         blocks.append(ContextBlock(index=index, text=content, chunk=draft.hits[0].chunk, label=label(draft.hits[0].chunk)))
         used += draft.hits
-    return Context(blocks, "\n---\n".join(rendered), used)
+    return Context(blocks, sectioned(rendered), used)
 
 
 _FENCE_TAG = re.compile(r"<(\s*/?\s*data\b)", re.IGNORECASE)

@@ -26,6 +26,8 @@ SOURCE_COLLECTIONS = {
 WEB_SEARCH = "Web Search"
 DATA_SOURCES = (*SOURCE_COLLECTIONS, WEB_SEARCH)
 DEFAULT_SOURCES = ("Meeting Notes", "Factsheet")
+# How a whole answer is returned: ragmesh's own JSON, or 002's notes-assistant contract ([N1] citations).
+RESPONSE_FORMATS = ("ragmesh", "notes")
 
 
 @dataclass
@@ -41,6 +43,7 @@ class AskInput:
     user_id: str = ""
     top_k: int | None = None
     document_ids: list[str] = field(default_factory=list)  # documents in scope; one enables SUMMARY
+    response_format: str = "ragmesh"  # one of RESPONSE_FORMATS; "notes" asks for 002's contract
     identity: Identity | None = None  # who asks, settled by AskPipeline.prepare from the credential
 
     def validate(self) -> None:
@@ -64,6 +67,9 @@ class AskInput:
                 "data_sources", f"unknown data source {unknown[0]!r}; known: {', '.join(DATA_SOURCES)}"
             )
         check_top_k(self.top_k)
+        if self.response_format not in RESPONSE_FORMATS:
+            raise InvalidArgument("format", f"unknown response format {self.response_format[:40]!r}; "
+                                            f"known: {', '.join(RESPONSE_FORMATS)}")
 
     @property
     def sources(self) -> list[str]:
