@@ -109,6 +109,7 @@ class GatewayApp(ServiceApp):
         if self._http is not None:
             return  # a retry after the store came back: the HTTP bridge is up already
         s = self.settings
+        await self.pipeline.models.configured()  # what the OpenAPI document offers, as the generator says
         app = create_app(
             pipeline=self.pipeline, memory=self.memory, conversations=self.conversations,
             retriever=lambda: self.retriever, authenticator=Authenticator(s, self.store, "users"),

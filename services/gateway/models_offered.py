@@ -36,6 +36,10 @@ class ModelCatalog:
                 log.warning("generator models unavailable", extra={"error": str(exc)})
         return self._models or [self.default_model]
 
+    def offered_now(self) -> list[str]:
+        """The configured models as last asked, without asking; every known model before the first answer."""
+        return list(self._models or KNOWN_MODELS)
+
     async def check(self, model: str) -> None:
         """Refuses a known model the generator does not serve. While the generator cannot say, the
         question goes on and the generator itself refuses it (the same error, in the stream)."""

@@ -149,6 +149,6 @@ def create_app(
     app.include_router(documents_router(retriever, max_file_bytes, caller))
     app.include_router(chunks_router(retriever, caller))
     app.include_router(catalog_router(retriever, funds, caller))
-    install_openapi(app, max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
+    install_openapi(app, offered_models=pipeline.models.offered_now, max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
                     max_file_bytes=max_file_bytes)
     return app

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from ragmesh.errors import InvalidArgument, http_status
+from ragmesh.errors import http_status
 from ragmesh.identity import Identity
 from ragmesh.store import CorrectionRecord
 from services.gateway.conversations import Conversations
@@ -50,7 +50,7 @@ class AskBody(BaseModel):
     user_id: str = ""  # another user of the tenant: admin keys only
     top_k: Integer | None = None
     document_ids: list[str] = Field(default_factory=list, max_length=MAX_DOCUMENT_IDS)
-    format: str | None = ""  # POST /api/chat/ask only: "notes" answers in 002's contract
+    format: str | None = ""  # "notes": POST /api/chat/ask answers in 002's contract (the stream's events stay)
 
     def to_input(self) -> AskInput:
         return AskInput(
@@ -86,8 +86,6 @@ def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversati
 
     @router.post("/api/chat/ask/stream")
     async def ask_stream(body: AskBody, who: Identity = Depends(caller)) -> StreamingResponse:
-        if body.format == "notes":
-            raise InvalidArgument("format", "'notes' is 002's whole-answer JSON: ask it of POST /api/chat/ask")
         ask = await pipeline.prepare(body.to_input(), who)  # bad input: 400 before the stream starts
 
         async def sse() -> AsyncIterator[str]:

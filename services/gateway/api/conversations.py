@@ -27,7 +27,7 @@ def message_json(m: MessageRecord) -> dict[str, Any]:
     return {"message_id": m.message_id, "role": m.role, "content": m.content, "created_at": m.created_at,
             "model": meta.get("model", ""), "route": meta.get("route", ""), "retrieval": meta.get("retrieval", ""),
             "citations": meta.get("citations", []), "web_queries": meta.get("web_queries", []),
-            "chunk_map": meta.get("chunk_map", {}), "strategy": meta.get("strategy", {}),
+            "chunk_map": meta.get("chunk_map", {}), "strategy": meta.get("strategy") or None,
             "timings": meta.get("timings", {}),
             "usage": meta.get("usage", {}), "failed": meta.get("failed", ""), "meta": meta}
 
