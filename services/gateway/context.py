@@ -8,6 +8,7 @@ that repeat an earlier block's are dropped (003 step 1.3). Retrieved text is fen
 <data> ... </data> and the prompts say it is data, not instructions."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -135,18 +136,19 @@ def build(hits: list[Hit], budget: int) -> Context:
     used: list[Hit] = []
     dedupe: list[set[str]] = []
     seen_parents: set[str] = set()
-    total = 0
     for draft in _group(hits):
         index = len(blocks) + 1
         text, content = _render(draft, index, dedupe, seen_parents)
         if not content:
             continue  # every sentence repeated an earlier block
-        if total + len(text) > budget:
+        block = RenderedBlock(draft.hits[0].chunk.collection, text, len(draft.hits))
+        if len(sectioned([*rendered, block])) > budget:  # the section headers count too
             if blocks:
                 break
-            text, content = _truncate(text, budget), _truncate(content, budget)  # the best block always goes in
-        total += len(text)
-        rendered.append(RenderedBlock(draft.hits[0].chunk.collection, text, len(draft.hits)))
+            room = budget - len(sectioned([dataclasses.replace(block, text="")]))
+            text, content = _truncate(text, room), _truncate(content, room)  # the best block always goes in
+            block = dataclasses.replace(block, text=text)
+        rendered.append(block)
         blocks.append(ContextBlock(index=index, text=content, chunk=draft.hits[0].chunk, label=label(draft.hits[0].chunk)))
         used += draft.hits
     return Context(blocks, sectioned(rendered), used)
