@@ -11,12 +11,15 @@ from ragmesh.types import SearchFilter
 
 FIELD = "question_number"
 ALL_QUESTIONS_K = 30  # numbered items in the context when all are asked for
-_ALL = re.compile(r"\b(?:all|every|each)\s+(?:of\s+)?(?:the\s+)?(?:questions?|problems?|exercises?)\b|"
-                  r"\b(?:the|these|those)\s+(?:questions|problems|exercises)\b", re.I)
+_ITEMS = r"(?:questions?|problems?|exercises?)"
+_ALL = re.compile(rf"\b(?:all|every|each)\s+(?:of\s+)?(?:the\s+)?{_ITEMS}\b|"
+                  rf"\bthe\s+{_ITEMS}\s+(?:in|of|from)\s+(?:the|this)\s+(?:document|file|exam|paper|test|worksheet)\b",
+                  re.I)
 
 
 def asks_all_questions(question: str) -> bool:
-    """"Explain all the questions", "answer each question", "go through the problems" (no number named)."""
+    """"Explain all the questions", "answer each question", "the problems in this worksheet" (no number
+    named); not any question that says "questions" ("what questions did the IC raise?")."""
     return bool(_ALL.search(question)) and not re.search(r"\d", question)
 
 
