@@ -5,9 +5,9 @@ setting that enables it), never answered by another backend; Web Search asked of
 cannot search is said in the strategy event."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
 
 from ragmesh.clients import GeneratorClient
 from ragmesh.errors import InvalidArgument, RagmeshError
@@ -16,24 +16,23 @@ from ragmesh.models import KNOWN_MODELS, WEB_SEARCH_MODELS, not_configured
 log = logging.getLogger(__name__)
 
 REFRESH_S = 60.0
+ASK_TIMEOUT_S = 2.0  # a question naming a model waits at most this long for the generator's list
 
 
 class ModelCatalog:
-    def __init__(self, generator: GeneratorClient, default_model: str,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, generator: GeneratorClient, default_model: str) -> None:
         self.generator = generator
         self.default_model = default_model
-        self.clock = clock
         self._fetched, self._models = 0.0, []  # the generator's configured models, in KNOWN_MODELS order
 
     async def configured(self) -> list[str]:
         """The configured models; just the default model while the generator cannot say."""
-        if self.clock() - self._fetched > REFRESH_S or not self._models:
+        if time.monotonic() - self._fetched > REFRESH_S or not self._models:
             try:
-                served = set((await self.generator.stats()).models)
-                self._fetched, self._models = self.clock(), [m for m in KNOWN_MODELS if m in served]
-            except RagmeshError as exc:
-                log.warning("generator models unavailable", extra={"error": str(exc)})
+                served = set((await asyncio.wait_for(self.generator.stats(), ASK_TIMEOUT_S)).models)
+                self._fetched, self._models = time.monotonic(), [m for m in KNOWN_MODELS if m in served]
+            except (RagmeshError, asyncio.TimeoutError) as exc:
+                log.warning("generator models unavailable", extra={"error": str(exc) or "timed out"})
         return self._models or [self.default_model]
 
     def offered_now(self) -> list[str]:
@@ -41,8 +40,8 @@ class ModelCatalog:
         return list(self._models or KNOWN_MODELS)
 
     async def check(self, model: str) -> None:
-        """Refuses a known model the generator does not serve. While the generator cannot say, the
-        question goes on and the generator itself refuses it (the same error, in the stream)."""
+        """Refuses a known model the generator does not serve (as it last said). Until the generator has
+        said, the question goes on and the generator itself refuses it (the same error, in the stream)."""
         if not model:
             return
         configured = await self.configured()
