@@ -173,8 +173,15 @@ class GetConversationRequest(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("message_id", "role", "content", "created_at", "meta", "citations")
+    __slots__ = ("message_id", "role", "content", "created_at", "meta", "citations", "strategy", "chunk_map", "web_queries")
     class MetaEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class ChunkMapEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -187,13 +194,19 @@ class Message(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     META_FIELD_NUMBER: _ClassVar[int]
     CITATIONS_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_MAP_FIELD_NUMBER: _ClassVar[int]
+    WEB_QUERIES_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     role: str
     content: str
     created_at: str
     meta: _containers.ScalarMap[str, str]
     citations: _containers.RepeatedCompositeFieldContainer[_common_pb2.Citation]
-    def __init__(self, message_id: _Optional[str] = ..., role: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[str] = ..., meta: _Optional[_Mapping[str, str]] = ..., citations: _Optional[_Iterable[_Union[_common_pb2.Citation, _Mapping]]] = ...) -> None: ...
+    strategy: Strategy
+    chunk_map: _containers.ScalarMap[str, str]
+    web_queries: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, message_id: _Optional[str] = ..., role: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[str] = ..., meta: _Optional[_Mapping[str, str]] = ..., citations: _Optional[_Iterable[_Union[_common_pb2.Citation, _Mapping]]] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., chunk_map: _Optional[_Mapping[str, str]] = ..., web_queries: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Conversation(_message.Message):
     __slots__ = ("conversation_id", "messages")
@@ -266,3 +279,17 @@ class CorrectionResponse(_message.Message):
     CORRECTION_ID_FIELD_NUMBER: _ClassVar[int]
     correction_id: str
     def __init__(self, correction_id: _Optional[str] = ...) -> None: ...
+
+class ListModelsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ("models", "default_model", "web_search_models")
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    WEB_SEARCH_MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedScalarFieldContainer[str]
+    default_model: str
+    web_search_models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, models: _Optional[_Iterable[str]] = ..., default_model: _Optional[str] = ..., web_search_models: _Optional[_Iterable[str]] = ...) -> None: ...

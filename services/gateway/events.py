@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from services.gateway.pipeline import Event
 from services.gateway.strategy import Strategy
+
+if TYPE_CHECKING:  # the pipeline stores strategy_json with each answer, so it imports this module
+    from services.gateway.pipeline import Event
 
 
 def strategy_json(s: Strategy) -> dict[str, Any]:

@@ -31,9 +31,11 @@ from ragmesh.text import citation_numbers
 from ragmesh.types import Citation, GenEvent, Turn
 from services.gateway import context, generation_params, router
 from services.gateway.answer_guard import AnswerGuard
+from services.gateway.events import strategy_json
 from services.gateway.history import History
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory, corrections_text
+from services.gateway.models_offered import ModelCatalog, web_search_note
 from services.gateway.request import AskInput
 from services.gateway.scope_cache import ScopeCache
 from services.gateway.strategy import NO_RETRIEVAL, PipelineSettings, Planner, Strategy
@@ -79,6 +81,7 @@ class AskPipeline:
         self.memory = memory
         self.limits = limits
         self.rate = rate or RateLimiter(0)
+        self.models = ModelCatalog(generator, planner.settings.default_model)
         self._running: dict[str, asyncio.Event] = {}
 
     @property
@@ -100,6 +103,7 @@ class AskPipeline:
         who = caller.acting_for(ask.tenant, ask.user_id)
         ask.tenant, ask.user_id, ask.identity = who.tenant, who.user, who
         self.rate.check(who.tenant, who.user)
+        await self.models.check(ask.model)
         await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
         if ask.conversation_id:  # another's, or unknown: the same NotFound
             await asyncio.to_thread(self.history.require, who, ask.conversation_id, owner_only=True)
@@ -127,6 +131,8 @@ class AskPipeline:
             with self.planning.slot():
                 strategy = await self.planner.plan(ask, turns)
             metrics.route_taken(strategy.route)
+            if note := web_search_note(strategy.model, ask.web_search):
+                strategy.reason += f"; {note}"
             if strategy.retrieval != NO_RETRIEVAL:
                 metrics.scope_cache(strategy.cache_hit)
             with tracing.span("context"):
@@ -201,9 +207,17 @@ class AskPipeline:
                         parts = [tail]
                         yield Event("content", tail)
             answer = "".join(parts)
+            if stopped and not answer:  # 000's stop flow: stopped before any content, the question goes
+                await asyncio.to_thread(self.history.drop_question, ask.tenant, ask.conversation_id, question_id)
+                finished = True
+                yield Event("citations", Sources([], []))
+                yield Event("done", {"conversation_id": ask.conversation_id, "message_id": "", "model": model,
+                                     "stopped": True, "usage": usage})
+                return
             citations = _citations(answer, ctx.blocks) + _web_citations(web, len(ctx.blocks))
             meta = {
                 "model": model, "route": s.route, "retrieval": s.retrieval, "usage": usage,
+                "strategy": strategy_json(s),  # a reopened answer shows how it was made
                 "unavailable": s.unavailable, "dense_skipped": s.dense_skipped,
                 "chunk_ids": [h.chunk.chunk_id for h in ctx.hits_used],
                 "sources": sorted({b.label for b in ctx.blocks}),
@@ -227,9 +241,12 @@ class AskPipeline:
             failure = exc.code
             raise
         finally:
-            if not finished:
+            if not finished and not failure and not parts:  # the client went before any content
+                self.history.drop_question(ask.tenant, ask.conversation_id, question_id)
+            elif not finished:
                 # Keep what was said: marked failed when generation failed, stopped when the client went.
-                meta = {"model": model, "route": s.route, **({"failed": failure} if failure else {})}
+                meta = {"model": model, "route": s.route, "strategy": strategy_json(s),
+                        **({"failed": failure} if failure else {})}
                 self.history.save_answer(ask.conversation_id, "".join(parts), meta, stopped=not failure,
                                          failed=failure)
 

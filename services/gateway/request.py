@@ -28,6 +28,8 @@ SOURCE_COLLECTIONS = {
 WEB_SEARCH = "Web Search"
 DATA_SOURCES = (*SOURCE_COLLECTIONS, WEB_SEARCH)
 DEFAULT_SOURCES = ("Meeting Notes", "Factsheet")
+# How a whole answer is returned: ragmesh's own JSON, or 002's notes-assistant contract ([N1] citations).
+RESPONSE_FORMATS = ("ragmesh", "notes")
 
 
 @dataclass
@@ -45,9 +47,7 @@ class AskInput:
     document_ids: list[str] = field(default_factory=list)  # documents in scope; one enables SUMMARY
     persona: str = ""  # 003: who the assistant is, put in the system prompt
     context_window: str = ""  # 003: one of CONTEXT_WINDOWS, or "" (the question may set one)
-    # 002's notes contract asked for (set by the endpoint that answers in it, not by a request field):
-    # linear fusion and the citation-enforced prompt at 002's temperature.
-    notes_contract: bool = False
+    response_format: str = "ragmesh"  # one of RESPONSE_FORMATS; "notes" asks for 002's contract
     identity: Identity | None = None  # who asks, settled by AskPipeline.prepare from the credential
 
     def validate(self) -> None:
@@ -75,6 +75,14 @@ class AskInput:
         if self.context_window and self.context_window not in CONTEXT_WINDOWS:
             raise InvalidArgument("context_window", f"must be one of {', '.join(CONTEXT_WINDOWS)} (or empty), "
                                                     f"got {shown(self.context_window)}")
+        if self.response_format not in RESPONSE_FORMATS:
+            raise InvalidArgument("format", f"unknown response format {shown(self.response_format)}; "
+                                            f"known: {', '.join(RESPONSE_FORMATS)}")
+
+    @property
+    def notes_contract(self) -> bool:
+        """002's contract asked for: linear fusion and the citation-enforced prompt at 002's temperature."""
+        return self.response_format == "notes"
 
     @property
     def sources(self) -> list[str]:

@@ -23,6 +23,7 @@ from services.gateway import boosts, router
 from services.gateway.memory import MEMORY_COLLECTION
 from services.gateway.quality import QualitySettings, QualityStack, QualityStep
 from services.gateway.query_analysis import mentioned_funds, time_hint, time_window
+from services.gateway.question_lookup import numbered_filter
 from services.gateway.request import AskInput
 from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
 
@@ -263,8 +264,8 @@ class Planner:
             f = self._filter_for(collection, s, ask)
             options = boosts.options(collection, ranking)
             left = lambda: max(0.05, deadline - time.monotonic())  # noqa: E731
-            if rt.question_numbers:  # 001 strategy 1: the numbered item itself first
-                exact = dataclasses.replace(f, any_of={**f.any_of, "question_number": list(rt.question_numbers)})
+            # 001: the numbered items themselves first (those named, or all when all are asked for)
+            if exact := await numbered_filter(self.retriever, rt.question_numbers, rt.all_questions, f, collection):
                 found = await self.retriever.search(ask.question, [collection], exact, max(rt.k, SEARCH_DEPTH),
                                                     vector, left(), variants, **options)
                 if found.hits:

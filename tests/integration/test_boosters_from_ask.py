@@ -13,9 +13,7 @@ import grpc
 import httpx
 import pytest
 
-from ragmesh.identity import Identity
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc, retriever_pb2, retriever_pb2_grpc
-from services.gateway.request import AskInput
 from services.retriever.search import SearchOutcome, SearchQuery
 from tests.auth import bearer, channel, headers
 from tests.stack import DEMO, Stack
@@ -198,18 +196,11 @@ def test_documents_get_the_tag_boost_and_the_authoritative_tie_break(stack: Stac
 
 
 def test_the_notes_contract_searches_with_linear_fusion(stack: Stack, searches: Searches) -> None:
-    """002's notes use case: no endpoint asks for it yet, so the test runs the stack's pipeline with
-    AskInput.notes_contract set, as the endpoint answering in 002's contract does."""
-    pipeline = stack.app("gateway").pipeline
-
-    async def run() -> list:
-        ask_input = await pipeline.prepare(AskInput("What did Kestrel do with its Brazil exposure?",
-                                                    notes_contract=True), Identity(DEMO, "admin", "admin", "key"))
-        return [e async for e in pipeline.run(ask_input)]
-
-    events = stack.call(run())
-    [strategy] = [e.value for e in events if e.kind == "strategy"]
-    assert "linear fusion" in strategy.reason
+    """002's notes use case: asked for in 002's contract (`format: notes`), every search fuses linearly."""
+    body = ask(stack.http_url, stack.headers, "What did Kestrel do with its Brazil exposure?", format="notes")
+    assert body["meta"]["retrieval"]["strategy"].startswith("hybrid")
+    stored = httpx.get(f"{stack.http_url}/api/conversations/{body['conversation_id']}", headers=stack.headers)
+    assert "linear fusion" in stored.json()["messages"][-1]["strategy"]["reason"]
     for collection in ("meeting_notes", "factsheets"):
         query = searches.query(collection)
         assert query.fusion == "LINEAR"

@@ -13,10 +13,8 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from ragmesh.identity import Identity
 from ragmesh.prompts import PROMPTS, system_instruction
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc, retriever_pb2, retriever_pb2_grpc
-from services.gateway.request import AskInput
 from tests.auth import bearer, channel, headers
 from tests.conftest import QUALITY_OFF
 from tests.fakes.gemini import FakeGemini, text
@@ -44,7 +42,6 @@ class Case:
     route: str
     tenant: bool = False  # asked in TENANT (its documents), else in DEMO (the demo corpus)
     turns_before: list[str] = field(default_factory=list)  # earlier questions of the same conversation
-    notes_contract: bool = False  # 002's contract: run through the pipeline with AskInput.notes_contract
 
 
 KESTREL = "What did Kestrel do with its Brazil exposure?"
@@ -58,7 +55,7 @@ CASES = {
                             "document_ids": ["documents/harbour-plan"]}, "global_summary", 0.4, "SUMMARY",
                            tenant=True),
     "rag_persona": Case({"question": KESTREL, "persona": PERSONA}, "rag_persona", 0.7, "SPECIFIC"),
-    "citation_enforced": Case({"question": KESTREL}, "citation_enforced", 0.3, "SPECIFIC", notes_contract=True),
+    "citation_enforced": Case({"question": KESTREL, "format": "notes"}, "citation_enforced", 0.3, "SPECIFIC"),
 }
 ROUTE_CASES = {  # the Path A routes besides SPECIFIC
     "LOOKUP": Case({"question": "What does item 2 say about Kestrel?"}, "fund_research", 0.7, "LOOKUP"),
@@ -84,27 +81,21 @@ class Asker:
             earlier = {"question": question} | ({"conversation_id": conversation} if conversation else {})
             conversation = self._post(earlier, who)["conversation_id"]
         self.fake.stream(text("Answer with a citation [1]."))
-        if case.notes_contract:
-            return self._contract(case.body["question"])
-        return self._post(case.body | ({"conversation_id": conversation} if conversation else {}), who)["meta"][
-            "strategy"]
+        answered = self._post(case.body | ({"conversation_id": conversation} if conversation else {}), who)
+        if case.body.get("format") == "notes":  # 002's contract names no route: the stored strategy does
+            return self._stored_strategy(answered["conversation_id"], who)
+        return answered["meta"]["strategy"]
 
     def _post(self, body: dict, who: dict[str, str]) -> dict:
         reply = httpx.post(self.url + "/api/chat/ask", json=body, headers=who, timeout=60)
         assert reply.status_code == 200, reply.text
         return reply.json()
 
-    def _contract(self, question: str) -> dict:
-        """No endpoint asks for 002's contract yet: the gateway's pipeline runs with the flag its endpoint sets."""
-        pipeline = next(h for h in self.stack.extra if h.address == self.address).app.pipeline
-
-        async def run() -> list:
-            ask = await pipeline.prepare(AskInput(question, notes_contract=True),
-                                         Identity(DEMO, "admin", "admin", "key"))
-            return [e async for e in pipeline.run(ask)]
-
-        [strategy] = [e.value for e in self.stack.call(run()) if e.kind == "strategy"]
-        return {"route": strategy.route}
+    def _stored_strategy(self, conversation: str, who: dict[str, str]) -> dict:
+        """The strategy the conversation's last answer was given, as read back."""
+        reply = httpx.get(f"{self.url}/api/conversations/{conversation}", headers=who, timeout=30)
+        assert reply.status_code == 200, reply.text
+        return reply.json()["messages"][-1]["strategy"]
 
     def sent(self) -> tuple[str, str, float]:
         """(system instruction, user prompt, temperature) of the last answer the model was asked for."""

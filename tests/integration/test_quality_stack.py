@@ -130,6 +130,21 @@ def test_rewrite_rerank_and_compression_shape_the_context(model, stack: Stack, s
     assert one(events, "citations")[0]["snippet"].startswith("[Partial]: ")
 
 
+def test_the_notes_contract_reports_the_rerank(model, stack: Stack) -> None:
+    """002's meta counts the candidates the model reranked and names the strategy `hybrid_reranked`."""
+    url, fake = model
+    fake.respond(REWRITE, "Kestrel Brazil")
+    fake.respond(RERANK, lambda sent: "\n".join(f"{i}: {i}" for i in range(1, len(excerpts(sent)) + 1)))
+    fake.respond(COMPRESS, lambda sent: first_sentence(the_excerpt(sent)))
+    fake.respond(ANSWER, "Kestrel cut Brazil [1].")
+    body = httpx.post(url + "/api/chat/ask", json={"question": QUESTION, "format": "notes"}, headers=stack.headers,
+                      timeout=60).json()
+    retrieval = body["meta"]["retrieval"]
+    rerank = prompts(fake, RERANK)[-1]
+    assert retrieval["strategy"] == "hybrid_reranked" and retrieval["rerankCount"] == len(excerpts(rerank)) > 1
+    assert body["answer"] == "Kestrel cut Brazil [N1]."
+
+
 def test_compression_keeps_only_the_chunks_sentences_and_drops_what_it_finds_irrelevant(model, stack: Stack) -> None:
     url, fake = model
     fake.respond(REWRITE, "Kestrel Brazil")

@@ -14,6 +14,7 @@ Rules across fields that JSON Schema cannot state are in the descriptions (`end_
 `start_date`, for example). tests/integration/test_openapi.py runs schemathesis against it."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from fastapi import FastAPI
@@ -21,7 +22,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
-from ragmesh.models import KNOWN_MODELS
+from ragmesh.models import KNOWN_MODELS, WEB_SEARCH_MODELS
 from ragmesh.serving import REQUEST_ID_HEADER
 from ragmesh.v1 import retriever_pb2
 from ragmesh.validation import _NAME as COLLECTION_NAME
@@ -31,7 +32,7 @@ from services.gateway.conversations import MAX_TITLE_CHARS
 from services.gateway.memory import CORRECTION_LIMITS
 from services.gateway.request import (CONTEXT_WINDOWS, DATA_SOURCES, DEFAULT_SOURCES, MAX_DOCUMENT_ID_CHARS,
                                       MAX_DOCUMENT_IDS, MAX_FUND_CHARS, MAX_FUNDS, MAX_NAME_CHARS, MAX_PERSONA_CHARS,
-                                      MAX_QUESTION_CHARS)
+                                      MAX_QUESTION_CHARS, RESPONSE_FORMATS)
 
 SCHEME = "bearer"
 SCHEMAS = "#/components/schemas/"
@@ -128,6 +129,41 @@ class Answer(_Exact):
     meta: AnswerMeta
 
 
+class NotesCitation(_Exact):
+    cid: str = Field(description="The [N1] the answer cites")
+    noteId: str = Field(description="The cited document's id (doc_id)")
+    chunkId: str
+    createdAt: str = Field(description="The chunk's date as an ISO timestamp (the start of that day, UTC)")
+    snippet: str
+    score: float = Field(description="The chunk's fused retrieval score")
+    title: str
+    url: str = Field(description="Web citations")
+    ref: str = Field(description="Persistent id (#chk_...)")
+
+
+class NotesRetrieval(_Exact):
+    k: int
+    strategy: str = Field(description="none, summary, or hybrid / keyword (embedder down), with _reranked when a "
+                                      "model reranked and _cached when the cached scope was reused")
+    candidateCount: int
+    rerankCount: int
+    timeMs: int
+
+
+class NotesMeta(_Exact):
+    model: str
+    retrieval: NotesRetrieval
+
+
+class NotesAnswer(_Exact):
+    """POST /api/chat/ask with format "notes": 002's chat response contract."""
+
+    answer: str = Field(description="Cites [N1], [N2] as the citations' cid")
+    citations: list[NotesCitation]
+    conversation_id: str
+    meta: NotesMeta
+
+
 class SearchingEvent(_Exact):
     searching: bool = Field(description="true while the sources are searched, false when done")
 
@@ -158,7 +194,8 @@ class AskDone(_Exact):
     conversation_id: str
     message_id: str
     model: str
-    stopped: bool = Field(description="The answer was stopped (POST /api/chat/stop); the partial answer is kept")
+    stopped: bool = Field(description="The answer was stopped (POST /api/chat/stop): the partial answer is kept; "
+                                      "stopped before any content, the question is removed (message_id empty)")
     usage: dict[str, int] = Field(description="Token counts, when the model reports them")
 
 
@@ -192,8 +229,9 @@ class Identity(_Exact):
 
 
 class Meta(_Exact):
-    models: list[str]
+    models: list[str] = Field(description="The models this deployment serves; asking for another is 400")
     default_model: str
+    web_search_models: list[str] = Field(description="Of the models, those that can search the web (Web Search)")
     data_sources: list[str]
     funds: list[str] = Field(description="Fund names in the tenant's corpus")
     identity: Identity = Field(description="Who the credential is")
@@ -224,6 +262,8 @@ class Message(_Exact):
     citations: list[Citation] = Field(description="What the answer cites, as the stream's citations event")
     web_queries: list[str]
     chunk_map: dict[str, str] = Field(description="Persistent ref (#chk_...) -> chunk id; GET /api/chunks/{chunk_id}")
+    strategy: Strategy | None = Field(description="How the answer was made, as its strategy event said; null for "
+                                                  "questions")
     timings: dict[str, float] = Field(description="retrieval_ms and generation_ms")
     usage: dict[str, int]
     failed: str = Field(description="The error code that cut the answer short; empty otherwise")
@@ -341,7 +381,7 @@ class Health(_Exact):
 ASK_EVENTS = (SearchingEvent, StrategyEvent, GeneratingEvent, ThinkingEvent, ContentEvent, CitationsEvent,
               AskDone, Error)
 INGEST_EVENTS = (IngestProgress, IngestDone, Error)
-MODELS = (Answer, Meta, Conversations, Conversation, ConversationRenamed, ConversationDeleted, Stopped,
+MODELS = (Answer, NotesAnswer, Meta, Conversations, Conversation, ConversationRenamed, ConversationDeleted, Stopped,
           CorrectionRecorded, DocumentInfo, Documents, DocumentsDeleted, ChunkView, Collections, Funds, Health,
           *ASK_EVENTS, *INGEST_EVENTS)
 
@@ -445,9 +485,10 @@ ASK_FIELDS = {
     "conversation_id": _text(MAX_NAME_CHARS, "One of the caller's conversations (404 otherwise); empty or null "
                                              "starts a new one, named in the strategy and done events",
                              nullable=True),
-    "model": {"enum": ["", *KNOWN_MODELS, None],
-              "description": "Empty or null: the default model (GET /api/meta); a model this deployment has no "
-                             "provider for answers with the offline extractive one"},
+    "format": {"enum": ["", *RESPONSE_FORMATS, None],
+               "description": "Empty, null or ragmesh: this document's Answer; notes: POST /api/chat/ask answers in "
+                              "the notes assistant's contract (NotesAnswer: [N1] citations with cid, noteId, chunkId, "
+                              "createdAt, snippet, score). The stream's events are the same in both"},
     "tenant": _text(MAX_NAME_CHARS, "Empty or the credential's own tenant (403 otherwise)"),
     "user_id": _text(MAX_NAME_CHARS, "Empty or the caller; an admin key may name another user of its tenant (403 "
                                      "for a member key)"),
@@ -596,7 +637,16 @@ def _error_response(status: int, description: str) -> dict:
     return _response(description, {"application/json": {"schema": {"$ref": SCHEMAS + "Error"}}}, headers)
 
 
-def build(app: FastAPI, *, max_body_bytes: int, max_upload_bytes: int, max_file_bytes: int) -> dict[str, Any]:
+def _model_field(offered: list[str]) -> dict:
+    return {"enum": ["", *offered, None],
+            "description": "Empty or null: the default model. The models this deployment served when this document "
+                           "was made (GET /api/meta has them now); another known model "
+                           f"({', '.join(m for m in KNOWN_MODELS if m not in offered) or 'none'}) is a 400 naming "
+                           f"the setting that enables it. Web Search needs one of {', '.join(WEB_SEARCH_MODELS)}"}
+
+
+def build(app: FastAPI, *, offered_models: list[str], max_body_bytes: int, max_upload_bytes: int,
+          max_file_bytes: int) -> dict[str, Any]:
     """FastAPI's generated document for the app, completed (see the module's docstring)."""
     doc = get_openapi(title=app.title, version=app.version, routes=app.routes, description=(
         "The REST/SSE bridge of the ragmesh gateway. Every /api route needs `Authorization: Bearer <API key "
@@ -609,7 +659,7 @@ def build(app: FastAPI, *, max_body_bytes: int, max_upload_bytes: int, max_file_
     for unused in ("HTTPValidationError", "ValidationError"):  # validation errors are our 400s
         schemas.pop(unused, None)
     schemas.update(_component_schemas())
-    _constrain(schemas["AskBody"], ASK_FIELDS, required=["question"])
+    _constrain(schemas["AskBody"], {**ASK_FIELDS, "model": _model_field(offered_models)}, required=["question"])
     _constrain(schemas["CorrectionBody"], CORRECTION_FIELDS, required=["correction"])
     schemas["CorrectionBody"].update(CORRECTION_RULES)
     _constrain(schemas["RenameBody"], {"title": _text(MAX_TITLE_CHARS, "Empty or blank: the first question again; "
@@ -664,6 +714,8 @@ def build(app: FastAPI, *, max_body_bytes: int, max_upload_bytes: int, max_file_
             body = op.get("requestBody")
             if body is not None:
                 body["description"] = f"At most {max_body_bytes:,} bytes (HTTP_MAX_BODY_BYTES)"
+    answered = doc["paths"]["/api/chat/ask"]["post"]["responses"]["200"]["content"]["application/json"]
+    answered["schema"] = {"oneOf": [{"$ref": SCHEMAS + Answer.__name__}, {"$ref": SCHEMAS + NotesAnswer.__name__}]}
     ingest = doc["paths"]["/api/documents"]["post"]
     ingest["requestBody"] = _ingest_bodies(max_upload_bytes, max_file_bytes)
     return doc
@@ -698,12 +750,12 @@ def _parameter(method: str, parameter: dict) -> None:
         parameter["schema"] = dict(PATH_PARAMETERS[name])
 
 
-def install(app: FastAPI, **limits: int) -> None:
+def install(app: FastAPI, offered_models: Callable[[], list[str]], **limits: int) -> None:
     """Serves the completed document at the app's openapi_url (made once, on first use)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = build(app, **limits)
+            app.openapi_schema = build(app, offered_models=offered_models(), **limits)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
