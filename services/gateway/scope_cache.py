@@ -13,8 +13,10 @@ import numpy as np
 from ragmesh.types import Hit
 
 
-def scope_key(start_date: str, end_date: str, funds: list[str]) -> str:
-    return f"{start_date}_{end_date}_{sorted(funds)}"
+def scope_key(start_date: str, end_date: str, funds: list[str], documents: list[str] = ()) -> str:
+    """Hits are reused only under the same dates, funds and picked documents."""
+    key = f"{start_date}_{end_date}_{sorted(funds)}"
+    return f"{key}_{sorted(documents)}" if documents else key
 
 
 @dataclass

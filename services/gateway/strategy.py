@@ -21,7 +21,7 @@ from ragmesh.types import Chunk, Hit, SearchFilter, Turn
 from services.gateway import router
 from services.gateway.memory import MEMORY_COLLECTION
 from services.gateway.query_analysis import mentioned_funds, time_hint
-from services.gateway.request import AskInput
+from services.gateway.request import AskInput, document_ref
 from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,8 @@ class Planner:
         if not rt.retrieves:
             return s
         await self._read_question(ask, s)
-        s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []))
+        s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []),
+                                ask.document_ids)
         started = time.perf_counter()
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
         with tracing.span("embedding"):
@@ -145,7 +146,7 @@ class Planner:
         """004 Path B: the document's pre-computed summary and section summaries as the context, or
         its section titles as a table of contents. False when it has neither (search instead)."""
         ref = ask.document_ids[0]
-        collection, _, doc_id = ref.rpartition("/")
+        collection, doc_id = document_ref(ref)
         record = None
         for name in [collection] if collection else s.collections:
             try:
@@ -237,7 +238,7 @@ class Planner:
                 return await searched(collection)
 
         async def searched(collection: str) -> SearchResult:
-            f = self._filter_for(collection, s, ask)
+            f = dataclasses.replace(self._filter_for(collection, s, ask), doc_ids=ask.picked(collection))
             left = lambda: max(0.05, deadline - time.monotonic())  # noqa: E731
             if rt.question_numbers:  # 001 strategy 1: the numbered item itself first
                 exact = dataclasses.replace(f, any_of={**f.any_of, "question_number": list(rt.question_numbers)})
