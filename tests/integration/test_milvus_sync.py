@@ -268,3 +268,20 @@ def test_a_replaced_document_is_never_seen_in_two_versions(uri: str, store, monk
         thread.join(30)
     assert seen and all(len(versions) == 1 for versions in seen), [v for v in seen if len(v) != 1][:3]
     assert versions_seen(b) == {"v21"}
+
+
+@pytest.mark.slow
+def test_index_rebuild_runs_from_a_shell_with_a_milvus_lite_file(tmp_path: Path) -> None:
+    """pymilvus reads MILVUS_URI when it is imported and refuses a file path there: a fresh
+    process (the CLI, `make run`'s retriever) must still start with one."""
+    store = SqliteStore(tmp_path / "ragmesh.sqlite3")
+    try:
+        store.replace_documents([document("a", "alpha", 2)])
+    finally:
+        store.close()
+    env = {"RETRIEVER_BACKEND": "milvus", "MILVUS_URI": str(tmp_path / "index.db"), "DATA_DIR": str(tmp_path),
+           "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "ragmesh.cli", "index", "rebuild"], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "rebuilt c: 2 chunks" in done.stdout

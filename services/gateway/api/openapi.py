@@ -453,8 +453,9 @@ ASK_FIELDS = {
               "description": "Passages to retrieve; null: the strategy decides"},
     "document_ids": {"type": "array", "maxItems": MAX_DOCUMENT_IDS,
                      "items": {"type": "string", "maxLength": MAX_DOCUMENT_ID_CHARS},
-                     "description": "Documents in scope (collection/doc_id or doc_id); one enables a summary of it. "
-                                    "An unknown one is 404"},
+                     "description": "Documents in scope, as collection/doc_id (GET /api/documents) or a bare "
+                                    "doc_id (in any searched collection): every search of the question admits "
+                                    "only their chunks. One enables a summary of it (404 when it is unknown)"},
 }
 CORRECTION_FIELDS = {
     "correction": _text(CORRECTION_LIMITS["correction"], "What the right answer is", required=True),

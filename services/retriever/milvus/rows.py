@@ -30,8 +30,8 @@ MAX_VARCHAR = 65_535  # bytes, Milvus's largest VARCHAR
 MAX_PAIRS = 256  # metadata pairs a chunk may carry (the retriever accepts 160)
 NO_DATE = -1
 # Fields read back to rebuild a chunk (the dense vector is added when similarities are needed).
-CHUNK_FIELDS = ["pk", "tenant", "chunk_id", "doc_id", "parent", "chunk_index", "date_text", "meta", "text", "text_chars",
-                "written"]
+CHUNK_FIELDS = ["pk", "tenant", "chunk_id", "doc_id", "parent", "chunk_index", "date_text", "meta", "text",
+                "text_chars", "written"]
 
 
 def hexed(text: str) -> str:
