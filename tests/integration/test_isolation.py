@@ -348,7 +348,8 @@ def test_gateway_grpc_checks_the_same(world: World) -> None:
     events = list(mallory.Ask(gateway_pb2.AskRequest(question="What is Project Nightingale?",
                                                      data_sources=["Documents"])))
     text = "".join(e.content for e in events)
-    assert SECRET not in text and events[-1].WhichOneof("event") == "done"
+    # acme's words only: umbra's own documents may name Nightingale (the planting test writes one)
+    assert "Lark Robotics" not in text and "42 million" not in text and events[-1].WhichOneof("event") == "done"
     _rpc_refused(lambda: gateway_pb2_grpc.GatewayStub(grpc.insecure_channel(world.stack.address("gateway"))).Ask(
         gateway_pb2.AskRequest(question="hi")), grpc.StatusCode.UNAUTHENTICATED)
     alice = world.gateway(world.alice)

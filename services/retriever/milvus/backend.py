@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 from pymilvus import MilvusClient
+from pymilvus.client.types import LoadState
 from pymilvus.exceptions import MilvusException
 
 from ragmesh.config import Settings, redact_uri
@@ -130,10 +131,16 @@ class MilvusBackend:
         try:
             self._client = MilvusClient(uri=self.config.uri, token=self.config.token, db_name=self.config.db,
                                         timeout=10)
-            self._client.list_collections()
+            listed = self._client.list_collections()
         except Exception as exc:  # pymilvus raises several kinds for a bad address, database or credential
             reason = getattr(exc, "message", "") or str(exc) or type(exc).__name__
             raise ConfigError(f"MILVUS_URI {where}: cannot use Milvus there: {reason.splitlines()[0][:300]}") from None
+        for name in listed:
+            # A Milvus server keeps collections loaded across restarts; a milvus-lite file opened by
+            # another process than the one that wrote it has them all released (no search, no get).
+            if name.startswith(self.config.prefix) and \
+                    self._call(self._client.get_load_state, name)["state"] != LoadState.Loaded:
+                self._call(self._client.load_collection, name)
 
     def _call(self, fn, *args, **kwargs):
         """A Milvus call; a failing server is Unavailable (a retriable gRPC status), never INTERNAL."""
