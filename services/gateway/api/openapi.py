@@ -38,6 +38,10 @@ SCHEMAS = "#/components/schemas/"
 # checks (str.strip()) call empty, which ECMA's \s is not quite.
 WHITESPACE = r"\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 NOT_BLANK = f"[^{WHITESPACE}]"
+# A picked document (services.gateway.request.document_ref): a bare doc id without '/', or a collection
+# name, '/' and the doc id; the doc id not blank.
+DOCUMENT_REF = (f"^(?:[^/]*[^/{WHITESPACE}][^/]*|{COLLECTION_NAME.pattern.strip('^$')}/[\\s\\S]*"
+                f"[^{WHITESPACE}][\\s\\S]*)$")
 
 
 # -- response bodies --------------------------------------------------------------------------------
@@ -452,7 +456,7 @@ ASK_FIELDS = {
     "top_k": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 200}, {"type": "null"}],  # check_top_k
               "description": "Passages to retrieve; null: the strategy decides"},
     "document_ids": {"type": "array", "maxItems": MAX_DOCUMENT_IDS,
-                     "items": {"type": "string", "maxLength": MAX_DOCUMENT_ID_CHARS},
+                     "items": {"type": "string", "maxLength": MAX_DOCUMENT_ID_CHARS, "pattern": DOCUMENT_REF},
                      "description": "Documents in scope, as collection/doc_id (GET /api/documents) or a bare "
                                     "doc_id (in any searched collection): every search of the question admits "
                                     "only their chunks. One enables a summary of it (404 when it is unknown)"},
