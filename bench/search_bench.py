@@ -282,9 +282,10 @@ class RetrieverProcess:
     # The command that starts it; an A/B experiment can swap in a wrapper around the module.
     command: list[str] = [sys.executable, "-m", "services.retriever"]
 
-    def __init__(self, env: dict[str, str] | None = None) -> None:
+    def __init__(self, env: dict[str, str] | None = None, start_timeout: float = 120) -> None:
         """`env`: variables for this retriever beyond the benchmark's own (e.g. METRICS_ENABLED)."""
         self.env = env or {}
+        self.start_timeout = start_timeout
         self._tmp = tempfile.TemporaryDirectory(prefix="ragmesh-bench-")
         self.data_dir = Path(self._tmp.name)
         self.port = free_port()
@@ -303,7 +304,7 @@ class RetrieverProcess:
             self.proc = subprocess.Popen(self.command, env=env, cwd=REPO,
                                          stdout=out, stderr=subprocess.STDOUT)
         try:
-            wait_serving(self.address, "retriever", self.proc, timeout=120)
+            wait_serving(self.address, "retriever", self.proc, timeout=self.start_timeout)
         except BaseException:
             self.__exit__()
             raise

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from ragmesh.errors import InvalidArgument
 from ragmesh.identity import Identity
 from ragmesh.models import KNOWN_MODELS
-from ragmesh.validation import check_date_range, check_list, check_text, check_top_k, shown
+from ragmesh.validation import check_date_range, check_list, check_name, check_text, check_top_k, shown
 
 MAX_QUESTION_CHARS = 2000
 MAX_NAME_CHARS = 128  # tenant, user, conversation and model names
@@ -30,6 +30,13 @@ DATA_SOURCES = (*SOURCE_COLLECTIONS, WEB_SEARCH)
 DEFAULT_SOURCES = ("Meeting Notes", "Factsheet")
 # How a whole answer is returned: ragmesh's own JSON, or 002's notes-assistant contract ([N1] citations).
 RESPONSE_FORMATS = ("ragmesh", "notes")
+
+
+def document_ref(ref: str) -> tuple[str, str]:
+    """A picked document as (collection, doc_id): `collection/doc_id` (what the page's picker sends;
+    the doc id may hold more slashes), or a bare doc_id, which names it in any searched collection ("")."""
+    collection, slash, doc_id = ref.partition("/")
+    return (collection, doc_id) if slash else ("", ref)
 
 
 @dataclass
@@ -60,6 +67,11 @@ class AskInput:
         self.data_sources = check_list("data_sources", self.data_sources, len(DATA_SOURCES), MAX_NAME_CHARS)
         self.selected_funds = check_list("selected_funds", self.selected_funds, MAX_FUNDS, MAX_FUND_CHARS)
         self.document_ids = check_list("document_ids", self.document_ids, MAX_DOCUMENT_IDS, MAX_DOCUMENT_ID_CHARS)
+        for i, ref in enumerate(self.document_ids):
+            collection, doc_id = document_ref(ref)
+            if collection:
+                check_name(f"document_ids[{i}] collection", collection)
+            check_text(f"document_ids[{i}]", doc_id, MAX_DOCUMENT_ID_CHARS, required=True)
         check_text("start_date", self.start_date, 10)
         check_text("end_date", self.end_date, 10)
         check_date_range(self.start_date, self.end_date)
@@ -91,6 +103,13 @@ class AskInput:
     @property
     def collections(self) -> list[str]:
         return [SOURCE_COLLECTIONS[s] for s in self.sources if s in SOURCE_COLLECTIONS]
+
+    def picked(self, collection: str) -> list[str] | None:
+        """The picked documents' ids in a collection, for the search filter: None when none is
+        picked (the whole collection), [] when all of them are elsewhere (nothing here)."""
+        if not self.document_ids:
+            return None
+        return [doc_id for c, doc_id in map(document_ref, self.document_ids) if c in ("", collection)]
 
     @property
     def web_search(self) -> bool:

@@ -24,7 +24,7 @@ from services.gateway.memory import MEMORY_COLLECTION
 from services.gateway.quality import QualitySettings, QualityStack, QualityStep
 from services.gateway.query_analysis import mentioned_funds, time_hint, time_window
 from services.gateway.question_lookup import numbered_filter
-from services.gateway.request import AskInput
+from services.gateway.request import AskInput, document_ref
 from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class Planner:
             return s
         await self._read_question(ask, s)
         s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []),
-                                s.time_window)
+                                s.time_window, ask.document_ids)
         started = time.perf_counter()
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
         with tracing.span("embedding"):
@@ -161,7 +161,7 @@ class Planner:
         """004 Path B: the document's pre-computed summary and section summaries as the context, or
         its section titles as a table of contents. False when it has neither (search instead)."""
         ref = ask.document_ids[0]
-        collection, _, doc_id = ref.rpartition("/")
+        collection, doc_id = document_ref(ref)
         record = None
         for name in [collection] if collection else s.collections:
             try:
@@ -261,7 +261,7 @@ class Planner:
                 return await searched(collection)
 
         async def searched(collection: str) -> SearchResult:
-            f = self._filter_for(collection, s, ask)
+            f = dataclasses.replace(self._filter_for(collection, s, ask), doc_ids=ask.picked(collection))
             options = boosts.options(collection, ranking)
             left = lambda: max(0.05, deadline - time.monotonic())  # noqa: E731
             # 001: the numbered items themselves first (those named, or all when all are asked for)

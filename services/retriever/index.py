@@ -40,7 +40,7 @@ COMPACT_MIN_DEAD = 1000
 COMPACT_DEAD_SHARE = 0.25
 # Bumped whenever the pickled classes change shape: a snapshot in another format is rebuilt
 # from the store, never unpickled into objects the code no longer matches.
-SNAPSHOT_FORMAT = 3
+SNAPSHOT_FORMAT = 4
 _SNAPSHOT_BLOCK = 8192  # chunks per pickle block
 # One FAISS thread per search (set per thread: OpenMP settings are thread-local): a single query
 # is faster that way, and BM25 runs on the other core. Measured: 1M p50 95 -> 63 ms.

@@ -133,6 +133,40 @@ def test_filters_fail_closed(retriever, f: common_pb2.Filter) -> None:
     assert reply.candidate_count == 0 and list(reply.hits) == []
 
 
+def doc_filter(*doc_ids: str) -> common_pb2.Filter:
+    f = common_pb2.Filter()
+    f.doc_ids.SetInParent()
+    f.doc_ids.values.extend(doc_ids)
+    return f
+
+
+def test_a_doc_ids_filter_admits_those_documents_of_the_callers_tenant_only(stubs, retriever) -> None:
+    picked = search(retriever, "growth credit note", top_k=200, filter=doc_filter("d3", "d12", "book"))
+    assert {h.chunk.doc_id for h in picked.hits} == {"d3", "d12", "book"}
+    assert picked.candidate_count == 6
+    # d10 is acme's: DEMO naming it finds nothing of it, acme finds its own
+    docs = lambda stub, f: {h.chunk.doc_id for h in search(stub, "growth", top_k=50, filter=f).hits}  # noqa: E731
+    assert docs(retriever, doc_filter("d10", "d3")) == {"d3"}
+    assert docs(stubs["acme"], doc_filter("d10", "d3")) == {"d10"}
+    both = doc_filter("d3", "d5", "d6")
+    getattr(both, "in")["fund_name"].values.append("Alpha")  # d5's fund: the conditions hold together
+    assert docs(retriever, both) == {"d5"}
+    for nothing in (doc_filter(), doc_filter("no-such-doc"), doc_filter('d3" or 1==1 or doc_id == "', "d3\\", "]")):
+        reply = search(retriever, "growth credit note", top_k=50, filter=nothing)
+        assert reply.candidate_count == 0 and list(reply.hits) == []
+
+
+@pytest.mark.parametrize("f, field", [
+    (doc_filter(""), "filter.doc_ids[0]"),
+    (doc_filter("d1", "x" * 513), "filter.doc_ids[1]"),
+    (doc_filter(*[f"d{i}" for i in range(1001)]), "filter.doc_ids"),
+])
+def test_bad_doc_ids_are_invalid_arguments(retriever, f: common_pb2.Filter, field: str) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        search(retriever, "growth", top_k=5, filter=f)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and info.value.details().startswith(field)
+
+
 def test_a_tenant_without_documents_finds_nothing(stack: Stack, backend, retriever) -> None:
     with channel(backend[1], bearer(stack.key("nobody", "someone", "admin"))) as ch:
         stub = retriever_pb2_grpc.RetrieverStub(ch)

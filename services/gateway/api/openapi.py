@@ -40,6 +40,10 @@ SCHEMAS = "#/components/schemas/"
 # checks (str.strip()) call empty, which ECMA's \s is not quite.
 WHITESPACE = r"\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 NOT_BLANK = f"[^{WHITESPACE}]"
+# A picked document (services.gateway.request.document_ref): a bare doc id without '/', or a collection
+# name, '/' and the doc id; the doc id not blank.
+DOCUMENT_REF = (f"^(?:[^/]*[^/{WHITESPACE}][^/]*|{COLLECTION_NAME.pattern.strip('^$')}/[\\s\\S]*"
+                f"[^{WHITESPACE}][\\s\\S]*)$")
 
 
 # -- response bodies --------------------------------------------------------------------------------
@@ -81,6 +85,15 @@ class StrategyFilter(_Exact):
     in_: dict[str, list[str]] = Field(alias="in", description="Metadata field -> values, any of which matches")
 
 
+class QualityStep(_Exact):
+    """One of 003's quality steps, in the order they ran."""
+
+    step: str = Field(description="rewrite | rerank | history | compress")
+    status: str = Field(description="done | skipped | fallback")
+    ms: float
+    detail: str = Field(description="What it did, or why it was skipped or fell back")
+
+
 class Strategy(_Exact):
     """How the question is answered: the route, what was searched and found."""
 
@@ -105,6 +118,9 @@ class Strategy(_Exact):
     dense_skipped: bool
     unavailable: list[str] = Field(description="Collections whose search failed or timed out")
     model: str
+    variants: list[str] = Field(description="The model's rewrites of the question, searched beside it")
+    rerank_count: int = Field(description="Candidates the model reranked (0: none)")
+    quality: list[QualityStep]
 
 
 class Retrieval(_Exact):
@@ -495,9 +511,10 @@ ASK_FIELDS = {
     "top_k": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 200}, {"type": "null"}],  # check_top_k
               "description": "Passages to retrieve; null: the strategy decides"},
     "document_ids": {"type": "array", "maxItems": MAX_DOCUMENT_IDS,
-                     "items": {"type": "string", "maxLength": MAX_DOCUMENT_ID_CHARS},
-                     "description": "Documents in scope (collection/doc_id or doc_id); one enables a summary of it. "
-                                    "An unknown one is 404"},
+                     "items": {"type": "string", "maxLength": MAX_DOCUMENT_ID_CHARS, "pattern": DOCUMENT_REF},
+                     "description": "Documents in scope, as collection/doc_id (GET /api/documents) or a bare "
+                                    "doc_id (in any searched collection): every search of the question admits "
+                                    "only their chunks. One enables a summary of it (404 when it is unknown)"},
     "persona": _text(MAX_PERSONA_CHARS, "Who the assistant is (\"You are terse.\"), put in the system prompt",
                      nullable=True),
     "context_window": {"enum": ["", *CONTEXT_WINDOWS, None],
