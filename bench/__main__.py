@@ -15,6 +15,9 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
   load     the whole stack (`python -m deploy.run`) under concurrent SSE chats and searches: refusals,
            errors, time to first event, searches/s, each service's memory and descriptors (bench/load_bench.py)
   metrics  search latency with metrics on against metrics off, side by side (bench/metrics_bench.py)
+  peers    ragmesh beside LanceDB and Milvus Lite on the same corpus, in one run: load rate, hybrid p50/p99
+           without and with the 10% filter, ragmesh's ratio to each (bench/peers_bench.py; the `peers`
+           extra: a peer that is not installed or cannot do a step is reported with its error)
 
 `--quick` is a smoke run of every part at small sizes (for tests); its figures are not
 comparable to the targets, which are only applied at the sizes the issue names.
@@ -41,6 +44,7 @@ from bench.backends_bench import run_backends
 from bench.embed_bench import run_embed
 from bench.load_bench import run_load
 from bench.metrics_bench import run_metrics
+from bench.peers_bench import run_peers
 from bench.search_bench import Section, failed_targets, machine_load, log, render, run_bm25, run_hnsw, run_search
 from services.retriever.dense import IVF
 
@@ -48,7 +52,7 @@ DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quali
                "the cost of authentication (issue 10), the whole stack under load (issue 11), what metrics "
                "cost a search (issue 12), the search backends side by side (issue 17) and the approximate dense "
                "option at 1M chunks (issue 15).")
-PARTS = ("search", "bm25", "hnsw", "approx", "scifact", "embed", "auth", "backends", "load", "metrics")
+PARTS = ("search", "bm25", "hnsw", "approx", "scifact", "embed", "auth", "backends", "load", "metrics", "peers")
 METRICS_SIZE = {False: 100_000, True: 5_000}
 DEFAULT_SIZES = [100_000, 1_000_000]
 APPROX_SIZE = 1_000_000  # the size issue 15's approximate target is for
@@ -100,6 +104,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("load", partial(run_load, quick)))
     if "metrics" in args.only:
         steps.append(("metrics", partial(run_metrics, METRICS_SIZE[quick], args.queries)))
+    if "peers" in args.only:
+        steps.append(("peers", partial(run_peers, size, args.queries)))
     return steps
 
 
