@@ -16,7 +16,6 @@ from typing import Any
 import Stemmer
 
 from ragmesh.text import STOPWORDS as _BASE_STOPWORDS
-from ragmesh.types import Chunk
 
 # Same token rule as ragmesh.text.tokenize ([a-z0-9]+ after lower-casing); the mixed-case
 # pattern only applies when a collection turns lower-casing off.
@@ -121,12 +120,3 @@ class Analyzer:
         if unknown:
             raise ValueError(f"unknown analyzer option(s): {', '.join(unknown)}")
         return cls(**options)
-
-
-def lexical_text(chunk: Chunk) -> str:
-    """What BM25 indexes for a chunk: its document's title (metadata `title`, set at ingest) ahead
-    of its text, unless the text already starts with it. A passage deep in a document is often
-    about what only the title names; measured on SciFact train, BM25 nDCG@10 0.681 -> 0.692 and
-    hybrid 0.718 -> 0.727, better on each fifth of the queries."""
-    title = chunk.metadata.get("title", "").strip()
-    return f"{title}\n\n{chunk.text}" if title and not chunk.text.lstrip().startswith(title) else chunk.text

@@ -28,7 +28,7 @@ import numpy as np
 
 from ragmesh.store import Store
 from ragmesh.types import Chunk, SearchFilter, StoredChunk
-from services.retriever.analyzer import ANALYSIS, Analyzer, lexical_text
+from services.retriever.analyzer import ANALYSIS, Analyzer
 from services.retriever.backend import CollectionOptions, DocKey, Ranked, Retrieved
 from services.retriever.bm25 import BM25Index
 from services.retriever.columns import Columns
@@ -109,12 +109,12 @@ class CollectionIndex:
         analysed again for BM25's removal, before readers are shut out."""
         latest = dict(changes)  # a document given twice: the later version wins, as in the store
         prepared = [
-            (key, [(_shared(s.chunk), s.vector, self.analyzer.analyze(lexical_text(s.chunk))) for s in chunks
+            (key, [(_shared(s.chunk), s.vector, self.analyzer.analyze(s.chunk.text)) for s in chunks
                    if s.vector is not None],
              [_shared(s.chunk) for s in chunks if s.vector is None])
             for key, chunks in latest.items()
         ]
-        replaced = {slot: self.analyzer.analyze(lexical_text(self.chunks[slot]))
+        replaced = {slot: self.analyzer.analyze(self.chunks[slot].text)
                     for key in latest for slot in self.by_doc.get(key, [])}
         vectors = [v for _, items, _ in prepared for _, v, _ in items]
         new_slots: list[int] = []

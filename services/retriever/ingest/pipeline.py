@@ -194,8 +194,7 @@ class Ingestor:
             chunked = await asyncio.to_thread(chunk_document, p, self.sizes)
             yield step("CHUNKED", len(chunked.pieces), chunked)
             metadata |= {"doc_type": chunked.doc_type, "sensitivity": chunked.sensitivity}
-            # The title rides on every chunk: BM25 indexes a chunk under its document's title too.
-            chunks = self._chunks(doc, p.doc_id, chunked, {"title": title, **metadata} if title else metadata, date)
+            chunks = self._chunks(doc, p.doc_id, chunked, metadata, date)
             summary, sections, vectors = await self._embed_and_summarise(
                 [c for c, piece in zip(chunks, chunked.pieces) if not piece.is_parent],
                 self.summaries.wants(doc.summarize, len(p.text)), title, chunked)
