@@ -32,9 +32,10 @@ from bench.search_bench import (
     load, log, measure_searches, percentiles, timed_ms,
 )
 from ragmesh.v1 import retriever_pb2_grpc
+from services.retriever.fusion import DEFAULT_RRF_K
 
 PEER_QUERIES = {"LanceDB": None, "Milvus Lite": 30}  # None = as many as ragmesh; milvus-lite takes seconds a search
-RRF_K = 60
+RRF_K = 60  # the peers' RRF constant: their defaults
 FILTER_GROUP = "g0"  # the 10% filter, as TEN_PERCENT
 Search = Callable[[str, np.ndarray, bool], int]  # (text, vector, filtered) -> hits
 
@@ -226,9 +227,9 @@ def run_peers(n_chunks: int, n_queries: int) -> Section:
     for name, make in PEERS.items():
         with tempfile.TemporaryDirectory(prefix="ragmesh-peers-") as tmp:
             _add(section, name, _run_peer(make, name, corpus, queries, Path(tmp)), ours)
-    section.notes.append("ragmesh: a retriever process through gRPC (flat FAISS + BM25 + RRF k 60, the query vector "
-                         "given); LanceDB and Milvus Lite embedded in this process (no network hop), exact vector "
-                         "search (no ANN index), full-text/BM25 over their own analyzers, RRF k 60. A ratio below 1 "
+    section.notes.append(f"ragmesh: a retriever process through gRPC (flat FAISS + BM25 + RRF k {DEFAULT_RRF_K}, the "
+                         "query vector given); LanceDB and Milvus Lite embedded in this process (no network hop), exact "
+                         f"vector search (no ANN index), full-text/BM25 over their own analyzers, RRF k {RRF_K}. A ratio below 1 "
                          "means ragmesh is faster. milvus-lite is a Python re-implementation of the Milvus server: "
                          "correct, not a Milvus server's speed.")
     return section
