@@ -27,6 +27,8 @@ import numpy as np
 
 # Exact below this many vectors: one core scans 200k in about 12 ms, which with BM25 side by
 # side and gRPC keeps a hybrid search within 20 ms (measured: 1M exact 58 ms of a 63 ms p50).
+# Past it, at 1M (1,024 lists trained at 200k, one thread, same run on a busy machine): IVF p50 10 ms
+# against exact 128 ms, recall@10 1.0 on the synthetic corpus.
 EXACT_BELOW = 200_000
 LISTS_PER_SQRT = 2  # nlist = 2 * sqrt(n), a power of two: ~1,000 lists at 200k vectors
 MIN_LISTS = 16
