@@ -223,7 +223,8 @@ class MilvusBackend:
         come from the analyzer, its dense index from the kind), as the memory engine rebuilds."""
         Analyzer.from_options(options.analyzer)  # ValueError for unknown options
         if options.dense not in (FLAT, HNSW):
-            raise ValueError(f"dense index kind must be {FLAT!r} or {HNSW!r}, got {options.dense!r}")
+            raise ValueError(f"dense index kind must be {FLAT!r} or {HNSW!r} on Milvus (its own IVF_FLAT is "
+                             f"MILVUS_INDEX_TYPE), got {options.dense!r}")
         changed = self.options(name) != options
         self._options[name] = options
         if changed and self.store is not None and name in self._existing():
