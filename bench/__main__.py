@@ -5,6 +5,8 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
            throughput and the retriever's memory, at each of --sizes chunks
   bm25     the inverted index against rank-bm25 (bench/bm25_bench.py), top-10 agreement
   hnsw     HNSW recall@10 against exact search, with and without a 10% filter
+  approx   the approximate dense option (a collection configured `ivf`) at 1M chunks through gRPC: hybrid
+           p50/p99 without and with the 10% filter, dense recall@10 against exact (target 20 ms, 0.95)
   scifact  nDCG@10 / recall@100 on SciFact (train) and ingest throughput with the local model
   embed    the local model through torch vs ONNX Runtime: texts/s at ingest and per query, cosine
   auth     what authenticating a call costs, per kind of credential (bench/auth_bench.py)
@@ -13,6 +15,9 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
   load     the whole stack (`python -m deploy.run`) under concurrent SSE chats and searches: refusals,
            errors, time to first event, searches/s, each service's memory and descriptors (bench/load_bench.py)
   metrics  search latency with metrics on against metrics off, side by side (bench/metrics_bench.py)
+  peers    ragmesh beside LanceDB and Milvus Lite on the same corpus, in one run: load rate, hybrid p50/p99
+           without and with the 10% filter, ragmesh's ratio to each (bench/peers_bench.py; the `peers`
+           extra: a peer that is not installed or cannot do a step is reported with its error)
   pipeline the whole stack over 100k chunks, one question at a time per route (NEW_QUERY, REUSE, NO_RAG,
            DIRECT): time to the strategy and first content events, the gateway's own share (bench/pipeline_bench.py)
 
@@ -41,15 +46,20 @@ from bench.backends_bench import run_backends
 from bench.embed_bench import run_embed
 from bench.load_bench import run_load
 from bench.metrics_bench import run_metrics
+from bench.peers_bench import run_peers
 from bench.pipeline_bench import run_pipeline
 from bench.search_bench import Section, failed_targets, machine_load, log, render, run_bm25, run_hnsw, run_search
+from services.retriever.dense import IVF
 
 DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quality (issue 3), "
                "the cost of authentication (issue 10), the whole stack under load (issue 11), what metrics "
-               "cost a search (issue 12) and the search backends side by side (issue 17).")
-PARTS = ("search", "bm25", "hnsw", "scifact", "embed", "auth", "backends", "load", "metrics", "pipeline")
+               "cost a search (issue 12), the search backends side by side (issue 17), the approximate dense "
+               "option at 1M chunks and the whole path from question to first token (issue 15).")
+PARTS = ("search", "bm25", "hnsw", "approx", "scifact", "embed", "auth", "backends", "load", "metrics", "peers",
+         "pipeline")
 METRICS_SIZE = {False: 100_000, True: 5_000}
 DEFAULT_SIZES = [100_000, 1_000_000]
+APPROX_SIZE = 1_000_000  # the size issue 15's approximate target is for
 QUICK_SIZE = 5_000
 FULL_SIZE = 100_000  # the corpus the issue's BM25 and HNSW figures are for
 BM25_REF_QUERIES = {False: 20, True: 5}  # rank-bm25 queries (about 0.2-0.5 s each at 100k)
@@ -83,6 +93,9 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("bm25", partial(run_bm25, size, args.queries, BM25_REF_QUERIES[quick])))
     if "hnsw" in args.only:
         steps.append(("hnsw", partial(run_hnsw, size, HNSW_QUERIES[quick])))
+    if "approx" in args.only:
+        n = QUICK_SIZE if quick else APPROX_SIZE
+        steps.append((f"approx {n:,}", partial(run_search, n, args.queries, IVF)))
     if "scifact" in args.only:
         steps.append(("scifact", partial(scifact_eval.run, args.scifact, quick=quick)))
     if "embed" in args.only:
@@ -95,6 +108,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("load", partial(run_load, quick)))
     if "metrics" in args.only:
         steps.append(("metrics", partial(run_metrics, METRICS_SIZE[quick], args.queries)))
+    if "peers" in args.only:
+        steps.append(("peers", partial(run_peers, size, args.queries)))
     if "pipeline" in args.only:
         steps.append(("pipeline", partial(run_pipeline, quick)))
     return steps

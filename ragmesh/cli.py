@@ -19,7 +19,8 @@ are. `keys create` prints the key once, alone on the last line of stdout; only i
 
 `index rebuild` (RETRIEVER_BACKEND=milvus) drops the Milvus collections named (default: every one
 the store holds) and reloads them from the store, with a progress bar; run it where the
-retriever's settings are (MILVUS_URI, the store). Rerun it after an interruption: it starts over.
+retriever's settings are (MILVUS_URI, the store). Rerun it after an interruption: it continues
+where it stopped (exit status 130 when interrupted).
 
 Exit status: 0 when everything was done, 1 when some documents failed (each is named with its
 reason) or there is no live key to revoke, 2 when nothing could be done (bad arguments, missing or
@@ -258,10 +259,18 @@ def _index_rebuild(args: argparse.Namespace, settings: Settings) -> int:
         if unknown:
             print(f"ragmesh: the store holds no collection {', '.join(map(repr, unknown))}", file=sys.stderr)
             return 2
+        for name, version in sync.interrupted(backend, store, names or sorted(stats)).items():
+            print(f"continuing the interrupted rebuild of {name} (started at store version {version})")
         bar = tqdm(total=sum(stats[n] for n in names or stats), unit="chunk", file=sys.stderr, disable=None)
         started = time.monotonic()
-        chunks = sync.rebuild(backend, store, names, progress=bar.update)
-        bar.close()
+        try:
+            chunks = sync.rebuild(backend, store, names, progress=bar.update)
+        except KeyboardInterrupt:
+            print("ragmesh: interrupted: run `ragmesh index rebuild` again to continue where it stopped",
+                  file=sys.stderr)
+            return 130
+        finally:
+            bar.close()
     finally:
         backend.close(Path(), 0)
         store.close()

@@ -243,12 +243,18 @@ class RetrieverClient(_Client):
         timeout: float | None = None,
         variants: list[str] | None = None,
         boosters: dict | None = None,
+        fusion: str = "RRF",
+        weights: tuple[float, float, float] | None = None,
     ) -> SearchResult:
-        """`boosters` takes the fields of ragmesh.v1.Boosters by name."""
+        """`boosters` takes the fields of ragmesh.v1.Boosters by name; `fusion` is RRF or LINEAR, `weights`
+        (dense, sparse, recency) replace the retriever's defaults for it."""
         request = retriever_pb2.SearchRequest(
             query=query, collections=collections, filter=convert.filter_to_proto(search_filter),
             variants=variants or [], boosters=retriever_pb2.Boosters(**(boosters or {})),
+            fusion=retriever_pb2.Fusion.Value(f"FUSION_{fusion}"),
         )
+        if weights is not None:
+            request.dense_weight, request.sparse_weight, request.recency_weight = weights
         if vector is not None:
             request.query_vector.extend(vector.tolist())
         if top_k is not None:
@@ -338,13 +344,15 @@ class GeneratorClient(_Client):
         system_instruction: str,
         prompt: str,
         web_search: bool = False,
+        temperature: float | None = None,
     ) -> AsyncIterator[t.GenEvent]:
-        """Streams the answer; closing this iterator cancels the call on the generator."""
+        """Streams the answer; closing this iterator cancels the call on the generator. No temperature:
+        the backend's own default."""
         request = generator_pb2.GenerateRequest(
             model=model, question=question,
             blocks=[convert.block_to_proto(b) for b in blocks],
             history=[generator_pb2.Turn(question=h.question, answer=h.answer) for h in history],
-            system_instruction=system_instruction, prompt=prompt, web_search=web_search,
+            system_instruction=system_instruction, prompt=prompt, web_search=web_search, temperature=temperature,
         )
         opts = self._opts()
         deadline = time.monotonic() + opts["timeout"]

@@ -180,6 +180,24 @@ class Settings:
     # Let the model confirm a same-topic reuse, within SCOPE_LLM_TIMEOUT_S (seconds).
     scope_llm_check: bool = field(default_factory=lambda: _env("SCOPE_LLM_CHECK", "false").lower() == "true")
     scope_llm_timeout_s: float = field(default_factory=lambda: _float("SCOPE_LLM_TIMEOUT_S", 0.8))
+    # 003's quality stack; each step runs only when a model (not the extractive backend) answers.
+    # Rewrite the question into up to 3 more search queries, with a prompt for its intent (picked by rules).
+    quality_rewrite: bool = field(default_factory=lambda: _env("QUALITY_REWRITE", "true").lower() == "true")
+    # Have the model score the best RERANK_CANDIDATES fused hits 0-10 and reorder them by that score.
+    quality_rerank: bool = field(default_factory=lambda: _env("QUALITY_RERANK", "true").lower() == "true")
+    # Cut each context chunk to the sentences the question needs, marked [Partial]: / [Conflicting]:.
+    quality_compress: bool = field(default_factory=lambda: _env("QUALITY_COMPRESS", "true").lower() == "true")
+    # Answer from the conversation (summary and recent turns), not the hits, when earlier turns exist
+    # and the best hit is under every similarity threshold.
+    quality_history: bool = field(default_factory=lambda: _env("QUALITY_HISTORY", "true").lower() == "true")
+    # Model the quality steps ask (e.g. a fast one beside a slow answering model); empty = the answer's model.
+    quality_model: str = field(default_factory=lambda: _env("QUALITY_MODEL", ""))
+    # Fused hits the model reranks (the rest follow in fused order).
+    rerank_candidates: int = field(default_factory=lambda: _int("RERANK_CANDIDATES", 20))
+    # Seconds each model step may take; past it the step falls back to the unimproved path (said so).
+    rewrite_timeout_s: float = field(default_factory=lambda: _float("REWRITE_TIMEOUT_S", 2.0))
+    rerank_timeout_s: float = field(default_factory=lambda: _float("RERANK_TIMEOUT_S", 4.0))
+    compress_timeout_s: float = field(default_factory=lambda: _float("COMPRESS_TIMEOUT_S", 4.0))
     # Model for the DEEP route (reasoning questions); empty = the request's or default model.
     reasoning_model: str = field(default_factory=lambda: _env("REASONING_MODEL", ""))
     # Past this many turns a conversation keeps a running summary that stands in for old turns.

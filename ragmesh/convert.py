@@ -31,6 +31,9 @@ def filter_to_proto(f: t.SearchFilter) -> common_pb2.Filter:
     any_of = getattr(msg, "in")  # `in` is a Python keyword
     for key, values in f.any_of.items():
         any_of[key].values.extend(values)
+    if f.doc_ids is not None:
+        msg.doc_ids.SetInParent()  # set even when empty: an empty list admits nothing
+        msg.doc_ids.values.extend(f.doc_ids)
     return msg
 
 
@@ -38,7 +41,7 @@ def filter_from_proto(p: common_pb2.Filter) -> t.SearchFilter:
     return t.SearchFilter(
         tenant=p.tenant, start_date=p.start_date, end_date=p.end_date, date_field=p.date_field,
         any_of={k: list(v.values) for k, v in getattr(p, "in").items()},
-        equals=dict(p.equals),
+        equals=dict(p.equals), doc_ids=list(p.doc_ids.values) if p.HasField("doc_ids") else None,
     )
 
 

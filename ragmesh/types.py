@@ -98,6 +98,7 @@ class SearchFilter:
     date_field: str = ""
     any_of: dict[str, list[str]] = field(default_factory=dict)
     equals: dict[str, str] = field(default_factory=dict)
+    doc_ids: list[str] | None = None  # when set, only these documents' chunks ([] admits none)
 
 
 @dataclass

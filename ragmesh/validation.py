@@ -64,7 +64,7 @@ MAX_TITLE_CHARS = 1_000
 MAX_FILENAME_CHARS = 255
 MAX_MIME_TYPE_CHARS = 255
 MAX_DOC_IDS = 1_000              # doc_ids of one Delete
-RESERVED_PREFIX = "__"           # the retriever's own filter columns (__tenant__, __date__)
+RESERVED_PREFIX = "__"           # the retriever's own filter columns (__tenant__, __date__, __doc__)
 
 
 def check_text(field: str, value: str, max_chars: int, required: bool = False) -> str:

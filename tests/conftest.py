@@ -65,6 +65,10 @@ def ask_url(stack: Stack, backend: tuple[str, str]) -> Iterator[str]:
     stack.call(host.stop())
 
 
+# The quality stack's model calls off: tests that script the model's replies in order get the answer's call.
+QUALITY_OFF = dict(quality_rewrite=False, quality_rerank=False, quality_compress=False, quality_history=False)
+
+
 @pytest.fixture(scope="module")
 def gemini_gateway(stack: Stack) -> Iterator[tuple]:
     """A generator on the fake Gemini server and a gateway in front of it, beside the stack's
@@ -75,7 +79,7 @@ def gemini_gateway(stack: Stack) -> Iterator[tuple]:
     fake.server.start()
     generator = stack.start_variant("generator", gemini_api_key="test-key", gemini_base_url=fake.url)
     gateway = stack.start_variant("gateway", generator_addr=generator.address, gemini_api_key="test-key",
-                                  default_model="gemini-2.5-flash")
+                                  default_model="gemini-2.5-flash", **QUALITY_OFF)
     yield f"http://127.0.0.1:{gateway.app.http_port}", fake, gateway.address
     fake.server.stop()
 

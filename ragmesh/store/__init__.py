@@ -138,6 +138,9 @@ class Store(Protocol):
 
     def update_message(self, message_id: str, content: str, meta: dict) -> None: ...
 
+    def delete_message(self, message_id: str) -> None:
+        """Removes one message (a question stopped before any answer, 000's stop flow)."""
+
     def messages(self, conversation_id: str, limit: int | None = None) -> list[MessageRecord]:
         """The conversation's messages, oldest first; with limit, the newest `limit` of them."""
 

@@ -389,6 +389,9 @@ class MongoStore:
     def update_message(self, message_id: str, content: str, meta: dict) -> None:
         self._msgs.update_one({"_id": message_id}, {"$set": {"content": content, "meta": meta}})
 
+    def delete_message(self, message_id: str) -> None:
+        self._msgs.delete_one({"_id": message_id})
+
     def messages(self, conversation_id: str, limit: int | None = None) -> list[MessageRecord]:
         if limit is not None and limit <= 0:
             return []  # pymongo reads limit(0) as "no limit"

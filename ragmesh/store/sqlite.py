@@ -346,6 +346,10 @@ class SqliteStore:
                 (content, json.dumps(meta), message_id),
             )
 
+    def delete_message(self, message_id: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM messages WHERE message_id = ?", (message_id,))
+
     def messages(self, conversation_id: str, limit: int | None = None) -> list[MessageRecord]:
         sql = (
             "SELECT message_id, role, content, meta, created_at FROM messages "

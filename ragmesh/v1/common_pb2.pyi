@@ -42,7 +42,7 @@ class Chunk(_message.Message):
     def __init__(self, chunk_id: _Optional[str] = ..., doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., date: _Optional[str] = ..., tenant: _Optional[str] = ..., parent_chunk_id: _Optional[str] = ..., chunk_index: _Optional[int] = ...) -> None: ...
 
 class Filter(_message.Message):
-    __slots__ = ("tenant", "start_date", "end_date", "date_field", "equals")
+    __slots__ = ("tenant", "start_date", "end_date", "date_field", "equals", "doc_ids")
     class InEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -63,12 +63,14 @@ class Filter(_message.Message):
     DATE_FIELD_FIELD_NUMBER: _ClassVar[int]
     IN_FIELD_NUMBER: _ClassVar[int]
     EQUALS_FIELD_NUMBER: _ClassVar[int]
+    DOC_IDS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     start_date: str
     end_date: str
     date_field: str
     equals: _containers.ScalarMap[str, str]
-    def __init__(self, tenant: _Optional[str] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., date_field: _Optional[str] = ..., equals: _Optional[_Mapping[str, str]] = ..., **kwargs) -> None: ...
+    doc_ids: StringList
+    def __init__(self, tenant: _Optional[str] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., date_field: _Optional[str] = ..., equals: _Optional[_Mapping[str, str]] = ..., doc_ids: _Optional[_Union[StringList, _Mapping]] = ..., **kwargs) -> None: ...
 
 class Citation(_message.Message):
     __slots__ = ("index", "chunk_id", "doc_id", "collection", "title", "date", "metadata", "url", "snippet", "ref")

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AskRequest(_message.Message):
-    __slots__ = ("question", "data_sources", "start_date", "end_date", "selected_funds", "conversation_id", "model", "tenant", "user_id", "top_k", "document_ids")
+    __slots__ = ("question", "data_sources", "start_date", "end_date", "selected_funds", "conversation_id", "model", "tenant", "user_id", "top_k", "document_ids", "persona", "context_window")
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     DATA_SOURCES_FIELD_NUMBER: _ClassVar[int]
     START_DATE_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,8 @@ class AskRequest(_message.Message):
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    PERSONA_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_WINDOW_FIELD_NUMBER: _ClassVar[int]
     question: str
     data_sources: _containers.RepeatedScalarFieldContainer[str]
     start_date: str
@@ -32,10 +34,12 @@ class AskRequest(_message.Message):
     user_id: str
     top_k: int
     document_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, question: _Optional[str] = ..., data_sources: _Optional[_Iterable[str]] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., selected_funds: _Optional[_Iterable[str]] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., top_k: _Optional[int] = ..., document_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    persona: str
+    context_window: str
+    def __init__(self, question: _Optional[str] = ..., data_sources: _Optional[_Iterable[str]] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., selected_funds: _Optional[_Iterable[str]] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., top_k: _Optional[int] = ..., document_ids: _Optional[_Iterable[str]] = ..., persona: _Optional[str] = ..., context_window: _Optional[str] = ...) -> None: ...
 
 class Strategy(_message.Message):
-    __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks", "retrieval", "dense_skipped", "unavailable", "threshold_layer", "time_hint", "detected_funds", "context_chars", "corrections", "model")
+    __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks", "retrieval", "dense_skipped", "unavailable", "threshold_layer", "time_hint", "detected_funds", "context_chars", "corrections", "model", "variants", "rerank_count", "quality", "time_window")
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     CACHE_HIT_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +60,10 @@ class Strategy(_message.Message):
     CONTEXT_CHARS_FIELD_NUMBER: _ClassVar[int]
     CORRECTIONS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    VARIANTS_FIELD_NUMBER: _ClassVar[int]
+    RERANK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    QUALITY_FIELD_NUMBER: _ClassVar[int]
+    TIME_WINDOW_FIELD_NUMBER: _ClassVar[int]
     route: str
     reason: str
     cache_hit: bool
@@ -76,7 +84,23 @@ class Strategy(_message.Message):
     context_chars: int
     corrections: int
     model: str
-    def __init__(self, route: _Optional[str] = ..., reason: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., k: _Optional[int] = ..., candidate_count: _Optional[int] = ..., retrieval_ms: _Optional[float] = ..., conversation_id: _Optional[str] = ..., cache_key: _Optional[str] = ..., chunks: _Optional[int] = ..., retrieval: _Optional[str] = ..., dense_skipped: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., threshold_layer: _Optional[int] = ..., time_hint: _Optional[str] = ..., detected_funds: _Optional[_Iterable[str]] = ..., context_chars: _Optional[int] = ..., corrections: _Optional[int] = ..., model: _Optional[str] = ...) -> None: ...
+    variants: _containers.RepeatedScalarFieldContainer[str]
+    rerank_count: int
+    quality: _containers.RepeatedCompositeFieldContainer[QualityStep]
+    time_window: str
+    def __init__(self, route: _Optional[str] = ..., reason: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., k: _Optional[int] = ..., candidate_count: _Optional[int] = ..., retrieval_ms: _Optional[float] = ..., conversation_id: _Optional[str] = ..., cache_key: _Optional[str] = ..., chunks: _Optional[int] = ..., retrieval: _Optional[str] = ..., dense_skipped: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., threshold_layer: _Optional[int] = ..., time_hint: _Optional[str] = ..., detected_funds: _Optional[_Iterable[str]] = ..., context_chars: _Optional[int] = ..., corrections: _Optional[int] = ..., model: _Optional[str] = ..., variants: _Optional[_Iterable[str]] = ..., rerank_count: _Optional[int] = ..., quality: _Optional[_Iterable[_Union[QualityStep, _Mapping]]] = ..., time_window: _Optional[str] = ...) -> None: ...
+
+class QualityStep(_message.Message):
+    __slots__ = ("step", "status", "ms", "detail")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    step: str
+    status: str
+    ms: float
+    detail: str
+    def __init__(self, step: _Optional[str] = ..., status: _Optional[str] = ..., ms: _Optional[float] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ErrorInfo(_message.Message):
     __slots__ = ("code", "message")
@@ -149,8 +173,15 @@ class GetConversationRequest(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("message_id", "role", "content", "created_at", "meta", "citations")
+    __slots__ = ("message_id", "role", "content", "created_at", "meta", "citations", "strategy", "chunk_map", "web_queries")
     class MetaEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class ChunkMapEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -163,13 +194,19 @@ class Message(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     META_FIELD_NUMBER: _ClassVar[int]
     CITATIONS_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_MAP_FIELD_NUMBER: _ClassVar[int]
+    WEB_QUERIES_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     role: str
     content: str
     created_at: str
     meta: _containers.ScalarMap[str, str]
     citations: _containers.RepeatedCompositeFieldContainer[_common_pb2.Citation]
-    def __init__(self, message_id: _Optional[str] = ..., role: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[str] = ..., meta: _Optional[_Mapping[str, str]] = ..., citations: _Optional[_Iterable[_Union[_common_pb2.Citation, _Mapping]]] = ...) -> None: ...
+    strategy: Strategy
+    chunk_map: _containers.ScalarMap[str, str]
+    web_queries: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, message_id: _Optional[str] = ..., role: _Optional[str] = ..., content: _Optional[str] = ..., created_at: _Optional[str] = ..., meta: _Optional[_Mapping[str, str]] = ..., citations: _Optional[_Iterable[_Union[_common_pb2.Citation, _Mapping]]] = ..., strategy: _Optional[_Union[Strategy, _Mapping]] = ..., chunk_map: _Optional[_Mapping[str, str]] = ..., web_queries: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Conversation(_message.Message):
     __slots__ = ("conversation_id", "messages")
@@ -242,3 +279,17 @@ class CorrectionResponse(_message.Message):
     CORRECTION_ID_FIELD_NUMBER: _ClassVar[int]
     correction_id: str
     def __init__(self, correction_id: _Optional[str] = ...) -> None: ...
+
+class ListModelsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ("models", "default_model", "web_search_models")
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    WEB_SEARCH_MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedScalarFieldContainer[str]
+    default_model: str
+    web_search_models: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, models: _Optional[_Iterable[str]] = ..., default_model: _Optional[str] = ..., web_search_models: _Optional[_Iterable[str]] = ...) -> None: ...

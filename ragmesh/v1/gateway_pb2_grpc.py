@@ -71,6 +71,11 @@ class GatewayStub:
                 request_serializer=ragmesh_dot_v1_dot_gateway__pb2.CorrectionRequest.SerializeToString,
                 response_deserializer=ragmesh_dot_v1_dot_gateway__pb2.CorrectionResponse.FromString,
                 _registered_method=True)
+        self.ListModels = channel.unary_unary(
+                '/ragmesh.v1.Gateway/ListModels',
+                request_serializer=ragmesh_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_gateway__pb2.ListModelsResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -122,6 +127,13 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListModels(self, request, context):
+        """The models this deployment serves (what GET /api/meta lists): asking for another is INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -159,6 +171,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.Correct,
                     request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.CorrectionRequest.FromString,
                     response_serializer=ragmesh_dot_v1_dot_gateway__pb2.CorrectionResponse.SerializeToString,
+            ),
+            'ListModels': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListModels,
+                    request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.ListModelsRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_gateway__pb2.ListModelsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -351,6 +368,33 @@ class Gateway:
             '/ragmesh.v1.Gateway/Correct',
             ragmesh_dot_v1_dot_gateway__pb2.CorrectionRequest.SerializeToString,
             ragmesh_dot_v1_dot_gateway__pb2.CorrectionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListModels(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/ListModels',
+            ragmesh_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
+            ragmesh_dot_v1_dot_gateway__pb2.ListModelsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -15,7 +15,7 @@ from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient, Retriev
 from ragmesh.config import Settings
 from ragmesh.errors import RagmeshError
 from ragmesh.identity.authenticator import Authenticator
-from ragmesh.models import KNOWN_MODELS, default_model
+from ragmesh.models import default_model
 from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import gateway_pb2_grpc
@@ -26,6 +26,7 @@ from services.gateway.history import History
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
+from services.gateway.quality import QualitySettings
 from services.gateway.strategy import PipelineSettings, Planner
 from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.scope_cache import ScopeCache
@@ -51,7 +52,6 @@ class GatewayApp(ServiceApp):
         self._http: uvicorn.Server | None = None
         self._http_task: asyncio.Task | None = None
         self._funds: dict[str, tuple[float, list[str]]] = {}  # per tenant: (fetched at, names)
-        self._models: tuple[float, list[str]] = (0.0, [])  # (fetched at, the generator's configured models)
 
     def register(self, server: grpc.aio.Server) -> None:
         s = self.settings
@@ -70,6 +70,11 @@ class GatewayApp(ServiceApp):
                 history_turns=s.history_turns, same_topic_threshold=s.same_topic_threshold,
                 context_char_budget=s.context_char_budget, retrieval_timeout_s=s.retrieval_timeout_s,
                 scope_llm_check=s.scope_llm_check, scope_llm_timeout_s=s.scope_llm_timeout_s,
+                quality=QualitySettings(
+                    rewrite=s.quality_rewrite, rerank=s.quality_rerank, compress=s.quality_compress,
+                    history=s.quality_history, model=s.quality_model, rerank_candidates=s.rerank_candidates,
+                    rewrite_timeout_s=s.rewrite_timeout_s, rerank_timeout_s=s.rerank_timeout_s,
+                    compress_timeout_s=s.compress_timeout_s),
             ),
         )
         self.pipeline = AskPipeline(self.history, self.generator, planner, self.memory,
@@ -105,29 +110,17 @@ class GatewayApp(ServiceApp):
                 log.warning("fund names unavailable", extra={"error": str(exc)})
         return funds
 
-    async def configured_models(self) -> list[str]:
-        """The models the generator has a backend for, in KNOWN_MODELS order, refreshed at most once a
-        minute; just the default model while the generator cannot say."""
-        fetched, models = self._models
-        if time.monotonic() - fetched > FUNDS_REFRESH_S or not models:
-            try:
-                served = set((await self.generator.stats()).models)
-                models = [m for m in KNOWN_MODELS if m in served]
-                self._models = (time.monotonic(), models)
-            except RagmeshError as exc:
-                log.warning("generator models unavailable", extra={"error": str(exc)})
-        return models or [self.pipeline.default_model]
-
     async def warm_up(self) -> None:
         await asyncio.to_thread(self.store.connect)
         if self._http is not None:
             return  # a retry after the store came back: the HTTP bridge is up already
         s = self.settings
+        await self.pipeline.models.configured()  # what the OpenAPI document offers, as the generator says
         app = create_app(
             pipeline=self.pipeline, memory=self.memory, conversations=self.conversations,
             retriever=lambda: self.retriever, authenticator=Authenticator(s, self.store, "users"),
             allowed_hosts=self.allowed_hosts, health=self.upstream_health, funds=self.known_funds,
-            models=self.configured_models,
+            models=self.pipeline.models.configured,
             admission=self.admission, max_body_bytes=s.http_max_body_bytes, max_upload_bytes=s.upload_max_bytes,
             max_file_bytes=s.ingest_max_bytes,
         )

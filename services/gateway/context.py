@@ -8,6 +8,7 @@ that repeat an earlier block's are dropped (003 step 1.3). Retrieved text is fen
 <data> ... </data> and the prompts say it is data, not instructions."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from ragmesh.prompts import PROMPTS, system_instruction
 from ragmesh.text import split_sentences, tokenize
 from ragmesh.types import Chunk, Citation, ContextBlock, Hit, Turn
+from services.gateway.context_sections import RenderedBlock, sectioned
 
 HARD_CAP_CHARS = 12_000
 PARENT_MAX_CHARS = 1_600
@@ -88,7 +90,9 @@ def _render(draft: _Draft, index: int, dedupe: list[set[str]], seen_parents: set
     meta = first.metadata
     lines = [f"[{index}] {label(first)}"]
     if first.collection == "meeting_notes":
-        lines += [f"Date: {first.date}", f"Fund: {meta.get('fund_name', '')}", f"Manager: {meta.get('manager', '')}"]
+        kind = meta.get("chunk_type") or meta.get("section_type") or meta.get("doc_type") or "note"  # 000's chunk type
+        lines += [f"Date: {first.date}", f"Fund: {meta.get('fund_name', '')}", f"Manager: {meta.get('manager', '')}",
+                  f"Chunk Type: {kind}"]
     elif first.collection == "factsheets":
         if meta.get("filename"):
             lines[0] += f" - {meta['filename']}"
@@ -128,25 +132,26 @@ def build(hits: list[Hit], budget: int) -> Context:
     """Numbered blocks within the character budget, best hits first."""
     budget = min(budget, HARD_CAP_CHARS)
     blocks: list[ContextBlock] = []
-    rendered: list[str] = []
+    rendered: list[RenderedBlock] = []
     used: list[Hit] = []
     dedupe: list[set[str]] = []
     seen_parents: set[str] = set()
-    total = 0
     for draft in _group(hits):
         index = len(blocks) + 1
         text, content = _render(draft, index, dedupe, seen_parents)
         if not content:
             continue  # every sentence repeated an earlier block
-        if total + len(text) > budget:
+        block = RenderedBlock(draft.hits[0].chunk.collection, text, len(draft.hits))
+        if len(sectioned([*rendered, block])) > budget:  # the section headers count too
             if blocks:
                 break
-            text, content = _truncate(text, budget), _truncate(content, budget)  # the best block always goes in
-        total += len(text)
-        rendered.append(text)
+            room = budget - len(sectioned([dataclasses.replace(block, text="")]))
+            text, content = _truncate(text, room), _truncate(content, room)  # the best block always goes in
+            block = dataclasses.replace(block, text=text)
+        rendered.append(block)
         blocks.append(ContextBlock(index=index, text=content, chunk=draft.hits[0].chunk, label=label(draft.hits[0].chunk)))
         used += draft.hits
-    return Context(blocks, "\n---\n".join(rendered), used)
+    return Context(blocks, sectioned(rendered), used)
 
 
 _FENCE_TAG = re.compile(r"<(\s*/?\s*data\b)", re.IGNORECASE)
@@ -159,8 +164,8 @@ def fence_safe(text: str) -> str:
 
 
 def build_prompt(prompt_name: str, question: str, history: list[Turn], summary: str, context: Context,
-                 data_sources: list[str]) -> tuple[str, str]:
-    """(system instruction, user prompt) for the route's prompt."""
+                 data_sources: list[str], persona: str = "") -> tuple[str, str]:
+    """(system instruction with the persona in place, user prompt) for the route's prompt."""
     prompt = PROMPTS[prompt_name]
     parts: list[str] = []
     if summary:
@@ -175,5 +180,5 @@ def build_prompt(prompt_name: str, question: str, history: list[Turn], summary: 
     if context.blocks:
         parts.append(f"Internal Data:\n<data>\nAvailable Data Sources:\n\n{fence_safe(context.text)}\n</data>\n")
     parts.append("Now provide a comprehensive answer.")
-    return system_instruction(prompt), "\n".join(parts)
+    return system_instruction(prompt, persona), "\n".join(parts)
 

@@ -39,6 +39,13 @@ class History:
             answer = f"{answer}\n\n{mark}" if answer else mark
         return self.store.add_message(conversation_id, "assistant", answer, meta)
 
+    def drop_question(self, tenant: str, conversation_id: str, question_id: str) -> None:
+        """000's stop flow: a question stopped before any answer is removed, not kept with a bare stop
+        mark; a conversation it leaves empty goes too (no untitled conversation in the list)."""
+        self.store.delete_message(question_id)
+        if not self.store.messages(conversation_id, limit=1):
+            self.store.delete_conversation(tenant, conversation_id)
+
     def messages(self, conversation_id: str) -> list[MessageRecord]:
         return self.store.messages(conversation_id)
 

@@ -6,6 +6,7 @@ corrections, the most relevant of which go into the system prompt (004)."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from collections.abc import AsyncIterator, Coroutine
 
@@ -81,12 +82,14 @@ class Memory:
 
     async def _remember(self, tenant: str, user_id: str, conversation_id: str,
                         messages: list[tuple[str, str, str]]) -> None:
+        today = dt.datetime.now(dt.timezone.utc).date().isoformat()  # dated, so 001's recency boost applies
+
         async def documents() -> AsyncIterator[retriever_pb2.Document]:
             for message_id, role, text in messages:
                 if text.strip():
                     yield convert.document_to_proto(Document(
                         doc_id=message_id, collection=MEMORY_COLLECTION, text=strip_citations(text), tenant=tenant,
-                        metadata={"user_id": user_id, "conversation_id": conversation_id, "role": role},
+                        date=today, metadata={"user_id": user_id, "conversation_id": conversation_id, "role": role},
                     ))
 
         for attempt in range(REMEMBER_RETRIES + 1):

@@ -29,11 +29,13 @@ from ragmesh.models import EXTRACTIVE
 from ragmesh.store import CorrectionRecord
 from ragmesh.text import citation_numbers
 from ragmesh.types import Citation, GenEvent, Turn
-from services.gateway import context, router
+from services.gateway import context, generation_params, router
 from services.gateway.answer_guard import AnswerGuard
+from services.gateway.events import strategy_json
 from services.gateway.history import History
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory, corrections_text
+from services.gateway.models_offered import ModelCatalog, web_search_note
 from services.gateway.request import AskInput
 from services.gateway.scope_cache import ScopeCache
 from services.gateway.strategy import NO_RETRIEVAL, PipelineSettings, Planner, Strategy
@@ -79,6 +81,7 @@ class AskPipeline:
         self.memory = memory
         self.limits = limits
         self.rate = rate or RateLimiter(0)
+        self.models = ModelCatalog(generator, planner.settings.default_model)
         self._running: dict[str, asyncio.Event] = {}
 
     @property
@@ -100,6 +103,7 @@ class AskPipeline:
         who = caller.acting_for(ask.tenant, ask.user_id)
         ask.tenant, ask.user_id, ask.identity = who.tenant, who.user, who
         self.rate.check(who.tenant, who.user)
+        await self.models.check(ask.model)
         if self.limits.enabled:  # unlimited: no store read, and no trip through a thread before the answer
             await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
         if ask.conversation_id:  # another's, or unknown: the same NotFound
@@ -131,9 +135,12 @@ class AskPipeline:
             with self.planning.slot():
                 strategy = await self.planner.plan(ask, turns)
             metrics.route_taken(strategy.route)
+            if note := web_search_note(strategy.model, ask.web_search):
+                strategy.reason += f"; {note}"
             if strategy.retrieval != NO_RETRIEVAL:
                 metrics.scope_cache(strategy.cache_hit)
             with tracing.span("context"):
+                await self.planner.quality.compress(ask.question, strategy)
                 ctx = context.build(strategy.hits, self.settings.context_char_budget)
                 tracing.annotate(blocks=len(ctx.blocks), chars=len(ctx.text))
             if strategy.retrieval != NO_RETRIEVAL and not ctx.blocks and strategy.unavailable:
@@ -215,9 +222,17 @@ class AskPipeline:
                         mark("first_content_ms")
                         yield Event("content", tail)
             answer = "".join(parts)
+            if stopped and not answer:  # 000's stop flow: stopped before any content, the question goes
+                await asyncio.to_thread(self.history.drop_question, ask.tenant, ask.conversation_id, question_id)
+                finished = True
+                yield Event("citations", Sources([], []))
+                yield Event("done", {"conversation_id": ask.conversation_id, "message_id": "", "model": model,
+                                     "stopped": True, "usage": usage})
+                return
             citations = _citations(answer, ctx.blocks) + _web_citations(web, len(ctx.blocks))
             meta = {
                 "model": model, "route": s.route, "retrieval": s.retrieval, "usage": usage,
+                "strategy": strategy_json(s),  # a reopened answer shows how it was made
                 "unavailable": s.unavailable, "dense_skipped": s.dense_skipped,
                 "chunk_ids": [h.chunk.chunk_id for h in ctx.hits_used],
                 "sources": sorted({b.label for b in ctx.blocks}),
@@ -241,9 +256,12 @@ class AskPipeline:
             failure = exc.code
             raise
         finally:
-            if not finished:
+            if not finished and not failure and not parts:  # the client went before any content
+                self.history.drop_question(ask.tenant, ask.conversation_id, question_id)
+            elif not finished:
                 # Keep what was said: marked failed when generation failed, stopped when the client went.
-                meta = {"model": model, "route": s.route, **({"failed": failure} if failure else {})}
+                meta = {"model": model, "route": s.route, "strategy": strategy_json(s),
+                        **({"failed": failure} if failure else {})}
                 self.history.save_answer(ask.conversation_id, "".join(parts), meta, stopped=not failure,
                                          failed=failure)
 
@@ -266,12 +284,15 @@ class AskPipeline:
             summary = await asyncio.to_thread(self.history.store.conversation_summary, ask.conversation_id)
             if summary:  # a long conversation: its summary stands in for all but the last turn
                 recent = turns[-1:]
-        route_prompt = {router.DEEP: "deep_reasoner", router.SUMMARY: "global_summary"}.get(s.route, "fund_research")
-        system, prompt = context.build_prompt(route_prompt, ask.question, recent, summary, ctx, ask.sources)
+        params = generation_params.for_answer(s.route, s.collections, persona=bool(ask.persona.strip()),
+                                              notes_contract=ask.notes_contract)
+        system, prompt = context.build_prompt(params.prompt, ask.question, recent, summary, ctx, ask.sources,
+                                              ask.persona)
         if corrections:
             system = f"{corrections_text(corrections)}\n\n{system}"
         return self.generator.generate(model=s.model, question=ask.question, blocks=ctx.blocks, history=recent,
-                                       system_instruction=system, prompt=prompt, web_search=ask.web_search)
+                                       system_instruction=system, prompt=prompt, web_search=ask.web_search,
+                                       temperature=params.temperature)
 
 
 def _direct_answer(question: str) -> str:

@@ -1,6 +1,6 @@
 """What a question says about its own scope, found without a model call: time hints
-that become date filters (002), fund names that become a fund filter (000's
-ALL_FUND_NAMES), question numbers for direct lookup (001), and whether it asks
+that become date filters (002) or the retriever's time window (003), fund names that
+become a fund filter (000's ALL_FUND_NAMES), question numbers for direct lookup (001), and whether it asks
 something general or something specific (004)."""
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _quarter_range(year: int, quarter: int) -> tuple[dt.date, dt.date]:
 
 def _relative(text: str, today: dt.date) -> tuple[dt.date, dt.date] | None:
     quarter = (today.month - 1) // 3 + 1
-    days = {"today": 0, "yesterday": 1, "this week": 7, "past week": 7, "last week": 14,
+    days = {"today": 0, "yesterday": 1, "last week": 14,
             "past month": 31, "last 30 days": 30, "last 90 days": 90}
     for phrase, n in days.items():
         if phrase == text:
@@ -57,7 +57,7 @@ def _relative(text: str, today: dt.date) -> tuple[dt.date, dt.date] | None:
     return None
 
 
-_RELATIVE = re.compile(r"\b(today|yesterday|this week|past week|last week|past month|last 30 days|last 90 days|"
+_RELATIVE = re.compile(r"\b(today|yesterday|last week|past month|last 30 days|last 90 days|"
                        r"this month|last month|this quarter|last quarter|this year|last year)\b", re.I)
 _MONTH_YEAR = re.compile(rf"\b(?:in |during |for )?({_MONTH})\.? (\d{{4}})\b", re.I)
 _QUARTER = re.compile(r"\b(?:q([1-4])|(first|second|third|fourth|1st|2nd|3rd|4th|last|final) quarter)(?: of)? ?(\d{4})\b",
@@ -84,6 +84,27 @@ def time_hint(question: str, today: dt.date) -> DateRange | None:
     if m := _YEAR.search(question):
         year = int(m.group(1))
         return DateRange(f"{year}-01-01", f"{year}-12-31", m.group(0))
+    return None
+
+
+_WINDOWS = (  # 003's context windows, relative to now: the retriever filters on them (Boosters.time_window)
+    ("24h", re.compile(r"\b(?:last|past) (?:24 hours|day)\b", re.I)),
+    ("48h", re.compile(r"\b(?:last|past) (?:48 hours|(?:two|2) days)\b", re.I)),
+    ("1w", re.compile(r"\b(?:this week|(?:last|past) (?:7|seven) days|past week)\b", re.I)),
+)
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    window: str  # 24h | 48h | 1w
+    phrase: str
+
+
+def time_window(question: str) -> TimeWindow | None:
+    """"in the last 24 hours" -> 24h, "last two days" -> 48h, "this week" -> 1w (003's windows)."""
+    for window, pattern in _WINDOWS:
+        if m := pattern.search(question):
+            return TimeWindow(window, m.group(0))
     return None
 
 

@@ -5,7 +5,8 @@
              with two or more earlier turns: answered from the conversation (000).
 3. SUMMARY   summary keywords with a single document in scope: its pre-computed summary (004 B).
 4. DEEP      reasoning keywords: deep-reasoner prompt, reasoning model, 15 chunks, threshold 0.6 (004 C).
-5. LOOKUP    "question 6" style references: fetch that item directly (001 strategy 1).
+5. LOOKUP    "question 6" style references: fetch that item directly (001 strategy 1); "all the
+             questions" with no number: every numbered item (001 strategy 2).
 6. SPECIFIC  the default: 5 chunks at threshold 0.7 for pointed questions, 10 at 0.5 for general ones (004 A).
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from services.gateway.query_analysis import is_general, question_numbers
+from services.gateway.question_lookup import ALL_QUESTIONS_K, asks_all_questions
 
 DIRECT, NO_RAG, SUMMARY, DEEP, LOOKUP, SPECIFIC = "DIRECT", "NO_RAG", "SUMMARY", "DEEP", "LOOKUP", "SPECIFIC"
 FALLBACK_SIMILARITY = 0.3  # 004's second threshold layer
@@ -55,6 +57,7 @@ class Route:
     min_similarity: float = 0.0
     prompt: str = "fund_research"
     question_numbers: tuple[str, ...] = ()
+    all_questions: bool = False  # every numbered item (001 strategy 2)
 
     @property
     def retrieves(self) -> bool:
@@ -74,6 +77,8 @@ def route(question: str, history_turns: int, documents_in_scope: int, specific_k
     if numbers := question_numbers(question):
         return Route(LOOKUP, f"refers to item {', '.join(numbers)}", specific_k, 0.0, "fund_research",
                      tuple(numbers))
+    if asks_all_questions(question):
+        return Route(LOOKUP, "asks for all the questions, naming none", ALL_QUESTIONS_K, 0.0, all_questions=True)
     if is_general(question):
         return Route(SPECIFIC, "general question", general_k, 0.5)
     return Route(SPECIFIC, "specific question", specific_k, 0.7)

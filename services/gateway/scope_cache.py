@@ -1,11 +1,12 @@
 """Per tenant and conversation, the scope of the last search and its hits, so a
 follow-up on the same filters and topic reuses them (RAG_REUSE). Bounded (LRU)
-with a TTL, keyed as `{start_date}_{end_date}_{sorted(funds)}`."""
+with a TTL, keyed as `{start_date}_{end_date}_{sorted(funds)}` (and `_{window}` under a time window,
+`_{sorted(documents)}` with documents picked)."""
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,8 +14,10 @@ import numpy as np
 from ragmesh.types import Hit
 
 
-def scope_key(start_date: str, end_date: str, funds: list[str]) -> str:
-    return f"{start_date}_{end_date}_{sorted(funds)}"
+def scope_key(start_date: str, end_date: str, funds: list[str], window: str = "", documents: Sequence[str] = ()) -> str:
+    """Hits are reused only under the same dates, funds, time window and picked documents."""
+    key = f"{start_date}_{end_date}_{sorted(funds)}" + (f"_{window}" if window else "")
+    return f"{key}_{sorted(documents)}" if documents else key
 
 
 @dataclass

@@ -3,14 +3,19 @@ identity comes from the server interceptor (ragmesh.identity.current)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
+from dataclasses import asdict
 
 import grpc
+from google.protobuf import json_format
 
 from ragmesh import convert, identity
 from ragmesh.clients import RetrieverClient
 from ragmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, retriever_pb2
-from ragmesh.store import CorrectionRecord
+from ragmesh.models import WEB_SEARCH_MODELS
+from ragmesh.store import CorrectionRecord, MessageRecord
+from ragmesh.types import Citation
 from services.gateway.conversations import Conversations
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline, Event
@@ -22,7 +27,8 @@ def ask_from_proto(r: gateway_pb2.AskRequest) -> AskInput:
         question=r.question, data_sources=list(r.data_sources), start_date=r.start_date,
         end_date=r.end_date, selected_funds=list(r.selected_funds), conversation_id=r.conversation_id,
         model=r.model, tenant=r.tenant, user_id=r.user_id,
-        top_k=r.top_k if r.HasField("top_k") else None, document_ids=list(r.document_ids),
+        top_k=r.top_k if r.HasField("top_k") else None, document_ids=list(r.document_ids), persona=r.persona,
+        context_window=r.context_window,
     )
 
 
@@ -35,9 +41,10 @@ def event_to_proto(event: Event) -> gateway_pb2.ChatEvent:
             candidate_count=value.candidate_count, retrieval_ms=value.retrieval_ms,
             conversation_id=value.conversation_id, cache_key=value.cache_key, chunks=value.chunks,
             dense_skipped=value.dense_skipped, unavailable=value.unavailable,
-            threshold_layer=value.threshold_layer, time_hint=value.time_hint,
+            threshold_layer=value.threshold_layer, time_hint=value.time_hint, time_window=value.time_window,
             detected_funds=value.detected_funds, context_chars=value.context_chars,
-            corrections=value.corrections, model=value.model,
+            corrections=value.corrections, model=value.model, variants=value.variants,
+            rerank_count=value.rerank_count, quality=[gateway_pb2.QualityStep(**asdict(q)) for q in value.quality],
         ))
     if kind == "citations":
         return gateway_pb2.ChatEvent(citations=gateway_pb2.Citations(
@@ -48,6 +55,31 @@ def event_to_proto(event: Event) -> gateway_pb2.ChatEvent:
     if kind == "error":
         return gateway_pb2.ChatEvent(error=gateway_pb2.ErrorInfo(**value))
     return gateway_pb2.ChatEvent(**{kind: value})
+
+
+def strategy_from_json(stored: dict) -> gateway_pb2.Strategy:
+    """A stored answer's strategy (events.strategy_json, kept in its meta) as the strategy event had it;
+    fields a newer gateway added and this one does not know are skipped."""
+    f = stored.get("filter") or {}
+    as_proto = {**stored, "filter": {"tenant": f.get("tenant", ""), "start_date": f.get("start_date", ""),
+                                     "end_date": f.get("end_date", ""),
+                                     "in": {k: {"values": v} for k, v in (f.get("in") or {}).items()}}}
+    return json_format.ParseDict(as_proto, gateway_pb2.Strategy(), ignore_unknown_fields=True)
+
+
+def message_to_proto(m: MessageRecord) -> gateway_pb2.Message:
+    """A stored message with what an answer needs to be shown again: its citations, the chunk map that
+    resolves their #chk_ refs, its strategy and its web searches."""
+    meta = m.meta or {}
+    fields = {f.name for f in dataclasses.fields(Citation)}
+    return gateway_pb2.Message(
+        message_id=m.message_id, role=m.role, content=m.content, created_at=m.created_at,
+        meta={k: str(meta[k]) for k in ("model", "route", "retrieval", "failed") if meta.get(k)},
+        citations=[convert.citation_to_proto(Citation(**{k: v for k, v in c.items() if k in fields}))
+                   for c in meta.get("citations", [])],
+        strategy=strategy_from_json(meta["strategy"]) if meta.get("strategy") else None,
+        chunk_map=meta.get("chunk_map", {}), web_queries=meta.get("web_queries", []),
+    )
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
@@ -75,16 +107,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     async def GetConversation(self, request: gateway_pb2.GetConversationRequest, context):
         messages = await self.conversations.messages(identity.current(), request.conversation_id)
-        return gateway_pb2.Conversation(
-            conversation_id=request.conversation_id,
-            messages=[
-                gateway_pb2.Message(
-                    message_id=m.message_id, role=m.role, content=m.content, created_at=m.created_at,
-                    meta={k: str(v) for k, v in m.meta.items() if k in ("model", "route")},
-                )
-                for m in messages
-            ],
-        )
+        return gateway_pb2.Conversation(conversation_id=request.conversation_id,
+                                        messages=[message_to_proto(m) for m in messages])
 
     async def DeleteConversation(self, request: gateway_pb2.DeleteConversationRequest, context):
         who = identity.current().acting_for(request.tenant, "")
@@ -104,3 +128,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                   request.correction, request.conversation_id)
         correction_id = await asyncio.to_thread(self.memory.record_correction, author, record, request.message_id)
         return gateway_pb2.CorrectionResponse(correction_id=correction_id)
+
+    async def ListModels(self, request: gateway_pb2.ListModelsRequest, context: grpc.aio.ServicerContext):
+        models = await self.pipeline.models.configured()
+        return gateway_pb2.ListModelsResponse(models=models, default_model=self.pipeline.default_model,
+                                              web_search_models=[m for m in models if m in WEB_SEARCH_MODELS])

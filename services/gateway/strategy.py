@@ -18,10 +18,13 @@ from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient, Se
 from ragmesh.errors import NotFound, RagmeshError
 from ragmesh.models import EXTRACTIVE
 from ragmesh.types import Chunk, Hit, SearchFilter, Turn
-from services.gateway import router
+from ragmesh.validation import MAX_VARIANTS
+from services.gateway import boosts, router
 from services.gateway.memory import MEMORY_COLLECTION
-from services.gateway.query_analysis import mentioned_funds, time_hint
-from services.gateway.request import AskInput
+from services.gateway.quality import QualitySettings, QualityStack, QualityStep
+from services.gateway.query_analysis import mentioned_funds, time_hint, time_window
+from services.gateway.question_lookup import numbered_filter
+from services.gateway.request import AskInput, document_ref
 from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
 
 log = logging.getLogger(__name__)
@@ -53,10 +56,14 @@ class Strategy:
     unavailable: list[str] = field(default_factory=list)  # collections whose search failed or timed out
     threshold_layer: int = 0
     time_hint: str = ""
+    time_window: str = ""  # the retriever's window filter (24h | 48h | 1w | all)
     detected_funds: list[str] = field(default_factory=list)
     context_chars: int = 0
     corrections: int = 0
     model: str = ""
+    variants: list[str] = field(default_factory=list)  # the question rewritten, searched with it
+    rerank_count: int = 0
+    quality: list[QualityStep] = field(default_factory=list)  # 003's quality steps, in order
     hits: list[Hit] = field(default_factory=list, repr=False)
 
 
@@ -78,6 +85,7 @@ class PipelineSettings:
     retrieval_timeout_s: float = 3.5
     scope_llm_check: bool = False
     scope_llm_timeout_s: float = 0.8
+    quality: QualitySettings = field(default_factory=QualitySettings)
 
 
 
@@ -92,6 +100,7 @@ class Planner:
         self.known_funds = known_funds
         self.settings = settings
         self.today = today
+        self.quality = QualityStack(generator, settings.quality)
 
     async def plan(self, ask: AskInput, turns: list[Turn]) -> Strategy:
         """Route, filters, scope decision and hits for one question."""
@@ -112,7 +121,8 @@ class Planner:
         if not rt.retrieves:
             return s
         await self._read_question(ask, s)
-        s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []))
+        s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []),
+                                s.time_window, ask.document_ids)
         started = time.perf_counter()
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
         with tracing.span("embedding"):
@@ -131,6 +141,9 @@ class Planner:
             else:
                 s.retrieval, why = RAG_NEW_QUERY, f"same filters, different topic {note}"
         s.reason = f"{rt.reason}; {why}"
+        paused = time.monotonic()
+        await self.quality.rewrite(ask.question, s)
+        deadline += time.monotonic() - paused  # the model's time is not taken from the searches'
         if s.retrieval == RAG_NEW_QUERY:
             searching = time.perf_counter()
             await self._search(ask, rt, s, vector, deadline)
@@ -138,7 +151,10 @@ class Planner:
             if not s.unavailable:
                 self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
                     s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count))
+        await self.quality.rerank(ask.question, s)
         s.hits = s.hits[: s.k]
+        if await self.quality.use_history(s, len(turns)):
+            s.retrieval, s.hits = NO_RETRIEVAL, []
         s.chunks = len(s.hits)
         s.retrieval_ms = (time.perf_counter() - started) * 1000
         log.info("retrieval", extra={"route": s.route, "retrieval": s.retrieval, "chunks": s.chunks,
@@ -150,7 +166,7 @@ class Planner:
         """004 Path B: the document's pre-computed summary and section summaries as the context, or
         its section titles as a table of contents. False when it has neither (search instead)."""
         ref = ask.document_ids[0]
-        collection, _, doc_id = ref.rpartition("/")
+        collection, doc_id = document_ref(ref)
         record = None
         for name in [collection] if collection else s.collections:
             try:
@@ -182,8 +198,14 @@ class Planner:
         return self.settings.default_model
 
     async def _read_question(self, ask: AskInput, s: Strategy) -> None:
-        """Time hints and fund names in the question narrow the search when the user set no filter."""
-        if not (ask.start_date or ask.end_date) and (hint := time_hint(ask.question, self.today())):
+        """A time window, time hints and fund names in the question narrow the search when the user set
+        no filter; a context_window the user set is the window."""
+        dated = bool(ask.start_date or ask.end_date)
+        if ask.context_window:
+            s.time_window = ask.context_window
+        elif not dated and (window := time_window(ask.question)):
+            s.time_window, s.time_hint = window.window, window.phrase
+        elif not dated and (hint := time_hint(ask.question, self.today())):
             s.filter = dataclasses.replace(s.filter, start_date=hint.start, end_date=hint.end)
             s.time_hint = hint.phrase
         if not ask.selected_funds and (funds := mentioned_funds(ask.question, await self.known_funds(ask.tenant))):
@@ -232,26 +254,29 @@ class Planner:
     async def _search(self, ask: AskInput, rt: router.Route, s: Strategy, vector: np.ndarray | None,
                       deadline: float) -> None:
         """One search per collection side by side under the retrieval deadline; whatever arrives in time is used."""
-        boosters = {"min_similarity": rt.min_similarity, "fallback_similarity": router.FALLBACK_SIMILARITY,
-                    "expand_parents": True, "conversation_id": ask.conversation_id,
-                    "same_conversation_boost": 0.2, "recent_boost": 0.1, "recent_days": 7}
+        ranking = boosts.Ranking(rt.min_similarity, ask.conversation_id, s.time_window, self.today().isoformat(),
+                                 linear=ask.notes_contract)
+        if ranking.linear:
+            s.reason += "; linear fusion 0.6 vector + 0.25 keyword + 0.15 recency (notes contract)"
         variants = [v for n in rt.question_numbers for v in (f"question {n}", f"problem {n}", f"{n}.")]
+        variants = (variants + s.variants)[:MAX_VARIANTS]
 
         async def one(collection: str) -> SearchResult:
             with tracing.span("search", collection=collection):
                 return await searched(collection)
 
         async def searched(collection: str) -> SearchResult:
-            f = self._filter_for(collection, s, ask)
+            f = dataclasses.replace(self._filter_for(collection, s, ask), doc_ids=ask.picked(collection))
+            options = boosts.options(collection, ranking)
             left = lambda: max(0.05, deadline - time.monotonic())  # noqa: E731
-            if rt.question_numbers:  # 001 strategy 1: the numbered item itself first
-                exact = dataclasses.replace(f, any_of={**f.any_of, "question_number": list(rt.question_numbers)})
+            # 001: the numbered items themselves first (those named, or all when all are asked for)
+            if exact := await numbered_filter(self.retriever, rt.question_numbers, rt.all_questions, f, collection):
                 found = await self.retriever.search(ask.question, [collection], exact, max(rt.k, SEARCH_DEPTH),
-                                                    vector, left(), variants, boosters)
+                                                    vector, left(), variants, **options)
                 if found.hits:
                     return found
             return await self.retriever.search(ask.question, [collection], f, max(rt.k, SEARCH_DEPTH), vector,
-                                               left(), variants, boosters)
+                                               left(), variants, **options)
 
         results = await asyncio.gather(*(one(c) for c in s.collections), return_exceptions=True)
         hits: list[Hit] = []

@@ -11,7 +11,7 @@ from contextlib import aclosing
 
 from ragmesh import metrics
 from ragmesh.errors import InvalidArgument
-from ragmesh.models import EXTRACTIVE, KNOWN_MODELS
+from ragmesh.models import KNOWN_MODELS, not_configured
 from ragmesh.types import GenEvent
 from services.generator.backends import GenerationBackend, GenerationRequest
 from services.generator.citations import checked
@@ -29,10 +29,8 @@ class GenerationService:
         if model not in KNOWN_MODELS:
             raise InvalidArgument("model", f"unknown model {model!r}; known: {', '.join(KNOWN_MODELS)}")
         backend = self.backends.get(model)
-        if backend is None:
-            # A Gemini name with no Gemini backend configured: answer offline and say so in logs.
-            log.warning("model not configured, using the extractive backend", extra={"model": model})
-            backend = self.backends[EXTRACTIVE]
+        if backend is None:  # never a silent answer from another backend than the one asked for
+            raise InvalidArgument("model", not_configured(model, [m for m in KNOWN_MODELS if m in self.backends]))
         return backend
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenEvent]:

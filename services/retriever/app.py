@@ -66,7 +66,7 @@ class RetrieverApp(ServiceApp):
         assert self.generator is not None, "summaries asked for before warm-up"
         events = self.generator.generate(
             model=self.settings.summary_model, question=p.question, blocks=p.blocks, history=[],
-            system_instruction=p.instruction, prompt=p.prompt,
+            system_instruction=p.instruction, prompt=p.prompt, temperature=p.temperature,
         )
         return "".join([e.text async for e in events if e.kind == "content"])
 

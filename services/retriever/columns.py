@@ -1,4 +1,4 @@
-"""Filter columns: every metadata field (plus tenant and date) dictionary-encoded into
+"""Filter columns: every metadata field (plus tenant, date and doc id) dictionary-encoded into
 an int32 array over chunk slots, so a filter compiles to a few vectorised comparisons.
 
 Code -1 means the chunk has no value for the field, so it never matches a condition
@@ -11,6 +11,7 @@ from ragmesh.types import Chunk, SearchFilter
 
 TENANT = "__tenant__"
 DATE = "__date__"
+DOC = "__doc__"
 MISSING = -1
 
 
@@ -44,10 +45,11 @@ class Columns:
         self.capacity = capacity
 
     def set(self, slot: int, chunk: Chunk) -> None:
-        # The chunk's own tenant and date come last: a metadata key named like them (from a store
-        # written before such keys were refused) must not move a chunk into another tenant's view.
-        values = {k: v for k, v in chunk.metadata.items() if k not in (TENANT, DATE)}
+        # The chunk's own tenant, date and document come last: a metadata key named like them (from
+        # a store written before such keys were refused) must not move a chunk into another tenant's view.
+        values = {k: v for k, v in chunk.metadata.items() if k not in (TENANT, DATE, DOC)}
         values[TENANT] = chunk.tenant
+        values[DOC] = chunk.doc_id
         if chunk.date:
             values[DATE] = chunk.date
         for field, value in values.items():
@@ -81,4 +83,6 @@ class Columns:
             mask &= self._isin(field, self._matching(field, accepted.__contains__), size)
         for field, value in f.equals.items():
             mask &= self._isin(field, self._matching(field, value.__eq__), size)
+        if f.doc_ids is not None:
+            mask &= self._isin(DOC, self._matching(DOC, set(f.doc_ids).__contains__), size)
         return mask

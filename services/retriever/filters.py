@@ -4,14 +4,15 @@ from __future__ import annotations
 from ragmesh.errors import InvalidArgument
 from ragmesh.types import SearchFilter
 from ragmesh.validation import (
-    MAX_FILTER_FIELDS, MAX_FILTER_VALUE_CHARS, MAX_FILTER_VALUES, check_date_range, check_field_name, check_text,
-    shown,
+    MAX_FILTER_FIELDS, MAX_FILTER_VALUE_CHARS, MAX_FILTER_VALUES, MAX_ID_CHARS, check_date_range, check_field_name,
+    check_text, shown,
 )
 
 
 def validate(f: SearchFilter, prefix: str = "filter.") -> None:
     """Dates as YYYY-MM-DD in order; at most 64 fields, each named in 1-256 characters; at most
-    1,000 values per `in` field, each value at most 1,000 characters."""
+    1,000 values per `in` field, each value at most 1,000 characters; at most 1,000 doc_ids, each
+    a document id (1-512 characters)."""
     check_date_range(f.start_date, f.end_date, prefix=prefix)
     if f.date_field:
         check_field_name(f"{prefix}date_field", f.date_field)
@@ -29,3 +30,8 @@ def validate(f: SearchFilter, prefix: str = "filter.") -> None:
     for name, value in f.equals.items():
         check_field_name(f"{prefix}equals key {shown(name)}", name)
         check_text(f"{prefix}equals[{name!r}]", value, MAX_FILTER_VALUE_CHARS)
+    if f.doc_ids is not None:
+        if len(f.doc_ids) > MAX_FILTER_VALUES:
+            raise InvalidArgument(f"{prefix}doc_ids", f"has {len(f.doc_ids):,} values; the limit is {MAX_FILTER_VALUES:,}")
+        for i, doc_id in enumerate(f.doc_ids):
+            check_text(f"{prefix}doc_ids[{i}]", doc_id, MAX_ID_CHARS, required=True)

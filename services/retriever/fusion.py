@@ -21,6 +21,10 @@ RRF, LINEAR = "RRF", "LINEAR"
 TIME_WINDOWS = {"24h": 1, "48h": 2, "1w": 7, "all": 0, "": 0}
 LINEAR_DEFAULTS = (0.6, 0.25, 0.15)  # vector, keyword, recency (002)
 DEFAULT_HALF_LIFE_DAYS = 30.0
+# RRF's k: how fast a rank's weight falls. 20 rather than the customary 60 weighs the top of each
+# list more; measured on SciFact train, hybrid nDCG@10 0.718 -> 0.725, better on each fifth of the
+# queries (55 queries better, 20 worse).
+DEFAULT_RRF_K = 20
 TIE = 1e-4  # scores closer than this are a tie for the authoritative preference
 # What each number of the boosters may be (finite, within these bounds).
 BOOSTER_RANGES = {

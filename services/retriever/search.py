@@ -21,7 +21,7 @@ from ragmesh.validation import (
 from services.retriever import filters
 from services.retriever import fusion as ranking
 from services.retriever.backend import SearchBackend
-from services.retriever.fusion import LINEAR, LINEAR_DEFAULTS, RRF, Boosters, Candidate
+from services.retriever.fusion import DEFAULT_RRF_K, LINEAR, LINEAR_DEFAULTS, RRF, Boosters, Candidate
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class SearchQuery:
     dense_weight: float | None = None  # default 0.5 (RRF) or 0.6 (LINEAR)
     sparse_weight: float | None = None  # default 0.5 (RRF) or 0.25 (LINEAR)
     recency_weight: float | None = None  # LINEAR only, default 0.15
-    rrf_k: int = 60
+    rrf_k: int = DEFAULT_RRF_K
     vector: np.ndarray | None = None
     variants: list[str] = field(default_factory=list)
     fusion: str = RRF

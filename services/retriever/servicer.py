@@ -16,7 +16,7 @@ from ragmesh.types import ChunkContext
 from ragmesh.validation import (MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, check_field_name, check_name, check_names,
                                 check_page, check_text, shown)
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
-from services.retriever.fusion import Boosters
+from services.retriever.fusion import DEFAULT_RRF_K, Boosters
 from services.retriever.ingest.pipeline import Ingestor
 from services.retriever.ingest.upsert import Upserter
 from services.retriever.search import SearchEngine, SearchQuery
@@ -56,7 +56,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
             dense_weight=_opt(request, "dense_weight", None),
             sparse_weight=_opt(request, "sparse_weight", None),
             recency_weight=_opt(request, "recency_weight", None),
-            rrf_k=_opt(request, "rrf_k", 60),
+            rrf_k=_opt(request, "rrf_k", DEFAULT_RRF_K),
             vector=np.asarray(request.query_vector, np.float32) if request.query_vector else None,
             variants=list(request.variants),
             fusion=retriever_pb2.Fusion.Name(request.fusion).removeprefix("FUSION_"),

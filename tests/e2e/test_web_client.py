@@ -335,3 +335,49 @@ def test_screenshots_at_360_and_1440_px(pages: Pages, stack: Stack, tmp_path: Pa
         page.keyboard.press("Escape")
         page.locator("#sidebar").wait_for(state="hidden")
     print(f"screenshots: {tmp_path}")
+
+
+def test_a_reopened_answer_shows_the_strategy_line_it_was_given(pages: Pages, stack: Stack) -> None:
+    key = stack.key(DEMO, "web-reopen-strategy")
+    page = pages.open(stack.http_url, key)
+    live = ask(page, QUESTION).locator("details.strategy")
+    live.locator("summary").click()
+    said = live.locator("dl").inner_text()
+    conversation = page.evaluate("document.body.dataset.conversationId")
+    page.reload()
+    page.wait_for_selector("#conversation-list li", timeout=15_000)
+    page.locator(f"#conversation-list li[data-id='{conversation}'] .open").click()
+    page.wait_for_selector(".msg.assistant[data-state=done]")
+    reopened = page.locator(".msg.assistant details.strategy")
+    reopened.locator("summary").click()
+    shown = reopened.locator("dl").inner_text()
+    stored = httpx.get(f"{stack.http_url}/api/conversations/{conversation}", headers=headers(key),
+                       timeout=30).json()["messages"][1]["strategy"]
+    assert shown == said, "the why, collections, filters and the rest, as when it was asked"
+    assert stored["reason"] in shown and "meeting_notes, factsheets" in shown and "2024-03-01 to 2024-03-31" in shown
+    assert "ms answer" in reopened.locator("summary").inner_text()
+
+
+def test_stopping_before_any_content_removes_the_question(pages: Pages, stack: Stack, gemini_gateway) -> None:
+    url, fake, _ = gemini_gateway
+    key = stack.key(DEMO, "web-stop-early")
+    fake.stream(thought("Reading the March notes first."), text("never shown"), hold_after=1)
+    page = pages.open(url, key)
+    page.fill("#question", QUESTION)
+    page.click("#send")
+    page.locator(".msg.assistant details.thinking").wait_for(state="visible", timeout=30_000)
+    conversation = page.evaluate("document.body.dataset.conversationId")
+    page.click("#stop")
+    page.wait_for_function("() => !document.querySelector('.msg')", timeout=15_000)
+    assert page.input_value("#question") == QUESTION, "the question is back in the box, to edit or send again"
+    assert "not kept" in page.locator("#status").inner_text()
+    assert page.evaluate("document.body.dataset.conversationId") == ""
+    assert fake.hung_up.wait(10)
+    for _ in range(100):  # the server drops it too
+        if httpx.get(f"{url}/api/conversations/{conversation}", headers=headers(key), timeout=30).status_code == 404:
+            break
+        page.wait_for_timeout(50)
+    else:
+        pytest.fail("the stopped question was kept")
+    page.wait_for_load_state("networkidle")
+    assert page.locator("#conversation-list li").count() == 0

@@ -92,6 +92,8 @@ def test_asking_streams_a_cited_answer(page, stack: Stack, tmp_path: Path) -> No
     assert sources.count() >= 1
     assert "Kestrel" in sources.first.inner_text()
     assert "RAG_NEW_QUERY" in message.locator(".strategy").inner_text()
+    assert "rewrite: skipped (" in message.locator(".strategy").text_content()  # folded away until opened
+    assert "no model configured" in message.locator(".strategy").text_content()
     page.screenshot(path=os.environ.get("SCREENSHOT", str(tmp_path / "answer.png")), full_page=True)
 
 

@@ -14,13 +14,13 @@ import json
 import re
 import threading
 from collections import defaultdict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.fakes.http import FakeHTTPServer, Reply, Request
+from tests.fakes.http import FakeHTTPServer, Reply, Request, Rules
 
 _ROUTE = re.compile(r"^/v1(?:beta)?/models/(?P<model>[^:/]+):(?P<rpc>\w+)$")
 _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
@@ -77,6 +77,7 @@ class FakeGemini:
     def __init__(self) -> None:
         self.server = FakeHTTPServer(self._handle)
         self._script: dict[str, deque[Reply]] = defaultdict(deque)  # rpc -> replies in order
+        self.rules = Rules()  # streamed replies chosen by the request's text, before the script
 
     @property
     def url(self) -> str:
@@ -97,6 +98,16 @@ class FakeGemini:
             Reply(events=[json.dumps(c) for c in chunks], delay=delay, hold_after=hold_after)
         )
 
+    def respond(self, containing: str, reply: str | Callable[[str], str], *, hold: bool = False) -> None:
+        """A standing streamed text reply to every generateContent request whose system instruction and
+        contents contain `containing`; `reply` may make it from that text. `hold`: send nothing and
+        keep the stream open until the client leaves (a model that never answers)."""
+        def make(sent: str) -> Reply:
+            value = reply(sent) if callable(reply) else reply
+            return Reply(events=[json.dumps(text(value))], hold_after=0 if hold else None)
+
+        self.rules.add(containing, make)
+
     def error(self, status: int, message: str, *, retry_delay: str | None = None, reason: str | None = None,
               rpc: str = "streamGenerateContent") -> None:
         """Queues an error reply for `rpc` in Google's shape, with RetryInfo (429) or ErrorInfo details."""
@@ -115,6 +126,8 @@ class FakeGemini:
         route = _ROUTE.match(request.path)
         if request.method != "POST" or route is None:
             return Reply(404, {"error": {"code": 404, "message": f"no route {request.path}", "status": "NOT_FOUND"}})
+        if route["rpc"] == "streamGenerateContent" and (ruled := self.rules.reply(_text_of(request.body))):
+            return ruled
         if self._script[route["rpc"]]:
             return self._script[route["rpc"]].popleft()
         if route["rpc"] == "embedContent":
@@ -127,6 +140,12 @@ class FakeGemini:
     def _embed(body: dict) -> list[float]:
         text = "".join(p.get("text", "") for p in body["content"]["parts"])
         return fake_vector(text, int(body.get("outputDimensionality") or 3072))
+
+
+def _text_of(body: dict) -> str:
+    """The system instruction and contents of a generateContent request, as one text."""
+    parts = body.get("systemInstruction", {}).get("parts", []) + [p for c in body["contents"] for p in c["parts"]]
+    return "\n".join(p.get("text", "") for p in parts)
 
 
 @pytest.fixture

@@ -43,6 +43,29 @@ class Reply:
     hold_after: int | None = None  # send this many events, then keep the stream open until the client leaves
 
 
+class Rules:
+    """Standing replies chosen by what a request says, checked before a fake's queue (latest rule
+    first), so requests sent side by side each get the reply that fits them."""
+
+    def __init__(self) -> None:
+        self._rules: list[tuple[str, Callable[[str], Reply]]] = []
+        self._lock = threading.Lock()
+
+    def add(self, containing: str, make: Callable[[str], Reply]) -> None:
+        with self._lock:
+            self._rules.insert(0, (containing, make))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rules.clear()
+
+    def reply(self, text: str) -> Reply | None:
+        """The reply of the first rule whose text `text` contains, made from `text`."""
+        with self._lock:
+            make = next((m for containing, m in self._rules if containing in text), None)
+        return make(text) if make else None
+
+
 class FakeHTTPServer:
     def __init__(self, handler: Callable[[Request], Reply]) -> None:
         self.handler = handler

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.fakes.http import FakeHTTPServer, Reply, Request
+from tests.fakes.http import FakeHTTPServer, Reply, Request, Rules
 
 MODEL = "llama3.2:3b"
 
@@ -33,6 +33,7 @@ class FakeOpenAI:
     def __init__(self) -> None:
         self.server = FakeHTTPServer(self._handle)
         self._script: deque[Reply] = deque()
+        self.rules = Rules()  # replies chosen by the request's messages, before the script
 
     @property
     def url(self) -> str:
@@ -50,6 +51,12 @@ class FakeOpenAI:
         events = [json.dumps(c) for c in chunks] + ["[DONE]"]
         self._script.append(Reply(events=events, hold_after=hold_after, delay=delay))
 
+    def respond(self, containing: str, reply: str | Callable[[str], str]) -> None:
+        """A standing streamed reply to every request whose messages contain `containing`; `reply` may
+        make it from their text."""
+        self.rules.add(containing, lambda sent: Reply(events=[json.dumps(delta(
+            reply(sent) if callable(reply) else reply, finish_reason="stop")), "[DONE]"]))
+
     def error(self, status: int, message: str, retry_after: str | None = None) -> None:
         headers = {"retry-after": retry_after} if retry_after else {}
         body = {"error": {"message": message, "type": "invalid_request_error", "code": None}}
@@ -58,6 +65,8 @@ class FakeOpenAI:
     def _handle(self, request: Request) -> Reply:
         if request.method != "POST" or request.path != "/v1/chat/completions":
             return Reply(404, {"error": {"message": f"no route {request.path}"}})
+        if ruled := self.rules.reply("\n".join(str(m.get("content", "")) for m in request.body["messages"])):
+            return ruled
         if not self._script:
             return Reply(500, {"error": {"message": "the test scripted no reply"}})
         return self._script.popleft()

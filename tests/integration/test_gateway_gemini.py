@@ -11,7 +11,7 @@ import httpx
 from ragmesh.prompts import NOT_ENOUGH
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.auth import channel
-from tests.conftest import answer_of, one, sse
+from tests.conftest import QUALITY_OFF, answer_of, one, sse
 from tests.fakes.gemini import FakeGemini, chunk, grounding, text, usage
 from tests.stack import Stack
 
@@ -108,7 +108,8 @@ def test_the_model_confirms_a_topic_change_within_its_time_limit(stack: Stack) -
         generator = stack.start_variant("generator", gemini_api_key="test-key", gemini_base_url=fake.url)
         gateway = stack.start_variant("gateway", generator_addr=generator.address, gemini_api_key="test-key",
                                       default_model="gemini-2.5-flash", scope_llm_check=True,
-                                      scope_llm_timeout_s=3.0)  # the default 0.8 s, with room for a loaded CI machine
+                                      scope_llm_timeout_s=3.0,  # the default 0.8 s, with room for a loaded CI machine
+                                      **QUALITY_OFF)
         url = f"http://127.0.0.1:{gateway.app.http_port}/api/chat/ask/stream"
         fake.stream(text("Kestrel cut Brazil [1]."))
         conv = one(sse(url, {"question": "What did Kestrel do with its Brazil exposure?"}, stack.headers),

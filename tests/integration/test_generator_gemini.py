@@ -200,21 +200,23 @@ def test_the_four_gemini_names_are_served_only_with_a_key(fake_gemini: FakeGemin
                                "gemini-3-low-thinking"])
 
 
-def test_a_gemini_name_without_a_key_answers_offline_with_checked_citations() -> None:
+def test_a_gemini_name_without_a_key_is_refused_naming_the_setting_never_answered_offline() -> None:
     request = generator_pb2.GenerateRequest(
         model="gemini-2.5-flash", question="What did Kestrel do with Brazil exposure?",
         blocks=[generator_pb2.ContextBlock(index=1, label="Meeting note",
                                            text="Kestrel cut its Brazil exposure from 12% to 4% in March 2024.")],
     )
 
-    async def go() -> list[generator_pb2.GenerateEvent]:
+    async def go() -> grpc.aio.AioRpcError:
         async with serving(GeneratorApp(settings())) as channel:
-            return [e async for e in generator_pb2_grpc.GeneratorStub(channel).Generate(request, timeout=20)]
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                [e async for e in generator_pb2_grpc.GeneratorStub(channel).Generate(request, timeout=20)]
+            return caught.value
 
-    events = asyncio.run(go())
-    answer = "".join(e.content for e in events if e.HasField("content"))
-    assert "12% to 4%" in answer and set(re.findall(r"\[(\d+)\]", answer)) == {"1"}
-    assert events[-1].done.model == "extractive"
+    error = asyncio.run(go())
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details().startswith("model: model 'gemini-2.5-flash' is not configured")
+    assert "GEMINI_API_KEY" in error.details() and "configured: extractive" in error.details()
 
 
 @pytest.mark.parametrize("how", ["aclose", "cancel"])

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 
 import grpc
 import httpx
 import pytest
 
+from ragmesh.serving import ServiceHost
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.v1 import (
     common_pb2,
@@ -36,16 +38,21 @@ ALICE_PHRASE = "zebra-periwinkle"  # only in alice's question, so memory leaks a
 
 
 class World:
-    """Keys, and the ids the attacker learned, made once for the module."""
+    """Keys, and the ids the attacker learned, made once for the module, and where to call: the
+    stack's gateway and retriever, or a gateway on a retriever over another search backend."""
 
-    def __init__(self, stack: Stack) -> None:
+    def __init__(self, stack: Stack, gateway: ServiceHost | None = None, retriever: str = "", suffix: str = "") -> None:
+        """`suffix`: after both tenants' names, so a second world starts from nothing of the first's."""
         self.stack = stack
-        self.acme_admin = stack.key("acme", "acme-admin", "admin")
-        self.alice = stack.key("acme", "alice")
-        self.bob = stack.key("acme", "bob")
-        self.umbra_admin = stack.key("umbra", "umbra-admin", "admin")
-        self.mallory = stack.key("umbra", "mallory")
-        self.url = stack.http_url
+        self.gateway_host = gateway or stack.hosts["gateway"]
+        self.retriever_address = retriever or stack.address("retriever")
+        self.acme, self.umbra = f"acme{suffix}", f"umbra{suffix}"
+        self.acme_admin = stack.key(self.acme, "acme-admin", "admin")
+        self.alice = stack.key(self.acme, "alice")
+        self.bob = stack.key(self.acme, "bob")
+        self.umbra_admin = stack.key(self.umbra, "umbra-admin", "admin")
+        self.mallory = stack.key(self.umbra, "mallory")
+        self.url = f"http://{stack.settings.host}:{self.gateway_host.app.http_port}"
 
     def post(self, key: str | None, path: str, body: dict, **kw) -> httpx.Response:
         return httpx.post(self.url + path, json=body, headers=headers(key) if key else {}, timeout=60, **kw)
@@ -57,18 +64,40 @@ class World:
         return httpx.delete(self.url + path, headers=headers(key) if key else {}, timeout=30)
 
     def gateway(self, key: str) -> gateway_pb2_grpc.GatewayStub:
-        return gateway_pb2_grpc.GatewayStub(channel(self.stack.address("gateway"), bearer(key)))
+        return gateway_pb2_grpc.GatewayStub(channel(self.gateway_host.address, bearer(key)))
 
     def retriever(self, key: str) -> retriever_pb2_grpc.RetrieverStub:
-        return retriever_pb2_grpc.RetrieverStub(channel(self.stack.address("retriever"), bearer(key)))
+        return retriever_pb2_grpc.RetrieverStub(channel(self.retriever_address, bearer(key)))
 
     def store(self) -> SqliteStore:
         return SqliteStore(self.stack.settings.sqlite_path)
 
+    def memory_written(self) -> None:
+        """Waits until the gateway's conversation memory has embedded the messages asked so far."""
+        self.stack.call(self.gateway_host.app.memory.idle())
+
 
 @pytest.fixture(scope="module")
 def world(stack: Stack) -> World:
-    w = World(stack)
+    return _populated(World(stack))
+
+
+@pytest.fixture(scope="module")
+def searched(world: World, stack: Stack, backend: tuple[str, str]) -> Iterator[World]:
+    """The world on each search backend, for the cases a search backend answers (the rest run on
+    memory only): the stack's own on memory; on milvus a gateway on the milvus-lite retriever of
+    the `backend` fixture, populated the same way with tenants of its own."""
+    name, address = backend
+    if name == "memory":
+        yield world
+        return
+    gateway = stack.start_variant("gateway", retriever_addr=address)
+    yield _populated(World(stack, gateway, address, "-milvus"))
+    stack.extra.remove(gateway)
+    stack.call(gateway.stop())
+
+
+def _populated(w: World) -> World:
     events = sse(w.url + "/api/documents", {"collection": "documents", "documents": [
         {"doc_id": "nightingale", "text": SECRET_TEXT, "metadata": {"fund_name": "Acme Secret Fund"}}]},
         headers(w.acme_admin))
@@ -82,7 +111,7 @@ def world(stack: Stack) -> World:
     reply = w.post(w.alice, "/api/corrections", {"conversation_id": w.alice_conv, "message_id": w.alice_answer,
                                                  "correction": "The price was 41 million."})
     assert reply.status_code == 200, reply.text
-    stack.call(stack.app("gateway").memory.idle())  # alice's messages are in the conversation memory
+    w.memory_written()  # alice's messages are in the conversation memory
     # bob, same tenant, has a conversation too
     w.bob_conv = _done(sse(w.url + "/api/chat/ask/stream", {"question": "What is Project Nightingale?",
                                                           "data_sources": ["Documents"]}, headers(w.bob)),
@@ -190,23 +219,23 @@ def test_a_tenant_or_user_named_in_the_body_is_not_obeyed(world: World) -> None:
     _refused(world.post(world.bob, "/api/chat/ask", {"question": "hi", "user_id": "alice"}), 403)
 
 
-def test_another_tenants_documents_never_reach_an_answer(world: World) -> None:
-    for key in (world.mallory, world.umbra_admin):
-        reply = world.post(key, "/api/chat/ask", {"question": "What is Project Nightingale and its price?",
-                                                  "data_sources": ["Documents", "Meeting Notes", "Factsheet"]})
+def test_another_tenants_documents_never_reach_an_answer(searched: World) -> None:
+    for key in (searched.mallory, searched.umbra_admin):
+        reply = searched.post(key, "/api/chat/ask", {"question": "What is Project Nightingale and its price?",
+                                                     "data_sources": ["Documents", "Meeting Notes", "Factsheet"]})
         assert reply.status_code == 200, reply.text
         _refused(reply, 200)
         assert not [c for c in reply.json()["citations"] if c["doc_id"] == "nightingale"]
 
 
-def test_the_fund_list_is_the_callers_tenants(world: World) -> None:
-    assert "Acme Secret Fund" in world.get(world.alice, "/api/meta").json()["funds"]
-    meta = world.get(world.mallory, "/api/meta").json()
+def test_the_fund_list_is_the_callers_tenants(searched: World) -> None:
+    assert "Acme Secret Fund" in searched.get(searched.alice, "/api/meta").json()["funds"]
+    meta = searched.get(searched.mallory, "/api/meta").json()
     assert "Acme Secret Fund" not in meta["funds"]
-    assert meta["identity"] == {"tenant": "umbra", "user": "mallory", "role": "member"}
+    assert meta["identity"] == {"tenant": searched.umbra, "user": "mallory", "role": "member"}
     # a question naming the fund does not tell mallory it exists (no detected fund)
-    events = sse(world.url + "/api/chat/ask/stream", {"question": "What does Acme Secret Fund hold?"},
-                 headers(world.mallory))
+    events = sse(searched.url + "/api/chat/ask/stream", {"question": "What does Acme Secret Fund hold?"},
+                 headers(searched.mallory))
     assert "Acme Secret Fund" not in one(events, "strategy")["detected_funds"]
 
 
@@ -257,28 +286,28 @@ def test_a_correction_cannot_copy_another_conversations_answer(world: World) -> 
         store.close()
 
 
-def test_conversation_memory_is_per_user(world: World) -> None:
-    for key in (world.mallory, world.bob):
-        reply = world.post(key, "/api/chat/ask", {"question": f"What did I ask about {ALICE_PHRASE}?",
-                                                  "data_sources": ["Conversation memory"]})
+def test_conversation_memory_is_per_user(searched: World) -> None:
+    for key in (searched.mallory, searched.bob):
+        reply = searched.post(key, "/api/chat/ask", {"question": f"What did I ask about {ALICE_PHRASE}?",
+                                                     "data_sources": ["Conversation memory"]})
         assert reply.status_code == 200, reply.text
         _refused(reply, 200)
 
 
-def test_documents_of_another_tenant_cannot_be_read_written_or_deleted(world: World) -> None:
-    _refused(world.get(world.mallory, "/api/documents/documents/nightingale"), 404)
-    _refused(world.delete(world.umbra_admin, "/api/documents/documents/nightingale"), 404)
-    _refused(world.post(world.umbra_admin, "/api/documents", {"collection": "documents", "tenant": "acme",
-                                                              "documents": [{"doc_id": "nightingale",
-                                                                             "text": "overwritten"}]}), 403)
-    assert world.get(world.alice, "/api/documents/documents/nightingale").status_code == 200
+def test_documents_of_another_tenant_cannot_be_read_written_or_deleted(searched: World) -> None:
+    _refused(searched.get(searched.mallory, "/api/documents/documents/nightingale"), 404)
+    _refused(searched.delete(searched.umbra_admin, "/api/documents/documents/nightingale"), 404)
+    _refused(searched.post(searched.umbra_admin, "/api/documents", {"collection": "documents", "tenant": searched.acme,
+                                                                    "documents": [{"doc_id": "nightingale",
+                                                                                   "text": "overwritten"}]}), 403)
+    assert searched.get(searched.alice, "/api/documents/documents/nightingale").status_code == 200
     # umbra's own document of the same id lands in umbra, and acme's stays as it was
-    events = sse(world.url + "/api/documents", {"collection": "documents", "documents": [
-        {"doc_id": "nightingale", "text": "Umbra's own note about birds."}]}, headers(world.umbra_admin))
+    events = sse(searched.url + "/api/documents", {"collection": "documents", "documents": [
+        {"doc_id": "nightingale", "text": "Umbra's own note about birds."}]}, headers(searched.umbra_admin))
     assert _done(events)["documents"] == 1
-    hits = world.retriever(world.acme_admin).Search(retriever_pb2.SearchRequest(
+    hits = searched.retriever(searched.acme_admin).Search(retriever_pb2.SearchRequest(
         query="Nightingale", collections=["documents"], top_k=5)).hits
-    assert hits and all(h.chunk.tenant == "acme" and "birds" not in h.chunk.text for h in hits)
+    assert hits and all(h.chunk.tenant == searched.acme and "birds" not in h.chunk.text for h in hits)
 
 
 def test_state_changing_requests_from_another_origin_or_host_are_refused(world: World) -> None:
@@ -319,7 +348,8 @@ def test_gateway_grpc_checks_the_same(world: World) -> None:
     events = list(mallory.Ask(gateway_pb2.AskRequest(question="What is Project Nightingale?",
                                                      data_sources=["Documents"])))
     text = "".join(e.content for e in events)
-    assert SECRET not in text and events[-1].WhichOneof("event") == "done"
+    # acme's words only: umbra's own documents may name Nightingale (the planting test writes one)
+    assert "Lark Robotics" not in text and "42 million" not in text and events[-1].WhichOneof("event") == "done"
     _rpc_refused(lambda: gateway_pb2_grpc.GatewayStub(grpc.insecure_channel(world.stack.address("gateway"))).Ask(
         gateway_pb2.AskRequest(question="hi")), grpc.StatusCode.UNAUTHENTICATED)
     alice = world.gateway(world.alice)
@@ -352,61 +382,114 @@ def test_internal_services_refuse_anyone_but_the_gateway_and_operators(world: Wo
         retriever_pb2.StatsRequest()).collections
 
 
-def test_the_retriever_takes_the_tenant_from_the_credential_never_the_request(world: World) -> None:
-    umbra = world.retriever(world.umbra_admin)
+def test_the_retriever_takes_the_tenant_from_the_credential_never_the_request(searched: World) -> None:
+    umbra = searched.retriever(searched.umbra_admin)
     hits = umbra.Search(retriever_pb2.SearchRequest(query="Nightingale acquisition 42 million", top_k=20,
-                                                    filter=common_pb2.Filter(tenant="acme"))).hits
-    assert all(h.chunk.tenant == "umbra" for h in hits) and SECRET_TEXT not in {h.chunk.text for h in hits}
+                                                    filter=common_pb2.Filter(tenant=searched.acme))).hits
+    assert all(h.chunk.tenant == searched.umbra for h in hits) and SECRET_TEXT not in {h.chunk.text for h in hits}
     assert "Acme Secret Fund" not in umbra.FieldValues(retriever_pb2.FieldValuesRequest(
-        field="fund_name", tenant="acme")).values
+        field="fund_name", tenant=searched.acme)).values
     assert "alice" not in umbra.FieldValues(retriever_pb2.FieldValuesRequest(
-        field="user_id", collections=["conversations"], tenant="acme")).values
+        field="user_id", collections=["conversations"], tenant=searched.acme)).values
     _rpc_refused(lambda: umbra.GetDocument(retriever_pb2.GetDocumentRequest(
-        collection="documents", doc_id="nightingale-missing", tenant="acme")), grpc.StatusCode.NOT_FOUND)
+        collection="documents", doc_id="nightingale-missing", tenant=searched.acme)), grpc.StatusCode.NOT_FOUND)
     assert umbra.GetDocument(retriever_pb2.GetDocumentRequest(collection="documents", doc_id="nightingale",
-                                                              tenant="acme")).tenant == "umbra"
-    gone = umbra.Delete(retriever_pb2.DeleteRequest(collection="conversations", tenant="acme",
+                                                              tenant=searched.acme)).tenant == searched.umbra
+    gone = umbra.Delete(retriever_pb2.DeleteRequest(collection="conversations", tenant=searched.acme,
                                                     filter=common_pb2.Filter(equals={"user_id": "alice"})))
     assert gone.documents == 0
-    list(umbra.Ingest(iter([retriever_pb2.Document(doc_id="planted", collection="documents", tenant="acme",
+    list(umbra.Ingest(iter([retriever_pb2.Document(doc_id="planted", collection="documents", tenant=searched.acme,
                                                    text="Planted by umbra into acme? Nightingale is cancelled.")])))
     umbra.Upsert(iter([retriever_pb2.UpsertRequest(chunk=common_pb2.Chunk(
-        chunk_id="planted-upsert#0", doc_id="planted-upsert", collection="documents", tenant="acme",
-        text="Upserted by umbra: Nightingale is cancelled."), vector=[0.0] * 383 + [1.0])]))
-    acme_hits = world.retriever(world.acme_admin).Search(retriever_pb2.SearchRequest(
+        chunk_id=f"{searched.umbra}/planted-upsert#0", doc_id="planted-upsert", collection="documents",
+        tenant=searched.acme, text="Upserted by umbra: Nightingale is cancelled."), vector=[0.0] * 383 + [1.0])]))
+    acme_hits = searched.retriever(searched.acme_admin).Search(retriever_pb2.SearchRequest(
         query="Nightingale cancelled planted umbra", collections=["documents"], top_k=50)).hits
     assert {h.chunk.doc_id for h in acme_hits} <= {"nightingale"}
-    assert {h.chunk.tenant for h in acme_hits} == {"acme"}
+    assert {h.chunk.tenant for h in acme_hits} == {searched.acme}
+
+
+# -- the document picker: document_ids narrow every search of a question ----------------------------
+
+PICKED = {("meeting_notes", "mn-harborview-2024-01-30"), ("meeting_notes", "mn-kestrel-2024-03-14")}
+EXPOSURE = {"question": "What did the managers say about net exposure and the outlook?",
+            "data_sources": ["Meeting Notes", "Factsheet"]}
+
+
+def _cited(reply: httpx.Response) -> set[tuple[str, str]]:
+    assert reply.status_code == 200, reply.text
+    return {(c["collection"], c["doc_id"]) for c in reply.json()["citations"]}
+
+
+def test_picked_documents_are_the_only_ones_searched(searched: World, stack: Stack) -> None:
+    """The demo corpus (tenant DEMO): unpicked, the question cites other meetings and factsheets."""
+    assert _cited(searched.post(stack.admin_key, "/api/chat/ask", EXPOSURE)) - PICKED
+    picked = searched.post(stack.admin_key, "/api/chat/ask",
+                           {**EXPOSURE, "document_ids": [f"{c}/{d}" for c, d in sorted(PICKED)]})
+    assert _cited(picked) == PICKED
+    bare = searched.post(stack.admin_key, "/api/chat/ask", {**EXPOSURE, "document_ids": ["mn-kestrel-2024-03-14"]})
+    assert _cited(bare) == {("meeting_notes", "mn-kestrel-2024-03-14")}, "a bare id, in any searched collection"
+    elsewhere = searched.post(stack.admin_key, "/api/chat/ask",
+                              {**EXPOSURE, "document_ids": ["documents/mn-kestrel-2024-03-14"]})
+    assert _cited(elsewhere) == set(), "picked in a collection not searched: nothing of the searched ones"
+
+
+def test_another_tenants_document_picked_gives_nothing(searched: World, stack: Stack) -> None:
+    for key in (searched.mallory, searched.umbra_admin):
+        reply = searched.post(key, "/api/chat/ask", {"question": "What is Project Nightingale and its price?",
+                                                     "data_sources": ["Documents"],
+                                                     "document_ids": ["documents/nightingale", "nightingale"]})
+        _refused(reply, 200)  # umbra may have a "nightingale" of its own, never acme's
+        assert "Lark Robotics" not in reply.text
+    demo = searched.post(searched.alice, "/api/chat/ask", {**EXPOSURE, "document_ids": sorted(
+        f"{c}/{d}" for c, d in PICKED)})
+    assert _cited(demo) == set()
+
+
+@pytest.mark.parametrize("document_ids, field", [
+    (["x" * 513], "document_ids"),
+    ([""], "document_ids[0]"),
+    (["documents/"], "document_ids[0]"),
+    (["meeting_notes/ok", "no such collection!/x"], "document_ids[1] collection"),
+    ([42], "document_ids"),
+    ("documents/nightingale", "document_ids"),
+    ([f"d{i}" for i in range(21)], "document_ids"),
+])
+def test_garbage_document_ids_are_400(world: World, document_ids, field: str) -> None:
+    reply = world.post(world.alice, "/api/chat/ask", {"question": "hi", "document_ids": document_ids})
+    assert reply.status_code == 400, reply.text
+    assert field in reply.json()["error"]["message"]
 
 
 # -- deletion ---------------------------------------------------------------------------------------
 
-def test_deleting_a_conversation_deletes_its_memory_summary_and_corrections(world: World, stack: Stack) -> None:
-    events = sse(world.url + "/api/chat/ask/stream", {"question": f"Tell me about {ALICE_PHRASE} and Nightingale",
-                                                      "data_sources": ["Documents"]}, headers(world.alice))
+def test_deleting_a_conversation_deletes_its_memory_summary_and_corrections(searched: World) -> None:
+    events = sse(searched.url + "/api/chat/ask/stream", {"question": f"Tell me about {ALICE_PHRASE} and Nightingale",
+                                                         "data_sources": ["Documents"]}, headers(searched.alice))
     conv = _done(events)["conversation_id"]
-    world.post(world.alice, "/api/corrections", {"conversation_id": conv, "message_id": _done(events)["message_id"],
-                                                 "correction": "It is about birds."})
-    stack.call(stack.app("gateway").memory.idle())
-    store = world.store()
+    searched.post(searched.alice, "/api/corrections", {"conversation_id": conv, "correction": "It is about birds.",
+                                                       "message_id": _done(events)["message_id"]})
+    searched.memory_written()
+    store = searched.store()
     try:
         store.set_conversation_summary(conv, "a summary")
     finally:
         store.close()
-    memory = lambda: [h for h in world.retriever(world.acme_admin).Search(retriever_pb2.SearchRequest(  # noqa: E731
+    acme = searched.retriever(searched.acme_admin)
+    memory = lambda: [h for h in acme.Search(retriever_pb2.SearchRequest(  # noqa: E731
         query=ALICE_PHRASE, collections=["conversations"], top_k=50)).hits
         if h.chunk.metadata["conversation_id"] == conv]
     assert memory(), "the conversation's messages were embedded"
-    assert world.delete(world.alice, f"/api/conversations/{conv}").json() == {"deleted": True}
+    assert searched.delete(searched.alice, f"/api/conversations/{conv}").json() == {"deleted": True}
     assert memory() == []
-    store = world.store()
+    store = searched.store()
     try:
         assert store.conversation_summary(conv) == ""
-        assert all(c.conversation_id != conv for c in store.corrections("acme", "alice"))
+        assert all(c.conversation_id != conv for c in store.corrections(searched.acme, "alice"))
         assert store.messages(conv) == []
     finally:
         store.close()
-    _refused(world.get(world.alice, f"/api/conversations/{conv}"), 404)
+    _refused(searched.get(searched.alice, f"/api/conversations/{conv}"), 404)
 
 
 # -- JWTs -------------------------------------------------------------------------------------------

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+import threading
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from pymilvus import DataType, MilvusClient
 
 from ragmesh import config
 from ragmesh.cli import main as cli
@@ -118,6 +120,66 @@ def test_index_rebuild_reloads_milvus_from_the_store(uri: str, tmp_path: Path, s
     assert "no collection 'nope'" in capsys.readouterr().err
 
 
+def test_an_interrupted_rebuild_continues_where_it_stopped(uri: str, tmp_path: Path, store, monkeypatch,
+                                                          capsys) -> None:
+    """Interrupted (Ctrl-C) after its first batches, run again: the second run loads only what the first
+    did not, and a document rewritten between the two runs ends as the store has it."""
+    docs = [document(f"d{i}", f"doc{i}", 2) for i in range(6)]
+    store.replace_documents(docs)
+    b = backend(uri, "resume_")
+    b.warm_up(store, Path(), store.version())
+    for name, value in {"RETRIEVER_BACKEND": "milvus", "MILVUS_URI": uri, "MILVUS_PREFIX": "resume_",
+                        "DATA_DIR": str(tmp_path)}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sync, "BATCH_CHUNKS", 4)  # two documents a batch
+    applied: list[str] = []
+    apply = MilvusBackend.apply
+
+    def interrupted_after_two_batches(self, collection, changes):
+        if len(applied) == 4:
+            raise KeyboardInterrupt
+        applied.extend(doc_id for (_, doc_id), _ in changes)
+        return apply(self, collection, changes)
+
+    monkeypatch.setattr(MilvusBackend, "apply", interrupted_after_two_batches)
+    assert cli(["index", "rebuild"]) == 130
+    assert "run `ragmesh index rebuild` again to continue" in capsys.readouterr().err
+    assert applied == ["d0", "d1", "d2", "d3"] and b.indexed("c") == 8
+    store.replace_documents([document("d1", "rewritten", 1)])  # between the two runs
+    applied.clear()
+    monkeypatch.setattr(MilvusBackend, "apply", lambda self, collection, changes: (
+        applied.extend(doc_id for (_, doc_id), _ in changes), apply(self, collection, changes))[1])
+    assert cli(["index", "rebuild"]) == 0
+    assert "continuing the interrupted rebuild of c" in capsys.readouterr().out
+    assert sorted(applied) == ["d1", "d1", "d4", "d5"], "the second run redid what the first had loaded"
+    expected = sorted([f"doc{i} lantern rules {j}" for i in (0, 2, 3, 4, 5) for j in range(2)]
+                      + ["rewritten lantern rules 0"])
+    assert found(b) == expected and b.indexed("c") == len(expected), "nothing lost, nothing twice"
+    assert sync.interrupted(b, store, ["c"]) == {}
+    applied.clear()
+    assert cli(["index", "rebuild"]) == 0  # the next rebuild starts over
+    assert "continuing" not in capsys.readouterr().out and len(applied) == 6
+    assert found(b) == expected
+
+
+def test_a_collection_in_an_older_row_layout_is_rebuilt_at_start(uri: str, store) -> None:
+    store.replace_documents([document("a", "alpha", 2)])
+    b = backend(uri, "layout_")
+    b.warm_up(store, Path(), store.version())
+    b.drop("c")
+    old = MilvusClient.create_schema(auto_id=False)
+    old.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=32)
+    old.add_field("dense", DataType.FLOAT_VECTOR, dim=DIM)
+    params = b.client.prepare_index_params()
+    params.add_index("dense", index_type="FLAT", metric_type="IP")
+    b.client.create_collection(rows_name(b), schema=old, index_params=params)
+    restarted = backend(uri, "layout_")
+    done = restarted.warm_up(store, Path(), store.version())
+    assert done.startswith("c rebuilt (an older row layout)")
+    assert found(restarted) == ["alpha lantern rules 0", "alpha lantern rules 1"]
+    assert restarted.outdated() == []
+
+
 def rows_name(b: MilvusBackend) -> str:
     return b.config.prefix + "c"
 
@@ -154,3 +216,74 @@ def test_the_retriever_refuses_to_start_on_an_unreachable_milvus_with_one_line(t
     assert done.returncode != 0
     assert done.stderr.strip().splitlines()[-1].startswith(
         "retriever: refusing to start: MILVUS_URI http://127.0.0.1:1: cannot use Milvus there")
+
+
+def version(marker: str, chunks: int) -> tuple[DocumentRecord, list[StoredChunk]]:
+    """Document "a" whose chunk ids differ from version to version (so old and new rows coexist
+    until the old ones are deleted), each chunk's text naming its version."""
+    record, stored = document("a", marker, chunks)
+    for s in stored:
+        s.chunk.chunk_id = f"{s.chunk.chunk_id}-{marker}"
+    return record, stored
+
+
+def versions_seen(b: MilvusBackend) -> set[str]:
+    return {text.split()[0] for text in found(b)}
+
+
+def test_a_replaced_document_is_never_seen_in_two_versions(uri: str, store, monkeypatch) -> None:
+    """Searches run while a document is replaced again and again: each sees the old or the new
+    version, never chunks of both (one search is made to run exactly between Milvus's upsert of
+    the new rows and its delete of the old ones)."""
+    b = backend(uri, "swap_")
+    b.warm_up(store, Path(), store.version())
+    committer = Committer(store, b)
+    committer.replace([version("v0", 3)])
+    in_window: list[set[str]] = []
+    delete = b.client.delete
+
+    def delete_after_a_search(*args, **kwargs):
+        in_window.append(versions_seen(b))
+        return delete(*args, **kwargs)
+
+    monkeypatch.setattr(b.client, "delete", delete_after_a_search)
+    committer.replace([version("v1", 2)])
+    assert in_window == [{"v1"}], "a search between the upsert and the delete saw both versions"
+    monkeypatch.setattr(b.client, "delete", delete)
+
+    stop = threading.Event()
+    seen: list[set[str]] = []
+
+    def searcher() -> None:
+        while not stop.is_set():
+            seen.append(versions_seen(b))
+
+    thread = threading.Thread(target=searcher)
+    thread.start()
+    try:
+        for i in range(2, 22):
+            committer.replace([version(f"v{i}", 1 + i % 4)])
+    finally:
+        stop.set()
+        thread.join(30)
+    assert seen and all(len(versions) == 1 for versions in seen), [v for v in seen if len(v) != 1][:3]
+    assert versions_seen(b) == {"v21"}
+
+
+@pytest.mark.slow
+def test_index_rebuild_runs_from_a_shell_with_a_milvus_lite_file(tmp_path: Path) -> None:
+    """pymilvus reads MILVUS_URI when it is imported and refuses a file path there: a fresh
+    process (the CLI, `make run`'s retriever) must still start with one. And a milvus-lite file
+    opened by a second process has its collections released: they are loaded before use."""
+    store = SqliteStore(tmp_path / "ragmesh.sqlite3")
+    try:
+        store.replace_documents([document("a", "alpha", 2)])
+    finally:
+        store.close()
+    env = {"RETRIEVER_BACKEND": "milvus", "MILVUS_URI": str(tmp_path / "index.db"), "DATA_DIR": str(tmp_path),
+           "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-m", "ragmesh.cli", "index", "rebuild"], env=env,
+                              capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "rebuilt c: 2 chunks" in done.stdout

@@ -39,6 +39,20 @@ def test_in_and_equality_filters() -> None:
     assert mask(SearchFilter(equals={"fund_name": "Northwind"})) == [False, True, False, False]
 
 
+def test_doc_ids_admit_those_documents_of_the_tenant_and_an_empty_list_none() -> None:
+    assert mask(SearchFilter(doc_ids=["d1", "d3", "d4"])) == [True, False, True, False]
+    assert mask(SearchFilter(doc_ids=["d3"], any_of={"fund_name": ["Kestrel"]})) == [False, False, True, False]
+    assert mask(SearchFilter(doc_ids=[])) == [False] * 4
+    assert mask(SearchFilter(doc_ids=None)) == mask(SearchFilter())
+
+
+def test_a_metadata_key_named_like_the_doc_column_cannot_move_a_chunk() -> None:
+    columns = Columns()
+    columns.reserve(1)
+    columns.set(0, Chunk("a", "d1", "c", "x", {"__doc__": "d9"}, "", ""))
+    assert columns.mask(SearchFilter(doc_ids=["d9"]), np.array([True])).tolist() == [False]
+
+
 def test_a_filter_that_matches_nothing_fails_closed() -> None:
     assert mask(SearchFilter(any_of={"fund_name": []})) == [False] * 4
     assert mask(SearchFilter(any_of={"unknown_field": ["x"]})) == [False] * 4

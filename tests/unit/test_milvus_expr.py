@@ -27,15 +27,18 @@ def plain(f: SearchFilter) -> SearchFilter:
         tenant="t", start_date=f.start_date, end_date=f.end_date, date_field="d" if f.date_field else "",
         any_of={f"k{i}": [f"v{j}" for j in range(len(set(vs)))] for i, vs in enumerate(f.any_of.values())},
         equals={f"e{i}": "v" for i, _ in enumerate(f.equals)},
+        doc_ids=None if f.doc_ids is None else [f"d{i}" for i in range(len(set(f.doc_ids)))],
     )
 
 
 @settings(max_examples=200, deadline=None)
 @given(tenant=text, date_field=text, keys=st.lists(text, max_size=3, unique=True), values=st.lists(text, max_size=3),
-       equals=st.dictionaries(text, text, max_size=3), dated=st.booleans())
-def test_caller_text_only_ever_appears_as_hex(tenant, date_field, keys, values, equals, dated) -> None:
+       equals=st.dictionaries(text, text, max_size=3), dated=st.booleans(),
+       doc_ids=st.none() | st.lists(text, max_size=3))
+def test_caller_text_only_ever_appears_as_hex(tenant, date_field, keys, values, equals, dated, doc_ids) -> None:
     f = SearchFilter(tenant=tenant, start_date="2024-01-01" if dated else "", end_date="2024-12-31" if dated else "",
-                     date_field=date_field if dated else "", any_of={k: values for k in keys}, equals=equals)
+                     date_field=date_field if dated else "", any_of={k: values for k in keys}, equals=equals,
+                     doc_ids=doc_ids)
     built = expr.expression(f)
     # Outside quotes only the fixed vocabulary; inside them only hex digits.
     outside = HEX.sub("", built)
@@ -47,7 +50,7 @@ def test_caller_text_only_ever_appears_as_hex(tenant, date_field, keys, values, 
 @pytest.mark.parametrize("hostile", ['" or 1==1 or "', "\\", "'", "] or [", "\u00e9\U0001f600", "a\nb"])
 def test_hostile_text_in_every_place(hostile: str) -> None:
     f = SearchFilter(tenant=hostile, start_date="2024-01-01", date_field=hostile, any_of={hostile: [hostile]},
-                     equals={hostile: hostile})
+                     equals={hostile: hostile}, doc_ids=[hostile])
     built = expr.expression(f)
     assert hostile not in built and "1==1" not in built
     assert expr.documents(hostile, [hostile]).count('"') == 4
@@ -56,6 +59,8 @@ def test_hostile_text_in_every_place(hostile: str) -> None:
 def test_the_tenant_is_always_a_condition_and_an_empty_value_list_admits_nothing() -> None:
     assert expr.expression(SearchFilter()) == 'tenant == ""'
     assert expr.NOTHING in expr.expression(SearchFilter(tenant="t", any_of={"fund": []}))
+    assert expr.NOTHING in expr.expression(SearchFilter(tenant="t", doc_ids=[]))
+    assert "doc in" not in expr.expression(SearchFilter(tenant="t", doc_ids=None))
 
 
 @given(st.lists(text, min_size=2, max_size=2))

@@ -3,7 +3,8 @@ import datetime as dt
 import pytest
 
 from services.gateway.answer_guard import AnswerGuard
-from services.gateway.query_analysis import DateRange, is_general, mentioned_funds, question_numbers, time_hint
+from services.gateway.query_analysis import (DateRange, TimeWindow, is_general, mentioned_funds, question_numbers,
+                                             time_hint, time_window)
 
 TODAY = dt.date(2025, 11, 21)
 FUNDS = ["Kestrel Emerging Markets", "Northwind Global Macro Fund", "Harborview Long/Short Equity",
@@ -30,6 +31,23 @@ def test_time_hints_become_date_ranges(question: str, start: str, end: str) -> N
 
 def test_no_time_hint() -> None:
     assert time_hint("What is the net exposure?", TODAY) is None
+
+
+@pytest.mark.parametrize("question, window, phrase", [
+    ("What happened in the last 24 hours?", "24h", "last 24 hours"),
+    ("anything new over the past day", "24h", "past day"),
+    ("Meetings in the last 48 hours", "48h", "last 48 hours"),
+    ("what changed in the past two days", "48h", "past two days"),
+    ("What did Kestrel say this week?", "1w", "this week"),
+    ("notes from the last 7 days", "1w", "last 7 days"),
+])
+def test_windows_in_the_question_are_003s_context_windows(question: str, window: str, phrase: str) -> None:
+    assert time_window(question) == TimeWindow(window, phrase)
+    assert time_hint(question, TODAY) is None, "a window is not also a date range"
+
+
+def test_no_window_for_calendar_periods() -> None:
+    assert time_window("What changed last week?") is None and time_window("Q1 2024 performance") is None
 
 
 def test_fund_names_full_or_by_distinctive_first_word() -> None:

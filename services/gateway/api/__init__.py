@@ -21,6 +21,7 @@ from ragmesh.admission import Admission
 from ragmesh.clients import RetrieverClient
 from ragmesh.errors import RagmeshError, ResourceExhausted
 from ragmesh.logging import request_id_var
+from ragmesh.models import WEB_SEARCH_MODELS
 from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import Authenticator
 from ragmesh.serving import REQUEST_ID_HEADER
@@ -137,7 +138,9 @@ def create_app(
 
     @app.get("/api/meta")
     async def meta(who: Identity = Depends(caller)) -> dict:
-        return {"models": await models(), "default_model": pipeline.default_model,
+        offered = await models()
+        return {"models": offered, "default_model": pipeline.default_model,
+                "web_search_models": [m for m in offered if m in WEB_SEARCH_MODELS],
                 "data_sources": list(DATA_SOURCES), "funds": await funds(who.tenant),
                 "identity": {"tenant": who.tenant, "user": who.user, "role": who.role}}
 
@@ -146,6 +149,6 @@ def create_app(
     app.include_router(documents_router(retriever, max_file_bytes, caller))
     app.include_router(chunks_router(retriever, caller))
     app.include_router(catalog_router(retriever, funds, caller))
-    install_openapi(app, max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
+    install_openapi(app, offered_models=pipeline.models.offered_now, max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
                     max_file_bytes=max_file_bytes)
     return app

@@ -15,6 +15,7 @@ from ragmesh.errors import http_status
 from ragmesh.identity import Identity
 from ragmesh.store import CorrectionRecord
 from services.gateway.conversations import Conversations
+from services.gateway.api.notes_contract import notes_response
 from services.gateway.events import event_json
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
@@ -49,13 +50,17 @@ class AskBody(BaseModel):
     user_id: str = ""  # another user of the tenant: admin keys only
     top_k: Integer | None = None
     document_ids: list[str] = Field(default_factory=list, max_length=MAX_DOCUMENT_IDS)
+    persona: str | None = ""
+    context_window: str | None = ""
+    format: str | None = ""  # "notes": POST /api/chat/ask answers in 002's contract (the stream's events stay)
 
     def to_input(self) -> AskInput:
         return AskInput(
             question=self.question, data_sources=self.data_sources, start_date=self.start_date or "",
             end_date=self.end_date or "", selected_funds=self.selected_funds,
             conversation_id=self.conversation_id or "", model=self.model or "", tenant=self.tenant,
-            user_id=self.user_id, top_k=self.top_k, document_ids=self.document_ids,
+            user_id=self.user_id, top_k=self.top_k, document_ids=self.document_ids, persona=self.persona or "",
+            context_window=self.context_window or "", response_format=self.format or "ragmesh",
         )
 
 
@@ -96,6 +101,7 @@ def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversati
     async def ask(body: AskBody, who: Identity = Depends(caller)) -> JSONResponse:
         ask = await pipeline.prepare(body.to_input(), who)
         answer, sources, strategy, done, error = [], {"citations": [], "web_queries": []}, {}, {}, None
+        planned = None
         async with aclosing(pipeline.run(ask)) as events:
             async for event in events:
                 data = event_json(event)
@@ -104,7 +110,7 @@ def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversati
                 elif "citations" in data:
                     sources = data
                 elif "strategy" in data:
-                    strategy = data["strategy"]
+                    strategy, planned = data["strategy"], event.value
                 elif "done" in data:
                     done = data
                 elif "error" in data:
@@ -113,6 +119,9 @@ def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversati
             status = http_status(error["code"])  # a 429 from the stream (a provider's quota) waits the default 1 s
             return JSONResponse({"error": error}, status_code=status,
                                 headers={"Retry-After": "1"} if status == 429 else None)
+        if ask.response_format == "notes":
+            return JSONResponse(notes_response("".join(answer), sources["citations"], planned,
+                                               done.get("model", ask.model), ask.conversation_id))
         return JSONResponse({
             "answer": "".join(answer), **sources, "conversation_id": ask.conversation_id,
             "meta": {"model": done.get("model", ask.model), "strategy": strategy,

@@ -22,12 +22,13 @@ class RenameBody(BaseModel):  # the title is checked by Conversations.rename (40
 
 def message_json(m: MessageRecord) -> dict[str, Any]:
     """A stored message (its whole meta too), with what an answer's meta holds lifted out: the citations (and the chunk
-    map that resolves their persistent refs), the model, the route and the timings."""
+    map that resolves their persistent refs), the model, the route, the strategy event and the timings."""
     meta = m.meta or {}
     return {"message_id": m.message_id, "role": m.role, "content": m.content, "created_at": m.created_at,
             "model": meta.get("model", ""), "route": meta.get("route", ""), "retrieval": meta.get("retrieval", ""),
             "citations": meta.get("citations", []), "web_queries": meta.get("web_queries", []),
-            "chunk_map": meta.get("chunk_map", {}), "timings": meta.get("timings", {}),
+            "chunk_map": meta.get("chunk_map", {}), "strategy": meta.get("strategy") or None,
+            "timings": meta.get("timings", {}),
             "usage": meta.get("usage", {}), "failed": meta.get("failed", ""), "meta": meta}
 
 

@@ -14,6 +14,7 @@ Rules across fields that JSON Schema cannot state are in the descriptions (`end_
 `start_date`, for example). tests/integration/test_openapi.py runs schemathesis against it."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from fastapi import FastAPI
@@ -21,7 +22,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
-from ragmesh.models import KNOWN_MODELS
+from ragmesh.models import KNOWN_MODELS, WEB_SEARCH_MODELS
 from ragmesh.serving import REQUEST_ID_HEADER
 from ragmesh.v1 import retriever_pb2
 from ragmesh.validation import _NAME as COLLECTION_NAME
@@ -29,8 +30,9 @@ from ragmesh.validation import MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, MAX_OFFSET, MAX
 from services.gateway.api.documents import MAX_FILES
 from services.gateway.conversations import MAX_TITLE_CHARS
 from services.gateway.memory import CORRECTION_LIMITS
-from services.gateway.request import (DATA_SOURCES, DEFAULT_SOURCES, MAX_DOCUMENT_ID_CHARS, MAX_DOCUMENT_IDS,
-                                      MAX_FUND_CHARS, MAX_FUNDS, MAX_NAME_CHARS, MAX_QUESTION_CHARS)
+from services.gateway.request import (CONTEXT_WINDOWS, DATA_SOURCES, DEFAULT_SOURCES, MAX_DOCUMENT_ID_CHARS,
+                                      MAX_DOCUMENT_IDS, MAX_FUND_CHARS, MAX_FUNDS, MAX_NAME_CHARS, MAX_PERSONA_CHARS,
+                                      MAX_QUESTION_CHARS, RESPONSE_FORMATS)
 
 SCHEME = "bearer"
 SCHEMAS = "#/components/schemas/"
@@ -38,6 +40,10 @@ SCHEMAS = "#/components/schemas/"
 # checks (str.strip()) call empty, which ECMA's \s is not quite.
 WHITESPACE = r"\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
 NOT_BLANK = f"[^{WHITESPACE}]"
+# A picked document (services.gateway.request.document_ref): a bare doc id without '/', or a collection
+# name, '/' and the doc id; the doc id not blank.
+DOCUMENT_REF = (f"^(?:[^/]*[^/{WHITESPACE}][^/]*|{COLLECTION_NAME.pattern.strip('^$')}/[\\s\\S]*"
+                f"[^{WHITESPACE}][\\s\\S]*)$")
 
 
 # -- response bodies --------------------------------------------------------------------------------
@@ -79,6 +85,15 @@ class StrategyFilter(_Exact):
     in_: dict[str, list[str]] = Field(alias="in", description="Metadata field -> values, any of which matches")
 
 
+class QualityStep(_Exact):
+    """One of 003's quality steps, in the order they ran."""
+
+    step: str = Field(description="rewrite | rerank | history | compress")
+    status: str = Field(description="done | skipped | fallback")
+    ms: float
+    detail: str = Field(description="What it did, or why it was skipped or fell back")
+
+
 class Strategy(_Exact):
     """How the question is answered: the route, what was searched and found."""
 
@@ -89,6 +104,7 @@ class Strategy(_Exact):
     collections: list[str]
     filter: StrategyFilter
     time_hint: str
+    time_window: str = Field(description="The retriever's window filter: 24h, 48h, 1w or all (empty: none)")
     detected_funds: list[str]
     k: int
     candidate_count: int
@@ -104,6 +120,9 @@ class Strategy(_Exact):
     dense_skipped: bool
     unavailable: list[str] = Field(description="Collections whose search failed or timed out")
     model: str
+    variants: list[str] = Field(description="The model's rewrites of the question, searched beside it")
+    rerank_count: int = Field(description="Candidates the model reranked (0: none)")
+    quality: list[QualityStep]
 
 
 class Retrieval(_Exact):
@@ -126,6 +145,41 @@ class Answer(_Exact):
     web_queries: list[str]
     conversation_id: str = Field(description="Send it back to go on with the conversation")
     meta: AnswerMeta
+
+
+class NotesCitation(_Exact):
+    cid: str = Field(description="The [N1] the answer cites")
+    noteId: str = Field(description="The cited document's id (doc_id)")
+    chunkId: str
+    createdAt: str = Field(description="The chunk's date as an ISO timestamp (the start of that day, UTC)")
+    snippet: str
+    score: float = Field(description="The chunk's fused retrieval score")
+    title: str
+    url: str = Field(description="Web citations")
+    ref: str = Field(description="Persistent id (#chk_...)")
+
+
+class NotesRetrieval(_Exact):
+    k: int
+    strategy: str = Field(description="none, summary, or hybrid / keyword (embedder down), with _reranked when a "
+                                      "model reranked and _cached when the cached scope was reused")
+    candidateCount: int
+    rerankCount: int
+    timeMs: int
+
+
+class NotesMeta(_Exact):
+    model: str
+    retrieval: NotesRetrieval
+
+
+class NotesAnswer(_Exact):
+    """POST /api/chat/ask with format "notes": 002's chat response contract."""
+
+    answer: str = Field(description="Cites [N1], [N2] as the citations' cid")
+    citations: list[NotesCitation]
+    conversation_id: str
+    meta: NotesMeta
 
 
 class SearchingEvent(_Exact):
@@ -158,7 +212,8 @@ class AskDone(_Exact):
     conversation_id: str
     message_id: str
     model: str
-    stopped: bool = Field(description="The answer was stopped (POST /api/chat/stop); the partial answer is kept")
+    stopped: bool = Field(description="The answer was stopped (POST /api/chat/stop): the partial answer is kept; "
+                                      "stopped before any content, the question is removed (message_id empty)")
     usage: dict[str, int] = Field(description="Token counts, when the model reports them")
 
 
@@ -192,8 +247,9 @@ class Identity(_Exact):
 
 
 class Meta(_Exact):
-    models: list[str]
+    models: list[str] = Field(description="The models this deployment serves; asking for another is 400")
     default_model: str
+    web_search_models: list[str] = Field(description="Of the models, those that can search the web (Web Search)")
     data_sources: list[str]
     funds: list[str] = Field(description="Fund names in the tenant's corpus")
     identity: Identity = Field(description="Who the credential is")
@@ -224,6 +280,8 @@ class Message(_Exact):
     citations: list[Citation] = Field(description="What the answer cites, as the stream's citations event")
     web_queries: list[str]
     chunk_map: dict[str, str] = Field(description="Persistent ref (#chk_...) -> chunk id; GET /api/chunks/{chunk_id}")
+    strategy: Strategy | None = Field(description="How the answer was made, as its strategy event said; null for "
+                                                  "questions")
     timings: dict[str, float] = Field(description="retrieval_ms, generation_ms, and from the start of generation "
                                               "first_token_ms (the generator's first token) and first_content_ms "
                                               "(the first text sent)")
@@ -343,7 +401,7 @@ class Health(_Exact):
 ASK_EVENTS = (SearchingEvent, StrategyEvent, GeneratingEvent, ThinkingEvent, ContentEvent, CitationsEvent,
               AskDone, Error)
 INGEST_EVENTS = (IngestProgress, IngestDone, Error)
-MODELS = (Answer, Meta, Conversations, Conversation, ConversationRenamed, ConversationDeleted, Stopped,
+MODELS = (Answer, NotesAnswer, Meta, Conversations, Conversation, ConversationRenamed, ConversationDeleted, Stopped,
           CorrectionRecorded, DocumentInfo, Documents, DocumentsDeleted, ChunkView, Collections, Funds, Health,
           *ASK_EVENTS, *INGEST_EVENTS)
 
@@ -447,18 +505,25 @@ ASK_FIELDS = {
     "conversation_id": _text(MAX_NAME_CHARS, "One of the caller's conversations (404 otherwise); empty or null "
                                              "starts a new one, named in the strategy and done events",
                              nullable=True),
-    "model": {"enum": ["", *KNOWN_MODELS, None],
-              "description": "Empty or null: the default model (GET /api/meta); a model this deployment has no "
-                             "provider for answers with the offline extractive one"},
+    "format": {"enum": ["", *RESPONSE_FORMATS, None],
+               "description": "Empty, null or ragmesh: this document's Answer; notes: POST /api/chat/ask answers in "
+                              "the notes assistant's contract (NotesAnswer: [N1] citations with cid, noteId, chunkId, "
+                              "createdAt, snippet, score). The stream's events are the same in both"},
     "tenant": _text(MAX_NAME_CHARS, "Empty or the credential's own tenant (403 otherwise)"),
     "user_id": _text(MAX_NAME_CHARS, "Empty or the caller; an admin key may name another user of its tenant (403 "
                                      "for a member key)"),
     "top_k": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 200}, {"type": "null"}],  # check_top_k
               "description": "Passages to retrieve; null: the strategy decides"},
     "document_ids": {"type": "array", "maxItems": MAX_DOCUMENT_IDS,
-                     "items": {"type": "string", "maxLength": MAX_DOCUMENT_ID_CHARS},
-                     "description": "Documents in scope (collection/doc_id or doc_id); one enables a summary of it. "
-                                    "An unknown one is 404"},
+                     "items": {"type": "string", "maxLength": MAX_DOCUMENT_ID_CHARS, "pattern": DOCUMENT_REF},
+                     "description": "Documents in scope, as collection/doc_id (GET /api/documents) or a bare "
+                                    "doc_id (in any searched collection): every search of the question admits "
+                                    "only their chunks. One enables a summary of it (404 when it is unknown)"},
+    "persona": _text(MAX_PERSONA_CHARS, "Who the assistant is (\"You are terse.\"), put in the system prompt",
+                     nullable=True),
+    "context_window": {"enum": ["", *CONTEXT_WINDOWS, None],
+                       "description": "Only documents dated within the last 24h, 48h or week (1w); all or empty: "
+                                      "any date (the question may still name a window, \"in the last 24 hours\")"},
 }
 CORRECTION_FIELDS = {
     "correction": _text(CORRECTION_LIMITS["correction"], "What the right answer is", required=True),
@@ -593,7 +658,16 @@ def _error_response(status: int, description: str) -> dict:
     return _response(description, {"application/json": {"schema": {"$ref": SCHEMAS + "Error"}}}, headers)
 
 
-def build(app: FastAPI, *, max_body_bytes: int, max_upload_bytes: int, max_file_bytes: int) -> dict[str, Any]:
+def _model_field(offered: list[str]) -> dict:
+    return {"enum": ["", *offered, None],
+            "description": "Empty or null: the default model. The models this deployment served when this document "
+                           "was made (GET /api/meta has them now); another known model "
+                           f"({', '.join(m for m in KNOWN_MODELS if m not in offered) or 'none'}) is a 400 naming "
+                           f"the setting that enables it. Web Search needs one of {', '.join(WEB_SEARCH_MODELS)}"}
+
+
+def build(app: FastAPI, *, offered_models: list[str], max_body_bytes: int, max_upload_bytes: int,
+          max_file_bytes: int) -> dict[str, Any]:
     """FastAPI's generated document for the app, completed (see the module's docstring)."""
     doc = get_openapi(title=app.title, version=app.version, routes=app.routes, description=(
         "The REST/SSE bridge of the ragmesh gateway. Every /api route needs `Authorization: Bearer <API key "
@@ -606,7 +680,7 @@ def build(app: FastAPI, *, max_body_bytes: int, max_upload_bytes: int, max_file_
     for unused in ("HTTPValidationError", "ValidationError"):  # validation errors are our 400s
         schemas.pop(unused, None)
     schemas.update(_component_schemas())
-    _constrain(schemas["AskBody"], ASK_FIELDS, required=["question"])
+    _constrain(schemas["AskBody"], {**ASK_FIELDS, "model": _model_field(offered_models)}, required=["question"])
     _constrain(schemas["CorrectionBody"], CORRECTION_FIELDS, required=["correction"])
     schemas["CorrectionBody"].update(CORRECTION_RULES)
     _constrain(schemas["RenameBody"], {"title": _text(MAX_TITLE_CHARS, "Empty or blank: the first question again; "
@@ -661,6 +735,8 @@ def build(app: FastAPI, *, max_body_bytes: int, max_upload_bytes: int, max_file_
             body = op.get("requestBody")
             if body is not None:
                 body["description"] = f"At most {max_body_bytes:,} bytes (HTTP_MAX_BODY_BYTES)"
+    answered = doc["paths"]["/api/chat/ask"]["post"]["responses"]["200"]["content"]["application/json"]
+    answered["schema"] = {"oneOf": [{"$ref": SCHEMAS + Answer.__name__}, {"$ref": SCHEMAS + NotesAnswer.__name__}]}
     ingest = doc["paths"]["/api/documents"]["post"]
     ingest["requestBody"] = _ingest_bodies(max_upload_bytes, max_file_bytes)
     return doc
@@ -695,12 +771,12 @@ def _parameter(method: str, parameter: dict) -> None:
         parameter["schema"] = dict(PATH_PARAMETERS[name])
 
 
-def install(app: FastAPI, **limits: int) -> None:
+def install(app: FastAPI, offered_models: Callable[[], list[str]], **limits: int) -> None:
     """Serves the completed document at the app's openapi_url (made once, on first use)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = build(app, **limits)
+            app.openapi_schema = build(app, offered_models=offered_models(), **limits)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -25,6 +25,8 @@ SECTION_SUMMARY_CHARS = 700
 GLOBAL_SUMMARY_CHARS = 2_500
 MIN_SECTION_CHARS = 200  # shorter sections are read whole, not summarised
 MAX_SECTIONS = 50  # 004's ToC reads at most 30 chapters and 50 topics
+SECTION_TEMPERATURE = 0.3  # 004: section summaries
+GLOBAL_TEMPERATURE = 0.4  # 004: the book-level summary from the section summaries
 
 INSTRUCTION = (
     "You summarise documents faithfully and concisely. Use only the text you are given, keep "
@@ -40,6 +42,7 @@ class SummaryPrompt:
     question: str
     prompt: str
     blocks: list[ContextBlock]
+    temperature: float
     instruction: str = INSTRUCTION
 
 
@@ -55,12 +58,13 @@ def _key_terms(text: str, n: int = 8) -> list[str]:
     return [t for t, _ in Counter(tokenize(text)).most_common(n)]
 
 
-def _request(text: str, what: str, sentences: str) -> SummaryPrompt:
+def _request(text: str, what: str, sentences: str, temperature: float) -> SummaryPrompt:
     return SummaryPrompt(
         # The extractive backend quotes sentences that share terms with the question.
         question=f"Summarize {what}: {', '.join(_key_terms(text))}",
         prompt=f"Summarize {what} in {sentences} sentences.\n\n<text>\n{text}\n</text>",
         blocks=[ContextBlock(1, text)],
+        temperature=temperature,
     )
 
 
@@ -111,7 +115,7 @@ class Summarizer:
             written = [f"{o.title}: {o.summary}" for o in outline if o.summary]
             source = "\n\n".join(written) if len(written) > 1 else "\n\n".join(s.text for s in sections)
             what = f'the document "{title}"' if title else "this document"
-            answer = await self.generate(_request(source[:GLOBAL_INPUT_CHARS], what, "5 to 8"))
+            answer = await self.generate(_request(source[:GLOBAL_INPUT_CHARS], what, "5 to 8", GLOBAL_TEMPERATURE))
             return _clean(answer, GLOBAL_SUMMARY_CHARS), outline
         except RagmeshError as exc:
             log.warning("summaries not made: the generator failed", extra={"title": title, "error": str(exc)})
@@ -129,7 +133,7 @@ class Summarizer:
                 return ""
             async with gate:
                 what = f'the section "{unit.title}" of "{title}"' if title else f'the section "{unit.title}"'
-                answer = await self.generate(_request(unit.text[:SECTION_INPUT_CHARS], what, "3 to 4"))
+                answer = await self.generate(_request(unit.text[:SECTION_INPUT_CHARS], what, "3 to 4", SECTION_TEMPERATURE))
             return _clean(answer, SECTION_SUMMARY_CHARS)
 
         tasks = [asyncio.create_task(one(u)) for u in units[:MAX_SECTIONS]]

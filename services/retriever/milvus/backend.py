@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 from pymilvus import MilvusClient
+from pymilvus.client.types import LoadState
 from pymilvus.exceptions import MilvusException
 
 from ragmesh.config import Settings, redact_uri
@@ -41,6 +42,19 @@ NAMES_TTL_S = 2.0  # how long the list of collections is trusted: another replic
 _EMPTY = (np.zeros(0, np.int64), np.zeros(0, np.float32))
 # Dense and lexical searches of one request run side by side (and the filter's count beside them).
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="milvus")
+
+
+def _newest(lists: list[list[dict]]) -> dict[tuple[str, str], int]:
+    """When each document's newest version among the hits was written: a document being replaced
+    has the rows of two versions for a moment (its new rows are upserted before the old ones are
+    deleted, and Milvus has no transactions), and a search shows one version only, the newest."""
+    newest: dict[tuple[str, str], int] = {}
+    for hits in lists:
+        for hit in hits:
+            e = hit["entity"]
+            key = (e["tenant"], e["doc_id"])
+            newest[key] = max(newest.get(key, e["written"]), e["written"])
+    return newest
 
 
 def _json_object(name: str, raw: str) -> dict:
@@ -117,10 +131,16 @@ class MilvusBackend:
         try:
             self._client = MilvusClient(uri=self.config.uri, token=self.config.token, db_name=self.config.db,
                                         timeout=10)
-            self._client.list_collections()
+            listed = self._client.list_collections()
         except Exception as exc:  # pymilvus raises several kinds for a bad address, database or credential
             reason = getattr(exc, "message", "") or str(exc) or type(exc).__name__
             raise ConfigError(f"MILVUS_URI {where}: cannot use Milvus there: {reason.splitlines()[0][:300]}") from None
+        for name in listed:
+            # A Milvus server keeps collections loaded across restarts; a milvus-lite file opened by
+            # another process than the one that wrote it has them all released (no search, no get).
+            if name.startswith(self.config.prefix) and \
+                    self._call(self._client.get_load_state, name)["state"] != LoadState.Loaded:
+                self._call(self._client.load_collection, name)
 
     def _call(self, fn, *args, **kwargs):
         """A Milvus call; a failing server is Unavailable (a retriable gRPC status), never INTERNAL."""
@@ -168,6 +188,13 @@ class MilvusBackend:
             log.info("metadata filters unindexed: Milvus refused an index on the pairs",
                      extra={"collection": name, "error": exc.message[:200]})
 
+    def outdated(self) -> list[str]:
+        """Collections whose fields are not those rows.schema lays out now (made by an older version)."""
+        wanted = [f.name for f in rows.schema(self.dimensions).fields]
+        return [name for name in self.names()
+                if [f["name"] for f in self._call(self.client.describe_collection, self._milvus(name))["fields"]]
+                != wanted]
+
     def seal(self, name: str) -> None:
         """Seals what was written so far into indexed segments: after a bulk load, not per write
         (Milvus seals growing segments by itself; a search scans a growing one without its index)."""
@@ -196,7 +223,8 @@ class MilvusBackend:
         come from the analyzer, its dense index from the kind), as the memory engine rebuilds."""
         Analyzer.from_options(options.analyzer)  # ValueError for unknown options
         if options.dense not in (FLAT, HNSW):
-            raise ValueError(f"dense index kind must be {FLAT!r} or {HNSW!r}, got {options.dense!r}")
+            raise ValueError(f"dense index kind must be {FLAT!r} or {HNSW!r} on Milvus (its own IVF_FLAT is "
+                             f"MILVUS_INDEX_TYPE), got {options.dense!r}")
         changed = self.options(name) != options
         self._options[name] = options
         if changed and self.store is not None and name in self._existing():
@@ -234,11 +262,14 @@ class MilvusBackend:
         out = Retrieved([], [], admitted, dense_ms=dense_ms, sparse_ms=sparse_ms)
         slots: dict[str, int] = {}
         rows_by_slot: dict[int, dict] = {}
+        newest = _newest(dense_lists + sparse_lists)
         for kind, lists in (("dense", dense_lists), ("sparse", sparse_lists)):
             for hits in lists:
                 ids, scores = [], []
                 for hit in hits:
                     entity = hit["entity"]
+                    if entity["written"] < newest[entity["tenant"], entity["doc_id"]]:
+                        continue  # a replaced version whose rows are not deleted yet
                     slot = slots.setdefault(entity["pk"], len(slots))
                     rows_by_slot.setdefault(slot, entity)
                     ids.append(slot)
@@ -291,9 +322,11 @@ class MilvusBackend:
     # -- writes ----------------------------------------------------------------------------
     def apply(self, collection: str, changes: list[tuple[DocKey, list[StoredChunk]]]) -> None:
         """Upserts each document's indexed chunks, then deletes the rows its new version dropped:
-        a search meanwhile sees the old or the new version of a chunk, never none of the kept ones."""
+        a search meanwhile sees the old or the new version of a document (the rows carry when
+        they were written, see _newest), never both and never none of the kept chunks."""
         latest = dict(changes)
         with self._write:
+            written = time.time_ns()
             if collection not in self._existing():
                 if not any(s.vector is not None for chunks in latest.values() for s in chunks):
                     return  # nothing to delete from a collection that does not exist
@@ -308,7 +341,7 @@ class MilvusBackend:
                     if len(s.vector) != self.dimensions:
                         raise ValueError(f"collection {collection!r}: a {len(s.vector)}-dim vector, Milvus holds "
                                          f"{self.dimensions}-dim ones: rebuild with the matching embedder")
-                doc_rows = [rows.to_row(s.chunk, s.vector, analyze(s.chunk.text)) for s in indexed]
+                doc_rows = [rows.to_row(s.chunk, s.vector, analyze(s.chunk.text), written) for s in indexed]
                 kept[key] = [r["pk"] for r in doc_rows]
                 pending += doc_rows
                 if len(pending) >= UPSERT_ROWS:
@@ -334,6 +367,19 @@ class MilvusBackend:
                 yield from batch
         finally:
             it.close()
+
+    def held(self, collection: str, keys: list[DocKey]) -> dict[DocKey, int]:
+        """How many rows Milvus holds of each of these documents (a resumed rebuild skips whole ones)."""
+        count: dict[DocKey, int] = {}
+        if collection not in self._existing():
+            return count
+        by_tenant: dict[str, list[str]] = {}
+        for tenant, doc_id in keys:
+            by_tenant.setdefault(tenant, []).append(doc_id)
+        for tenant, doc_ids in by_tenant.items():
+            for r in self._rows(collection, expr.documents(tenant, doc_ids), ["doc_id"]):
+                count[tenant, r["doc_id"]] = count.get((tenant, r["doc_id"]), 0) + 1
+        return count
 
     def matching_doc_ids(self, collection: str, where: SearchFilter) -> list[str]:
         if collection not in self._existing():

@@ -50,12 +50,18 @@ def expression(f: SearchFilter) -> str:
         parts.append(f"ARRAY_CONTAINS_ANY(kv, {_hex_list(wanted)})" if wanted else NOTHING)
     for key, value in f.equals.items():
         parts.append(f"ARRAY_CONTAINS(kv, {_hex_literal(pair(key, value))})")
+    if f.doc_ids is not None:
+        parts.append(_doc_in(f.doc_ids) if f.doc_ids else NOTHING)
     return " and ".join(parts)
+
+
+def _doc_in(doc_ids: list[str]) -> str:
+    return f"doc in {_hex_list(sorted({digest('doc', d) for d in doc_ids}))}"
 
 
 def documents(tenant: str, doc_ids: list[str]) -> str:
     """The rows of these documents of the tenant."""
-    return f"tenant == {_hex_literal(hexed(tenant))} and doc in {_hex_list([digest('doc', d) for d in doc_ids])}"
+    return f"tenant == {_hex_literal(hexed(tenant))} and {_doc_in(doc_ids)}"
 
 
 def dropped(tenant: str, doc_ids: list[str], kept: list[str]) -> str:

@@ -7,7 +7,9 @@ so a filter expression only ever carries hexadecimal text between its quotes:
 - `tenant` (the partition key) and `meta` (metadata as {hex(key): hex(value)}) hold UTF-8 hex,
   which keeps the code-point order of the text, so a date range on a metadata field compares
   exactly as the memory engine's string comparison does;
-- `date` is the chunk's date as the integer YYYYMMDD (-1 for none), sortable and range-indexed.
+- `date` is the chunk's date as the integer YYYYMMDD (-1 for none), sortable and range-indexed;
+- `written` is when the row's version of its document was written (ns): while a replaced
+  document's old rows are still there, a search keeps only the newest version it found.
 The plain values (ids, text, the original date) are stored beside them to rebuild the Chunk.
 `terms` holds the text as the collection's own analyzer tokenizes it (the same tokens the
 memory engine indexes), and Milvus's BM25 function turns it into the sparse vector.
@@ -28,7 +30,8 @@ MAX_VARCHAR = 65_535  # bytes, Milvus's largest VARCHAR
 MAX_PAIRS = 256  # metadata pairs a chunk may carry (the retriever accepts 160)
 NO_DATE = -1
 # Fields read back to rebuild a chunk (the dense vector is added when similarities are needed).
-CHUNK_FIELDS = ["pk", "tenant", "chunk_id", "doc_id", "parent", "chunk_index", "date_text", "meta", "text", "text_chars"]
+CHUNK_FIELDS = ["pk", "tenant", "chunk_id", "doc_id", "parent", "chunk_index", "date_text", "meta", "text",
+                "text_chars", "written"]
 
 
 def hexed(text: str) -> str:
@@ -65,7 +68,7 @@ def _clip(text: str, limit: int = MAX_VARCHAR) -> str:
     return raw[:limit].decode("utf-8", "ignore")
 
 
-def to_row(chunk: Chunk, vector: np.ndarray, terms: list[str]) -> dict:
+def to_row(chunk: Chunk, vector: np.ndarray, terms: list[str], written: int) -> dict:
     return {
         "pk": digest("chunk", chunk.tenant, chunk.chunk_id),
         "tenant": hexed(chunk.tenant),
@@ -83,6 +86,7 @@ def to_row(chunk: Chunk, vector: np.ndarray, terms: list[str]) -> dict:
         # BM25 sees the first 64 KB of a chunk's terms (chunks are 400-800 characters by default).
         "terms": _clip(" ".join(terms)),
         "dense": np.asarray(vector, dtype=np.float32).tolist(),
+        "written": written,
     }
 
 
@@ -115,6 +119,7 @@ def schema(dimensions: int):
                 analyzer_params={"tokenizer": "standard"})
     s.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
     s.add_field("dense", DataType.FLOAT_VECTOR, dim=dimensions)
+    s.add_field("written", DataType.INT64)
     s.add_function(Function(name="terms_bm25", function_type=FunctionType.BM25,
                             input_field_names=["terms"], output_field_names=["sparse"]))
     return s

@@ -7,13 +7,20 @@ a retriever replays the change log from that number (re-reading each changed doc
 the store and writing it to Milvus, which is idempotent), then moves the number to the
 version it started at. An empty Milvus with a full store is loaded whole.
 
-`rebuild` drops and reloads collections from the store (`ragmesh index rebuild`, and a
-collection whose index options changed).
+`rebuild` drops and reloads collections from the store (`ragmesh index rebuild`, a collection
+whose index options changed, one laid out by an older version of rows.schema, at start). It is resumable:
+while a collection is being rebuilt, the state collection holds the store version the rebuild
+started at (under a key naming the collection and its index options); a rebuild that finds such
+a record does not drop the collection again but skips the documents Milvus already holds whole,
+then replays the store's changes since that version, as reconcile does, so a document written
+while it ran, or between two runs, ends as the store has it.
 """
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from pymilvus import DataType, MilvusClient
@@ -21,12 +28,15 @@ from pymilvus import DataType, MilvusClient
 from ragmesh.store import Store
 from ragmesh.types import StoredChunk
 from services.retriever.backend import DocKey
+from services.retriever.milvus import rows
 
 if TYPE_CHECKING:
     from services.retriever.milvus.backend import MilvusBackend
 
 STATE = "_state"  # suffix of the state collection ('_s' is no escape, so no ragmesh collection maps to it)
 WATERMARK = "store_version"
+REBUILDING = "rebuild:"  # + digest of the collection + ":" + digest of its options: the version a rebuild started at
+DONE = "+"  # after a rebuild's key: that collection is loaded (kept until the whole run ends)
 BATCH_CHUNKS = 2048
 Progress = Callable[[int], None]  # called with the chunks just loaded
 
@@ -49,24 +59,59 @@ def _ensure_state(backend: "MilvusBackend") -> str:
     return name
 
 
-def watermark(backend: "MilvusBackend") -> int | None:
-    """The store version Milvus is known to hold every write of; None for a Milvus never loaded."""
-    found = backend._call(backend.client.get, _ensure_state(backend), ids=[WATERMARK], output_fields=["value"])
+def _get(backend: "MilvusBackend", key: str) -> int | None:
+    found = backend._call(backend.client.get, _ensure_state(backend), ids=[key], output_fields=["value"])
     return int(found[0]["value"]) if found else None
 
 
+def _set(backend: "MilvusBackend", key: str, value: int) -> None:
+    backend._call(backend.client.upsert, _ensure_state(backend), [{"key": key, "value": value, "unused": [0.0, 0.0]}])
+
+
+def watermark(backend: "MilvusBackend") -> int | None:
+    """The store version Milvus is known to hold every write of; None for a Milvus never loaded."""
+    return _get(backend, WATERMARK)
+
+
 def set_watermark(backend: "MilvusBackend", version: int) -> None:
-    backend._call(backend.client.upsert, _ensure_state(backend),
-                  [{"key": WATERMARK, "value": version, "unused": [0.0, 0.0]}])
+    _set(backend, WATERMARK, version)
 
 
-def _load(backend: "MilvusBackend", chunks: Iterable[StoredChunk], progress: Progress | None) -> int:
-    """Applies a stream of stored chunks a batch at a time (a document's chunks arrive together)."""
+def _rebuilding_prefix(name: str) -> str:
+    return f"{REBUILDING}{rows.digest('collection', name)}:"
+
+
+def _rebuilding_key(backend: "MilvusBackend", name: str, dimensions: int) -> str:
+    """Names the collection and what its rows depend on: a rebuild under other options starts over."""
+    options = json.dumps([asdict(backend.options(name)), dimensions], sort_keys=True)
+    return _rebuilding_prefix(name) + rows.digest("options", options)[:16]
+
+
+def _forget(backend: "MilvusBackend", names: list[str]) -> None:
+    for name in names:
+        backend._call(backend.client.delete, _ensure_state(backend), filter=f'key like "{_rebuilding_prefix(name)}%"')
+
+
+def interrupted(backend: "MilvusBackend", store: Store, names: list[str]) -> dict[str, int]:
+    """Collections whose rebuild stopped before its end, with the store version it started at."""
+    found = {name: _get(backend, _rebuilding_key(backend, name, _dimensions(store, name) or backend.dimensions))
+             for name in names}
+    return {name: version for name, version in found.items() if version is not None}
+
+
+def _load(backend: "MilvusBackend", chunks: Iterable[StoredChunk], progress: Progress | None,
+          resumed: bool = False) -> int:
+    """Applies a stream of stored chunks a batch at a time (a document's chunks arrive together);
+    `resumed`: documents Milvus already holds whole are skipped."""
     pending: dict[str, dict[DocKey, list[StoredChunk]]] = defaultdict(lambda: defaultdict(list))
     count = batched = 0
 
     def flush() -> None:
         for collection, docs in pending.items():
+            if resumed:
+                held = backend.held(collection, list(docs))
+                docs = {key: chunks for key, chunks in docs.items()
+                        if held.get(key, 0) != sum(s.vector is not None for s in chunks)}
             backend.apply(collection, list(docs.items()))
         if progress is not None:
             progress(batched)
@@ -93,20 +138,31 @@ def _dimensions(store: Store, collection: str | None) -> int | None:
 
 def rebuild(backend: "MilvusBackend", store: Store, collections: list[str] | None = None,
             progress: Progress | None = None) -> int:
-    """Drops the collections (all the store holds, when None) and reloads them from the store;
-    returns the chunks read. A full rebuild also moves the watermark to the store's version."""
+    """Drops the collections (all the store holds, when None) and reloads them from the store,
+    or continues an interrupted rebuild of them; returns the chunks read. A full rebuild also
+    moves the watermark to the store's version."""
     version = store.version()
     names = collections if collections is not None else sorted({c.name for c in store.collections()})
-    for name in names:
-        if name in backend.names():
-            backend.drop(name)
     total = 0
     for name in names:
         dims = _dimensions(store, name)
         if dims is not None:
             backend.dimensions = dims  # the store's vectors decide: the index is derived from them
-        total += _load(backend, store.iter_chunks(name), progress)
+        key = _rebuilding_key(backend, name, backend.dimensions)
+        started = _get(backend, key)
+        if started is None:
+            _forget(backend, [name])  # a rebuild under other options stopped: it starts over
+            started = store.version()
+            if name in backend.names():
+                backend.drop(name)
+            _set(backend, key, started)  # from here on, a run that stops is continued by the next
+            total += _load(backend, store.iter_chunks(name), progress)
+        elif _get(backend, key + DONE) is None:
+            total += _load(backend, store.iter_chunks(name), progress, resumed=True)
+        _replay(backend, store, started, store.version(), name)  # written while it ran, or between two runs
         backend.seal(name)
+        _set(backend, key + DONE, started)  # a run stopped in a later collection does not redo this one
+    _forget(backend, names)
     if collections is None:
         set_watermark(backend, version)
     return total
@@ -120,15 +176,19 @@ def reconcile(backend: "MilvusBackend", store: Store, version: int) -> str:
         chunks = rebuild(backend, store)
         set_watermark(backend, version)
         return f"Milvus was empty: {chunks:,} chunks loaded from the store"
+    outdated = backend.outdated()
+    if outdated:  # laid out by an older version of rows.schema: derived data, so rebuilt
+        rebuild(backend, store, outdated)
+    rebuilt = f"{', '.join(outdated)} rebuilt (an older row layout); " if outdated else ""
     documents = _replay(backend, store, mark, version)
     documents += _replay(backend, store, version, store.version())
     set_watermark(backend, version)
-    return f"Milvus level with the store at version {version}: {documents:,} documents replayed since {mark}"
+    return f"{rebuilt}Milvus level with the store at version {version}: {documents:,} documents replayed since {mark}"
 
 
-def _replay(backend: "MilvusBackend", store: Store, since: int, until: int) -> int:
+def _replay(backend: "MilvusBackend", store: Store, since: int, until: int, collection: str | None = None) -> int:
     changed = dict.fromkeys((c.collection, c.tenant, c.doc_id) for c in store.changes_since(since)
-                            if c.version <= until)
+                            if c.version <= until and collection in (None, c.collection))
     for collection, tenant, doc_id in changed:
         backend.apply(collection, [((tenant, doc_id), store.document_chunks(tenant, collection, doc_id))])
     return len(changed)

@@ -1,0 +1,52 @@
+"""What the gateway asks of the retriever's ranking for one collection: the route's
+similarity thresholds (004), the time window (003), and the boosters that belong to each
+source, so a question reaches every booster the seeds describe:
+
+- every collection: the route's minimum similarity (0.7 specific, 0.5 general, 0.6 deep)
+  with 004's fallback layer at 0.3, then any hits; parents expanded; 003's time window;
+- the conversation memory: 001's +0.1 for messages of the last 7 days and +0.2 for
+  messages of the conversation being asked in;
+- documents, where transcripts live beside uploaded files (003): the transcript tag boost
+  and the authoritative tie-break (documents before transcripts on near-ties);
+- 002's notes contract: linear fusion 0.6 vector + 0.25 keyword + 0.15 recency.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.gateway.memory import MEMORY_COLLECTION
+from services.gateway.router import FALLBACK_SIMILARITY
+
+RECENT_BOOST, RECENT_DAYS = 0.1, 7  # 001: recent results get +0.1
+SAME_CONVERSATION_BOOST = 0.2  # 001: results from the same interaction get +0.2
+TAG_BOOST = 0.1  # 003: x (1 + 0.1 per transcript tag sharing a term with the question), at most x2
+TRANSCRIPT_COLLECTIONS = frozenset({"documents"})  # 003: transcripts are indexed with the documents
+LINEAR_WEIGHTS = (0.6, 0.25, 0.15)  # 002: vector, keyword, recency
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """What one Ask wants of every search it makes (the per-collection part is added by `options`)."""
+
+    min_similarity: float
+    conversation_id: str
+    time_window: str = ""  # 24h | 48h | 1w; "" or "all": no window
+    now: str = ""  # YYYY-MM-DD the window and recency count from (the gateway's today)
+    linear: bool = False  # 002's notes contract
+
+
+def options(collection: str, r: Ranking) -> dict[str, Any]:
+    """Keyword arguments of RetrieverClient.search for one collection."""
+    boosters: dict[str, Any] = {"min_similarity": r.min_similarity, "fallback_similarity": FALLBACK_SIMILARITY,
+                                "expand_parents": True, "now": r.now}
+    if r.time_window not in ("", "all"):
+        boosters["time_window"] = r.time_window
+    if collection == MEMORY_COLLECTION:
+        boosters |= {"recent_boost": RECENT_BOOST, "recent_days": RECENT_DAYS,
+                     "conversation_id": r.conversation_id, "same_conversation_boost": SAME_CONVERSATION_BOOST}
+    if collection in TRANSCRIPT_COLLECTIONS:
+        boosters |= {"tag_boost": TAG_BOOST, "prefer_authoritative": True}
+    if r.linear:
+        return {"boosters": boosters, "fusion": "LINEAR", "weights": LINEAR_WEIGHTS}
+    return {"boosters": boosters}

@@ -1,0 +1,50 @@
+"""Which prompt of the library (ragmesh/prompts.py) an answer is generated with, and at
+which temperature, by route and by what the asker wants:
+
+| route / ask                          | prompt            | temperature |
+|--------------------------------------|-------------------|-------------|
+| SUMMARY (004 Path B)                 | global_summary    | 0.4         |
+| DEEP (004 Path C)                    | deep_reasoner     | 0.5         |
+| 002's notes contract asked for       | citation_enforced | 0.3 (002's CHAT_TEMPERATURE) |
+| a persona given (003)                | rag_persona       | 0.7         |
+| meeting notes or factsheets (000)    | fund_research     | 0.7         |
+| anything else: documents, memory     | investigator      | 0.7 (004 Path A) |
+
+SPECIFIC, LOOKUP and NO_RAG follow 004's Path A (the default path). A persona fills the
+`{persona}` slot of whichever prompt is chosen.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ragmesh.prompts import CITATION_ENFORCED, DEEP_REASONER, FUND_RESEARCH, GLOBAL_SUMMARY, INVESTIGATOR, RAG_PERSONA
+from services.gateway import router
+
+FUND_COLLECTIONS = frozenset({"meeting_notes", "factsheets"})  # 000's fund-research sources
+PATH_A_TEMPERATURE = 0.7  # 004: "balanced creativity"
+NOTES_TEMPERATURE = 0.3  # 002: "lower = more focused"
+# The prompt for 002's JSON contract, for the endpoint that answers in it (or set AskInput.notes_contract).
+CITATION_CONTRACT_PROMPT = CITATION_ENFORCED.name
+
+
+@dataclass(frozen=True)
+class Generation:
+    prompt: str  # a name in ragmesh.prompts.PROMPTS
+    temperature: float
+
+
+ROUTES = {router.SUMMARY: Generation(GLOBAL_SUMMARY.name, 0.4), router.DEEP: Generation(DEEP_REASONER.name, 0.5)}
+
+
+def for_answer(route: str, collections: list[str], *, persona: bool = False,
+               notes_contract: bool = False) -> Generation:
+    """The prompt and temperature of one answer (the table above, first match wins)."""
+    if route in ROUTES:
+        return ROUTES[route]
+    if notes_contract:
+        return Generation(CITATION_CONTRACT_PROMPT, NOTES_TEMPERATURE)
+    if persona:
+        return Generation(RAG_PERSONA.name, PATH_A_TEMPERATURE)
+    if FUND_COLLECTIONS & set(collections):
+        return Generation(FUND_RESEARCH.name, PATH_A_TEMPERATURE)
+    return Generation(INVESTIGATOR.name, PATH_A_TEMPERATURE)

@@ -1,0 +1,45 @@
+"""The quality steps' reading of model replies: what a rewrite, a rerank or a compression reply
+becomes, and what of it is refused (the integration tests run the steps through the gateway)."""
+from __future__ import annotations
+
+import pytest
+
+from ragmesh.types import Chunk, Hit
+from services.gateway.quality import compress, rerank, rewrite
+
+CHUNK = ("Kestrel cut its Brazil exposure from 12% to 4% of NAV. The remaining Brazil exposure is a single bank. "
+         "The money went into India.")
+
+
+@pytest.mark.parametrize("question, intent", [
+    ("How do I set up a new fund mandate?", "procedural"),
+    ("What did Kestrel say in March 2024?", "temporal"),
+    ("What did Kestrel do with its Brazil exposure?", "factual"),
+    ("Kestrel's views on emerging markets", "exploratory"),
+])
+def test_the_intent_picks_the_rewrite_instructions(question: str, intent: str) -> None:
+    assert rewrite.intent(question) == intent
+    assert rewrite.GUIDANCE[intent] in rewrite.prompt(question, intent)
+
+
+def test_rewrite_keeps_at_most_three_distinct_queries_other_than_the_question() -> None:
+    reply = "1. Kestrel Brazil cut\n- kestrel brazil CUT\n\nWhat did Kestrel do?\n2) \"Banco Serra Azul\"\nIndia weight\nMore"
+    assert rewrite.variants(reply, "What did Kestrel do?") == ["Kestrel Brazil cut", "Banco Serra Azul", "India weight"]
+    assert rewrite.variants("", "q") == []
+
+
+def test_rerank_reads_scores_of_the_excerpts_shown_and_orders_by_them() -> None:
+    hits = [Hit(Chunk(str(i), "d", "c", f"text {i}"), 1.0 - i / 10) for i in range(4)]
+    scored = rerank.scores("1: 3\nExcerpt 2 - 9.5\n3: 10\n7: 10\n2: 1\nnot a score", len(hits))
+    assert scored == {1: 3.0, 2: 9.5, 3: 10.0}, "out-of-range and repeated lines are ignored"
+    assert [h.chunk.chunk_id for h in rerank.reorder(hits, scored)] == ["2", "1", "0", "3"]
+    assert "Excerpt 4:\ntext 3" in rerank.prompt("q", hits)
+
+
+def test_compression_keeps_verbatim_sentences_with_their_marker() -> None:
+    assert compress.compressed("[partial] Kestrel cut its Brazil exposure from 12% to 4% of NAV.", CHUNK) == \
+        "[Partial]: Kestrel cut its Brazil exposure from 12% to 4% of NAV."
+    assert compress.compressed("[Conflicting]: The money went into  India. It also bought Chile.", CHUNK) == \
+        "[Conflicting]: The money went into India.", "a sentence the chunk lacks is dropped"
+    assert compress.compressed("NONE.", CHUNK) == ""
+    assert compress.compressed("Kestrel likes Chile.", CHUNK) is None, "nothing of the chunk: keep it whole"
