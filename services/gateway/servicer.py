@@ -15,6 +15,7 @@ from services.gateway.conversations import Conversations
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline, Event
 from services.gateway.request import AskInput
+from services.gateway.transcripts import TranscriptInput, Transcripts
 
 
 def ask_from_proto(r: gateway_pb2.AskRequest) -> AskInput:
@@ -52,8 +53,9 @@ def event_to_proto(event: Event) -> gateway_pb2.ChatEvent:
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, pipeline: AskPipeline, conversations: Conversations, retriever: RetrieverClient,
-                 memory: Memory) -> None:
+                 memory: Memory, transcripts: Transcripts) -> None:
         self.pipeline = pipeline
+        self.transcripts = transcripts
         self.conversations = conversations
         self.retriever = retriever
         self.memory = memory
@@ -104,3 +106,12 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                   request.correction, request.conversation_id)
         correction_id = await asyncio.to_thread(self.memory.record_correction, author, record, request.message_id)
         return gateway_pb2.CorrectionResponse(correction_id=correction_id)
+
+    async def IngestTranscript(self, request: gateway_pb2.TranscriptRequest, context: grpc.aio.ServicerContext):
+        done = await self.transcripts.ingest(identity.current(), TranscriptInput(
+            raw_text=request.raw_text, refined_text=request.refined_text, tags=list(request.tags),
+            echotag=request.echotag, transcript_id=request.transcript_id, collection=request.collection,
+            date=request.date, tenant=request.tenant))
+        return gateway_pb2.TranscriptResponse(
+            doc_id=done.doc_id, collection=done.collection, chunks=done.chunks, tags=done.tags,
+            tagged_by=done.tagged_by, note=done.note, stage=done.stage)
