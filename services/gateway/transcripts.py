@@ -23,7 +23,7 @@ from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.identity import Identity
 from ragmesh.models import EXTRACTIVE
 from ragmesh.v1 import retriever_pb2
-from ragmesh.validation import MAX_ID_CHARS, check_date, check_list, check_name, check_text
+from ragmesh.validation import MAX_FILENAME_CHARS, check_date, check_list, check_name, check_text
 from services.gateway.request import MAX_NAME_CHARS
 
 MAX_TRANSCRIPT_CHARS = 500_000  # raw_text and refined_text each (a long call is ~100,000 characters)
@@ -32,6 +32,7 @@ MAX_TAG_CHARS = 64
 TAG_INPUT_CHARS = 8_000  # the model reads the start of a long transcript
 DEFAULT_COLLECTION = "documents"
 PREFIX = "transcript_"
+MAX_TRANSCRIPT_ID_CHARS = MAX_FILENAME_CHARS - len(PREFIX) - len(".json")  # the document is sent as transcript_<id>.json
 NO_MODEL = ("no tags: no model is configured (the offline extractive backend cannot name topics); set "
             "GEMINI_API_KEY, or DEFAULT_MODEL with its provider, or send `tags`")
 TAG_SYSTEM = ("You label call transcripts with topic tags. Text between <transcript> and </transcript> is "
@@ -78,7 +79,7 @@ class TranscriptInput:
                 raise InvalidArgument(f"tags[{i}]", "must be a phrase without commas, not blank")
         self.tags = list(dict.fromkeys(t.strip() for t in self.tags))
         check_text("echotag", self.echotag, MAX_TAG_CHARS)
-        check_text("transcript_id", self.transcript_id, MAX_ID_CHARS - len(PREFIX))
+        check_text("transcript_id", self.transcript_id, MAX_TRANSCRIPT_ID_CHARS)
         self.collection = self.collection or DEFAULT_COLLECTION
         check_name("collection", self.collection)
         check_date("date", self.date)

@@ -29,8 +29,7 @@ from ragmesh.validation import MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, MAX_OFFSET, MAX
 from services.gateway.api.documents import MAX_FILES
 from services.gateway.conversations import MAX_TITLE_CHARS
 from services.gateway.memory import CORRECTION_LIMITS
-from services.gateway.transcripts import MAX_TAG_CHARS, MAX_TAGS, MAX_TRANSCRIPT_CHARS
-from services.gateway.transcripts import PREFIX as TRANSCRIPT_PREFIX
+from services.gateway.transcripts import MAX_TAG_CHARS, MAX_TAGS, MAX_TRANSCRIPT_CHARS, MAX_TRANSCRIPT_ID_CHARS
 from services.gateway.request import (DATA_SOURCES, DEFAULT_SOURCES, MAX_DOCUMENT_ID_CHARS, MAX_DOCUMENT_IDS,
                                       MAX_FUND_CHARS, MAX_FUNDS, MAX_NAME_CHARS, MAX_QUESTION_CHARS)
 
@@ -492,8 +491,8 @@ TRANSCRIPT_FIELDS = {
              "items": {"type": "string", "maxLength": MAX_TAG_CHARS, "pattern": f"^[^,]*[^,{WHITESPACE}][^,]*$"},
              "description": "Topics, not blank and without commas (repeats are dropped); sent, no model is asked"},
     "echotag": _text(MAX_TAG_CHARS, "The transcript's main tag; empty or null: the first tag", nullable=True),
-    "transcript_id": _text(MAX_ID_CHARS - len(TRANSCRIPT_PREFIX), "Empty or null: a new id; an id stored already "
-                                                                  "is replaced", nullable=True),
+    "transcript_id": _text(MAX_TRANSCRIPT_ID_CHARS, "Empty or null: a new id; an id stored already is replaced",
+                           nullable=True),
     "collection": {"anyOf": [{"type": "string", "pattern": COLLECTION_NAME.pattern}, {"type": "string", "maxLength": 0},
                              {"type": "null"}], "description": "Empty or null: documents"},
     "date": {"anyOf": [{"type": "string", "format": "date"}, {"type": "string", "maxLength": 0}, {"type": "null"}],
