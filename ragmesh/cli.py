@@ -149,11 +149,11 @@ def _transcripts(args: argparse.Namespace, settings: Settings, auth: ClientAuth)
 
 
 def _ingest(args: argparse.Namespace, settings: Settings) -> int:
+    if not (args.collection or args.transcript):
+        raise UsageError("--collection is required (except with --transcript, where it defaults to documents)")
     auth = _credential(args, settings)
     if args.transcript:
         return _transcripts(args, settings, auth)
-    if not args.collection:
-        raise UsageError("--collection is required (except with --transcript, where it defaults to documents)")
     files = _files(args.paths)
     tally, started = _Tally(), time.monotonic()
     bar = tqdm(total=len(files), unit="file", file=sys.stderr, disable=None)

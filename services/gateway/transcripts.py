@@ -61,12 +61,12 @@ def parse_tags(answer: str) -> list[str]:
 class TranscriptInput:
     raw_text: str
     refined_text: str = ""
-    tags: list[str] = field(default_factory=list)
     echotag: str = ""
-    transcript_id: str = ""
-    collection: str = ""
-    date: str = ""
+    transcript_id: str = ""  # empty: a new one
+    collection: str = DEFAULT_COLLECTION  # empty: the default too
+    date: str = ""  # empty: today
     tenant: str = ""
+    tags: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         """Every field bounded and checked before the model is asked or anything is written."""

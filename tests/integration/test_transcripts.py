@@ -104,6 +104,8 @@ def test_the_cli_sends_transcripts_through_the_gateway(stack: Stack, tmp_path) -
     member = ragmesh(stack, "ingest", "--transcript", str(call), "--gateway", stack.address("gateway"),
                      key=stack.key("demo", "intern"))
     assert member.returncode == 2 and "PERMISSION_DENIED" in member.stderr
+    plain = ragmesh(stack, "ingest", str(call))
+    assert plain.returncode == 2 and "--collection is required" in plain.stderr
 
 
 # -- attacks -----------------------------------------------------------------------------------
