@@ -26,6 +26,7 @@ import asyncio
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,7 +124,7 @@ class _Facade:
         messages: queue.Queue = queue.Queue(maxsize=1)
         ended = threading.Event()
 
-        def put(message: tuple) -> None:
+        def put(message: tuple) -> None:  # on a worker thread: the loop never waits for the reader
             while not ended.is_set():  # a reader that went away takes nothing more
                 try:
                     return messages.put(message, timeout=0.05)
@@ -132,26 +133,33 @@ class _Facade:
 
         async def pump() -> None:
             try:
-                async for item in stream:
-                    await asyncio.to_thread(put, (item, None))
-                put((_END, None))
+                async with aclosing(stream):  # cancelled at a yield, the handler's own cleanup runs at once
+                    async for item in stream:
+                        await asyncio.to_thread(put, (item, None))
+                await asyncio.to_thread(put, (_END, None))
             except BaseException as exc:  # noqa: BLE001 - handed to grpc_testing's thread
-                put((None, exc))
+                await asyncio.to_thread(put, (None, exc))
 
         task = asyncio.run_coroutine_threadsafe(pump(), self.loop)
 
-        def rpc_ended() -> None:  # cancelled by the client, or past its deadline: stop the handler
+        def stop() -> None:  # the RPC ended (cancelled, deadline) or its reader left: stop the handler
             ended.set()
             task.cancel()
 
-        context.add_callback(rpc_ended)
-        while True:
-            item, error = messages.get()
-            if error is not None:
-                raise error
-            if item is _END:
-                return
-            yield item
+        context.add_callback(stop)
+        try:
+            while not (ended.is_set() and task.done()):
+                try:
+                    item, error = messages.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                if error is not None:
+                    raise error
+                if item is _END:
+                    return
+                yield item
+        finally:
+            stop()
 
 
 def in_process(host: ServiceHost, loop: asyncio.AbstractEventLoop, descriptor: ServiceDescriptor,
