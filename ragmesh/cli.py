@@ -2,6 +2,7 @@
 the retriever's gRPC API, and manage the API keys every caller needs.
 
     ragmesh ingest PATH... --collection NAME [--meta KEY=VALUE]... [--key KEY] [--retriever ADDR]
+    ragmesh ingest --transcript FILE... [--collection NAME] [--tag TAG]... [--key KEY] [--gateway ADDR]
     ragmesh delete --collection NAME (--doc-id ID... | --where KEY=VALUE...) [--key KEY]
     ragmesh keys create --tenant T --user U [--role admin|member] [--expires-days N] [--label TEXT]
     ragmesh keys list [--tenant T]
@@ -11,7 +12,10 @@ the retriever's gRPC API, and manage the API keys every caller needs.
 ingest and delete send an admin API key (--key, default RAGMESH_API_KEY) as `authorization:
 Bearer <key>`, over TLS when TLS_CERT/TLS_KEY are set; the key decides the tenant. A file's
 doc_id is its name, or its path below a folder given on the command line; the retriever parses it
-(PDF, DOCX, PPTX, Markdown, HTML, text, JSON records).
+(PDF, DOCX, PPTX, Markdown, HTML, text, JSON records). With --transcript each file is a call
+transcript's raw text (UTF-8), sent to the gateway's IngestTranscript: the gateway's model tags it
+with 3-6 topics (or --tag gives them), it is stored as a document of type "transcript" (collection
+default: documents), and each line printed names the document and its tags, or why it has none.
 
 keys works on the store directly (SQLite under DATA_DIR, or MONGODB_URI), with the services'
 pepper (API_KEY_PEPPER, or the one under DATA_DIR/secrets): run it where the services' settings
@@ -46,7 +50,7 @@ from ragmesh.identity import ADMIN, MEMBER, ROLES, keys
 from ragmesh.identity.authenticator import pepper
 from ragmesh.store import open_store
 from ragmesh.types import SearchFilter
-from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
+from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc, retriever_pb2, retriever_pb2_grpc
 
 _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -96,9 +100,9 @@ def _credential(args: argparse.Namespace, settings: Settings) -> ClientAuth:
     return ClientAuth.key(settings, key)
 
 
-def _channel(args: argparse.Namespace, settings: Settings, auth: ClientAuth) -> grpc.Channel:
-    """TLS when the settings name a certificate (the retriever then refuses plaintext), else plaintext."""
-    address = args.retriever or settings.address("retriever")
+def _channel(args: argparse.Namespace, settings: Settings, auth: ClientAuth, service: str = "retriever") -> grpc.Channel:
+    """TLS when the settings name a certificate (the services then refuse plaintext), else plaintext."""
+    address = getattr(args, service) or settings.address(service)
     if auth.channel is not None:
         return grpc.secure_channel(address, auth.channel, options=_CHANNEL_OPTIONS)
     return grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
@@ -118,8 +122,39 @@ class _Tally:
                 f"{self.redactions} redactions, {len(self.errors)} errors, {seconds:.1f} s")
 
 
+def _transcripts(args: argparse.Namespace, settings: Settings, auth: ClientAuth) -> int:
+    """One IngestTranscript call per file, through the gateway (which holds the tagging model)."""
+    failed = 0
+    with _channel(args, settings, auth, "gateway") as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        for path in args.paths:
+            try:
+                raw_text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"{path}: not a readable UTF-8 text file ({exc})") from None
+            request = gateway_pb2.TranscriptRequest(raw_text=raw_text, tags=args.tags, collection=args.collection or "",
+                                                    transcript_id=path.stem)
+            try:
+                done = stub.IngestTranscript(request, timeout=args.timeout or settings.ingest_timeout,
+                                             metadata=call_metadata(auth))
+            except grpc.RpcError as exc:
+                if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+                                  grpc.StatusCode.UNAVAILABLE):  # no use trying the next file
+                    raise UsageError(f"gateway: {exc.code().name}: {exc.details()}") from None
+                print(f"error: {path}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+                failed += 1
+                continue
+            tags = f"tags {', '.join(done.tags)} ({done.tagged_by})" if done.tags else done.note
+            print(f"{path}: {done.collection}/{done.doc_id}, {done.chunks} chunks, {done.stage.lower()}; {tags}")
+    return 1 if failed else 0
+
+
 def _ingest(args: argparse.Namespace, settings: Settings) -> int:
+    if not (args.collection or args.transcript):
+        raise UsageError("--collection is required (except with --transcript, where it defaults to documents)")
     auth = _credential(args, settings)
+    if args.transcript:
+        return _transcripts(args, settings, auth)
     files = _files(args.paths)
     tally, started = _Tally(), time.monotonic()
     bar = tqdm(total=len(files), unit="file", file=sys.stderr, disable=None)
@@ -283,8 +318,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragmesh", description="ragmesh operator commands")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def common(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--collection", required=True)
+    def common(sub: argparse.ArgumentParser, collection_required: bool = True) -> None:
+        sub.add_argument("--collection", required=collection_required)
         sub.add_argument("--key", default="", metavar="KEY",
                          help="an admin API key; it decides the tenant (default: RAGMESH_API_KEY)")
         sub.add_argument("--retriever", default="", metavar="HOST:PORT",
@@ -294,7 +329,13 @@ def _parser() -> argparse.ArgumentParser:
     ingest = commands.add_parser("ingest", help="ingest files and folders (recursively)")
     ingest.set_defaults(run=_ingest)
     ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH")
-    common(ingest)
+    common(ingest, collection_required=False)
+    ingest.add_argument("--transcript", action="store_true",
+                        help="the files are call transcripts (text): tagged and stored through the gateway")
+    ingest.add_argument("--tag", dest="tags", action="append", default=[], metavar="TAG",
+                        help="with --transcript: a topic tag (repeatable; given, the model is not asked)")
+    ingest.add_argument("--gateway", default="", metavar="HOST:PORT",
+                        help="with --transcript: the gateway (default: this host and GATEWAY_PORT)")
     ingest.add_argument("--meta", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
                         help="metadata on every document and chunk (repeatable)")
     ingest.add_argument("--summaries", action=argparse.BooleanOptionalAction, default=None,

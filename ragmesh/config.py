@@ -127,6 +127,9 @@ class Settings:
     # Chunk size bounds (characters) for user documents at ingest.
     chunk_min_chars: int = field(default_factory=lambda: _int("CHUNK_MIN_CHARS", 400))
     chunk_max_chars: int = field(default_factory=lambda: _int("CHUNK_MAX_CHARS", 800))
+    # The most characters of a chunk the embedding model reads whole: longer chunks are split so every
+    # word is embedded (all-MiniLM-L6-v2 reads 256 tokens, 900-1,100 characters; Gemini's 2,048 tokens).
+    embed_max_chars: int = field(default_factory=lambda: _int("EMBED_MAX_CHARS", 800))
     # Ingest: files over this size are refused (per file, with a clear error).
     ingest_max_bytes: int = field(default_factory=lambda: _int("INGEST_MAX_BYTES", 50 * 1024 * 1024))
     # Ingest: a document still parsing after this long fails (per document, with a clear error).

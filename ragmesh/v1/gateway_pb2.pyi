@@ -293,3 +293,41 @@ class ListModelsResponse(_message.Message):
     default_model: str
     web_search_models: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, models: _Optional[_Iterable[str]] = ..., default_model: _Optional[str] = ..., web_search_models: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TranscriptRequest(_message.Message):
+    __slots__ = ("raw_text", "refined_text", "tags", "echotag", "transcript_id", "collection", "date", "tenant")
+    RAW_TEXT_FIELD_NUMBER: _ClassVar[int]
+    REFINED_TEXT_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    ECHOTAG_FIELD_NUMBER: _ClassVar[int]
+    TRANSCRIPT_ID_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    DATE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    raw_text: str
+    refined_text: str
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    echotag: str
+    transcript_id: str
+    collection: str
+    date: str
+    tenant: str
+    def __init__(self, raw_text: _Optional[str] = ..., refined_text: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., echotag: _Optional[str] = ..., transcript_id: _Optional[str] = ..., collection: _Optional[str] = ..., date: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class TranscriptResponse(_message.Message):
+    __slots__ = ("doc_id", "collection", "chunks", "tags", "tagged_by", "note", "stage")
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    TAGGED_BY_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    doc_id: str
+    collection: str
+    chunks: int
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    tagged_by: str
+    note: str
+    stage: str
+    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., chunks: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., tagged_by: _Optional[str] = ..., note: _Optional[str] = ..., stage: _Optional[str] = ...) -> None: ...

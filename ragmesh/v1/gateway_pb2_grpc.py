@@ -76,6 +76,11 @@ class GatewayStub:
                 request_serializer=ragmesh_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=ragmesh_dot_v1_dot_gateway__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.IngestTranscript = channel.unary_unary(
+                '/ragmesh.v1.Gateway/IngestTranscript',
+                request_serializer=ragmesh_dot_v1_dot_gateway__pb2.TranscriptRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_gateway__pb2.TranscriptResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -134,6 +139,14 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def IngestTranscript(self, request, context):
+        """A call transcript (003 part 1.1 B), admin keys: tagged with 3-6 topics by the configured model
+        (unless it brings tags), then ingested as one document of type "transcript".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -176,6 +189,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.ListModelsRequest.FromString,
                     response_serializer=ragmesh_dot_v1_dot_gateway__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'IngestTranscript': grpc.unary_unary_rpc_method_handler(
+                    servicer.IngestTranscript,
+                    request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.TranscriptRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_gateway__pb2.TranscriptResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -395,6 +413,33 @@ class Gateway:
             '/ragmesh.v1.Gateway/ListModels',
             ragmesh_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
             ragmesh_dot_v1_dot_gateway__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def IngestTranscript(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/IngestTranscript',
+            ragmesh_dot_v1_dot_gateway__pb2.TranscriptRequest.SerializeToString,
+            ragmesh_dot_v1_dot_gateway__pb2.TranscriptResponse.FromString,
             options,
             channel_credentials,
             insecure,

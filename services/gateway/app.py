@@ -31,6 +31,7 @@ from services.gateway.strategy import PipelineSettings, Planner
 from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.scope_cache import ScopeCache
 from services.gateway.servicer import GatewayServicer
+from services.gateway.transcripts import Transcripts
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +83,9 @@ class GatewayApp(ServiceApp):
                                     RateLimiter(s.rate_limit_per_minute),
                                     Admission("gateway: retrieval", s.max_concurrent_retrievals))
         self.conversations = Conversations(self.history, self.memory, self.pipeline)
+        self.transcripts = Transcripts(self.retriever, self.generator, self.pipeline.default_model)
         gateway_pb2_grpc.add_GatewayServicer_to_server(
-            GatewayServicer(self.pipeline, self.conversations, self.retriever, self.memory), server
+            GatewayServicer(self.pipeline, self.conversations, self.retriever, self.memory, self.transcripts), server
         )
 
     async def upstream_health(self) -> dict[str, str]:
@@ -117,7 +119,7 @@ class GatewayApp(ServiceApp):
         s = self.settings
         await self.pipeline.models.configured()  # what the OpenAPI document offers, as the generator says
         app = create_app(
-            pipeline=self.pipeline, memory=self.memory, conversations=self.conversations,
+            pipeline=self.pipeline, memory=self.memory, conversations=self.conversations, transcripts=self.transcripts,
             retriever=lambda: self.retriever, authenticator=Authenticator(s, self.store, "users"),
             allowed_hosts=self.allowed_hosts, health=self.upstream_health, funds=self.known_funds,
             models=self.pipeline.models.configured,

@@ -20,6 +20,7 @@ from services.gateway.conversations import Conversations
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline, Event
 from services.gateway.request import AskInput
+from services.gateway.transcripts import TranscriptInput, Transcripts
 
 
 def ask_from_proto(r: gateway_pb2.AskRequest) -> AskInput:
@@ -84,8 +85,9 @@ def message_to_proto(m: MessageRecord) -> gateway_pb2.Message:
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, pipeline: AskPipeline, conversations: Conversations, retriever: RetrieverClient,
-                 memory: Memory) -> None:
+                 memory: Memory, transcripts: Transcripts) -> None:
         self.pipeline = pipeline
+        self.transcripts = transcripts
         self.conversations = conversations
         self.retriever = retriever
         self.memory = memory
@@ -133,3 +135,12 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         models = await self.pipeline.models.configured()
         return gateway_pb2.ListModelsResponse(models=models, default_model=self.pipeline.default_model,
                                               web_search_models=[m for m in models if m in WEB_SEARCH_MODELS])
+
+    async def IngestTranscript(self, request: gateway_pb2.TranscriptRequest, context: grpc.aio.ServicerContext):
+        done = await self.transcripts.ingest(identity.current(), TranscriptInput(
+            raw_text=request.raw_text, refined_text=request.refined_text, tags=list(request.tags),
+            echotag=request.echotag, transcript_id=request.transcript_id, collection=request.collection,
+            date=request.date, tenant=request.tenant))
+        return gateway_pb2.TranscriptResponse(
+            doc_id=done.doc_id, collection=done.collection, chunks=done.chunks, tags=done.tags,
+            tagged_by=done.tagged_by, note=done.note, stage=done.stage)

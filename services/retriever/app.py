@@ -50,6 +50,7 @@ class RetrieverApp(ServiceApp):
         self.ingestor = Ingestor(
             self.store, self.registry, self._embed,
             min_chars=settings.chunk_min_chars, max_chars=settings.chunk_max_chars,
+            embed_max_chars=settings.embed_max_chars,
             batch_size=settings.embed_batch_size, max_bytes=settings.ingest_max_bytes,
             parse_timeout_s=settings.ingest_parse_timeout_s,
             retries=settings.embed_retries, backoff_s=settings.embed_retry_base_s,

@@ -157,3 +157,24 @@ def test_searches_during_a_replacement_see_one_version_whole(stub) -> None:
             t.join()
     assert seen and all(len(markers) == 1 for markers in seen)
     assert {m for markers in seen for m in markers} == {"alphaversion", "betaversion"}  # both were seen
+
+
+def test_the_tail_of_a_long_faq_answer_is_found_by_dense_search_alone(stub) -> None:
+    """MiniLM reads ~256 tokens of a text: a FAQ answer of 4,000 characters in one chunk would be
+    embedded by its head, and its tail found by keywords only. Split within EMBED_MAX_CHARS (800),
+    the tail's own chunk matches a question about it on the dense side, with no keyword help."""
+    head = " ".join(f"Travel expense rule {i}: economy fares, receipts within {i + 5} days, and the "
+                    f"per diem of region {i} apply to every trip booked through the portal." for i in range(30))
+    tail = "Anyone visiting Reykjavik takes the geothermal lagoon shuttle, booked at the hotel concierge desk."
+    faq = ("Frequently asked questions\n\nQ: What does the travel policy cover?\nA: " + head + " " + tail
+           + "\n\nQ: How do I book a hotel?\nA: Hotels are booked on the travel portal two weeks ahead."
+           + "\n\nQ: Can I fly business class?\nA: Only on flights longer than eight hours.")
+    assert len(head) > 4000
+    done = ingest(stub, file_doc("travel-faq.txt", faq.encode()))
+    assert stage(done["travel-faq.txt"]) == "INDEXED"
+    hits = search(stub, "bathing in hot springs in Iceland: how do I get there?", top_k=3,
+                  dense_weight=1.0, sparse_weight=0.0)
+    top = hits[0]
+    assert tail in top.chunk.text and top.dense_rank == 1
+    assert top.chunk.text.startswith("Q: What does the travel policy cover?") and len(top.chunk.text) <= 800
+    assert top.dense_score > 0.3, top.dense_score

@@ -158,7 +158,8 @@ def _messages(w: World, conversation_id: str) -> list:
                                          ("/api/documents/documents/nightingale", "GET"),
                                          ("/api/documents", "GET"), ("/api/conversations/x", "PATCH"),
                                          ("/api/chunks/demo%2Fdocuments%2Fx%230", "GET"),
-                                         ("/api/collections", "GET"), ("/api/funds", "GET")])
+                                         ("/api/collections", "GET"), ("/api/funds", "GET"),
+                                         ("/api/transcripts", "POST")])
 @pytest.mark.parametrize("credential", [None, "Bearer", "Bearer rmk_0000000000000000_" + "A" * 43,
                                         "Basic YWxhZGRpbjpvcGVuc2VzYW1l", "Bearer not.a.jwt"])
 def test_every_api_route_refuses_calls_without_a_valid_credential(world: World, path: str, method: str,

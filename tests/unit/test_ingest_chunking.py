@@ -12,7 +12,7 @@ from services.retriever.ingest.chunker import group
 from services.retriever.ingest.detect import BOOK, FAQ, SENSITIVE, USER, detect_document_type
 from services.retriever.ingest.parsed import Parsed, Section
 from services.retriever.ingest.sanitize import HIGH, LOW, MEDIUM, pii_density, sanitize, sensitivity
-from services.retriever.ingest.strategies import chunk_document
+from services.retriever.ingest.strategies import Sizes, chunk_document
 
 WORDS = "river mountain village harvest winter council bridge market lantern journey".split()
 
@@ -199,3 +199,36 @@ def test_a_records_source_is_the_parent_of_its_sections() -> None:
     assert out.pieces[0].is_parent and out.pieces[0].text == '{"fund_name": "K", "email": "[REDACTED_EMAIL]"}'
     assert [(p.section, p.parent) for p in out.pieces[1:]] == [("performance", 0), ("commentary", 0)]
     assert out.redactions == 1
+
+
+# -- EMBED_MAX_CHARS ---------------------------------------------------------------------------
+def test_a_faq_answer_longer_than_the_embedding_window_continues_under_its_question() -> None:
+    long_answer = " ".join(sentences(30, 4))
+    assert len(long_answer) > 3000
+    text = f"FAQ\n\nQ: What is in the manual?\nA: {long_answer}\n\nQ: Anything else?\nA: No."
+    out = chunk_document(text_doc(text), Sizes(embed_max=800))
+    manual = [p.text for p in out.pieces if p.text.startswith("Q: What is in the manual?")]
+    assert len(manual) >= 4 and all(len(t) <= 800 for t in manual)
+    body = " ".join(t.partition("\n")[2] for t in manual)
+    assert split_sentences(body) == split_sentences("A: " + long_answer)  # the tail is in a chunk of its own
+
+
+@given(st.lists(st.sampled_from([*WORDS, "x" * 1200, "\n\n", "Q: why?\n", "A:", "."]), min_size=1, max_size=400),
+       st.integers(120, 1500))
+@settings(max_examples=60, deadline=None)
+def test_no_embedded_chunk_is_longer_than_embed_max_and_no_word_is_lost(tokens: list[str], embed_max: int) -> None:
+    text = " ".join(tokens)
+    out = chunk_document(text_doc(text), Sizes(embed_max=embed_max))
+    embedded = [p.text for p in out.pieces if not p.is_parent]
+    assert all(len(t) <= embed_max for t in embedded)
+    words = {w for w in sanitize(text).text.split() if len(w) <= embed_max // 2}  # a repeated question leaves less
+    assert words <= set(" ".join(embedded).split())
+    assert "".join(embedded).count("x") >= text.count("x")  # a word longer than the window is cut, not lost
+
+
+def test_a_sentence_longer_than_the_window_is_split_at_words() -> None:
+    run_on = " ".join(WORDS * 40)  # 2,700 characters, no full stop
+    out = chunk_document(text_doc(run_on), Sizes(embed_max=500))
+    texts = [p.text for p in out.pieces]
+    assert len(texts) >= 6 and all(len(t) <= 500 for t in texts)
+    assert " ".join(texts).split() == run_on.split()  # cut between words, never inside one

@@ -1,5 +1,5 @@
 """The REST/SSE bridge for web clients, in the gateway process: one router per resource (chat,
-conversations, documents, chunks, the catalog of collections and funds), the web page and its
+conversations, documents, transcripts, chunks, the catalog of collections and funds), the web page and its
 vendored scripts, health, Prometheus' /metrics, the OpenAPI document (openapi.py, at /openapi.json
 and /docs), and the rules every route shares: a bearer credential on every /api/* route, browser
 safety, and domain errors as HTTP status codes."""
@@ -33,9 +33,11 @@ from services.gateway.api.conversations import conversations_router
 from services.gateway.api.documents import documents_router
 from services.gateway.api.limits import RequestGuard
 from services.gateway.api.openapi import install as install_openapi
+from services.gateway.api.transcripts import transcripts_router
 from services.gateway.conversations import Conversations
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
+from services.gateway.transcripts import Transcripts
 from services.gateway.request import DATA_SOURCES
 
 WEB_DIR = Path(__file__).parent.parent / "web"
@@ -63,6 +65,7 @@ def create_app(
     pipeline: AskPipeline,
     memory: Memory,
     conversations: Conversations,
+    transcripts: Transcripts,
     retriever: Callable[[], RetrieverClient],
     authenticator: Authenticator,
     allowed_hosts: frozenset[str] | None,
@@ -147,6 +150,7 @@ def create_app(
     app.include_router(chat_router(pipeline, memory, conversations, caller))
     app.include_router(conversations_router(conversations, caller))
     app.include_router(documents_router(retriever, max_file_bytes, caller))
+    app.include_router(transcripts_router(transcripts, caller))
     app.include_router(chunks_router(retriever, caller))
     app.include_router(catalog_router(retriever, funds, caller))
     install_openapi(app, offered_models=pipeline.models.offered_now, max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,

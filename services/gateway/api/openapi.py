@@ -33,6 +33,7 @@ from services.gateway.memory import CORRECTION_LIMITS
 from services.gateway.request import (CONTEXT_WINDOWS, DATA_SOURCES, DEFAULT_SOURCES, MAX_DOCUMENT_ID_CHARS,
                                       MAX_DOCUMENT_IDS, MAX_FUND_CHARS, MAX_FUNDS, MAX_NAME_CHARS, MAX_PERSONA_CHARS,
                                       MAX_QUESTION_CHARS, RESPONSE_FORMATS)
+from services.gateway.transcripts import MAX_TAG_CHARS, MAX_TAGS, MAX_TRANSCRIPT_CHARS, MAX_TRANSCRIPT_ID_CHARS
 
 SCHEME = "bearer"
 SCHEMAS = "#/components/schemas/"
@@ -180,6 +181,18 @@ class NotesAnswer(_Exact):
     citations: list[NotesCitation]
     conversation_id: str
     meta: NotesMeta
+
+
+class TranscriptStored(_Exact):
+    """POST /api/transcripts: the stored transcript, its tags and who made them."""
+
+    doc_id: str = Field(description="transcript_ and the transcript id (GET /api/documents/{collection}/{doc_id})")
+    collection: str
+    chunks: int = Field(description="Chunks stored")
+    tags: list[str] = Field(description="3-6 topics from the model, or the ones sent; empty without a model")
+    tagged_by: str = Field(description="The model that made the tags, \"request\" when they were sent, empty when none")
+    note: str = Field(description="Why there are no tags, when there are none")
+    stage: Literal["INDEXED", "UNCHANGED"] = Field(description="UNCHANGED: the same transcript was stored already")
 
 
 class SearchingEvent(_Exact):
@@ -402,7 +415,8 @@ ASK_EVENTS = (SearchingEvent, StrategyEvent, GeneratingEvent, ThinkingEvent, Con
               AskDone, Error)
 INGEST_EVENTS = (IngestProgress, IngestDone, Error)
 MODELS = (Answer, NotesAnswer, Meta, Conversations, Conversation, ConversationRenamed, ConversationDeleted, Stopped,
-          CorrectionRecorded, DocumentInfo, Documents, DocumentsDeleted, ChunkView, Collections, Funds, Health,
+          CorrectionRecorded, TranscriptStored, DocumentInfo, Documents, DocumentsDeleted, ChunkView, Collections, Funds,
+          Health,
           *ASK_EVENTS, *INGEST_EVENTS)
 
 
@@ -465,6 +479,9 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str, Any, tuple[int, ...]]] = {
         ConversationDeleted, (404, 502)),
     ("post", "/api/documents"): ("ingest_documents", "Ingest files or JSON documents (admin keys), progress "
                                                      "streamed as Server-Sent Events", ("sse", INGEST_EVENTS), ()),
+    ("post", "/api/transcripts"): ("ingest_transcript", "Store a call transcript (admin keys) as a document of "
+                                                        "type transcript, tagged with 3-6 topics by the configured "
+                                                        "model", TranscriptStored, (502,)),
     ("get", "/api/documents"): ("list_documents", "The tenant's documents (one collection's or all), most "
                                                   "recently written first", Documents, (502,)),
     ("get", "/api/documents/{collection}/{doc_id}"): ("get_document", "A document's header, summary and outline",
@@ -534,6 +551,23 @@ CORRECTION_FIELDS = {
     "message_id": _text(MAX_NAME_CHARS, "The wrong answer's message in conversation_id (404 when there is none)"),
     "tenant": ASK_FIELDS["tenant"],
     "user_id": ASK_FIELDS["user_id"],
+}
+TRANSCRIPT_FIELDS = {
+    "raw_text": _text(MAX_TRANSCRIPT_CHARS, "The call as said; not blank", required=True),
+    "refined_text": _text(MAX_TRANSCRIPT_CHARS, "Notes made from the call, stored after the raw text", nullable=True),
+    "polished_text": _text(MAX_TRANSCRIPT_CHARS, "The older name of refined_text (used when that is empty)",
+                           nullable=True),
+    "tags": {"type": "array", "maxItems": MAX_TAGS,
+             "items": {"type": "string", "maxLength": MAX_TAG_CHARS, "pattern": f"^[^,]*[^,{WHITESPACE}][^,]*$"},
+             "description": "Topics, not blank and without commas (repeats are dropped); sent, no model is asked"},
+    "echotag": _text(MAX_TAG_CHARS, "The transcript's main tag; empty or null: the first tag", nullable=True),
+    "transcript_id": _text(MAX_TRANSCRIPT_ID_CHARS, "Empty or null: a new id; an id stored already is replaced",
+                           nullable=True),
+    "collection": {"anyOf": [{"type": "string", "pattern": COLLECTION_NAME.pattern}, {"type": "string", "maxLength": 0},
+                             {"type": "null"}], "description": "Empty or null: documents"},
+    "date": {"anyOf": [{"type": "string", "format": "date"}, {"type": "string", "maxLength": 0}, {"type": "null"}],
+             "description": "YYYY-MM-DD of the call; empty or null: today"},
+    "tenant": ASK_FIELDS["tenant"],
 }
 CORRECTION_RULES = {  # the question, or the message whose question it was; a message_id needs its conversation
     "anyOf": [{"required": ["question"], "properties": {"question": {"pattern": NOT_BLANK}}},
@@ -682,6 +716,7 @@ def build(app: FastAPI, *, offered_models: list[str], max_body_bytes: int, max_u
     schemas.update(_component_schemas())
     _constrain(schemas["AskBody"], {**ASK_FIELDS, "model": _model_field(offered_models)}, required=["question"])
     _constrain(schemas["CorrectionBody"], CORRECTION_FIELDS, required=["correction"])
+    _constrain(schemas["TranscriptBody"], TRANSCRIPT_FIELDS, required=["raw_text"])
     schemas["CorrectionBody"].update(CORRECTION_RULES)
     _constrain(schemas["RenameBody"], {"title": _text(MAX_TITLE_CHARS, "Empty or blank: the first question again; "
                                                                        "spaces are collapsed")}, required=["title"])

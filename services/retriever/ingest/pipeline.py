@@ -106,16 +106,18 @@ _PARSE_POOL = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2))
 class Ingestor:
     def __init__(
         self, store: Store, registry: SearchBackend, embed: EmbedFn, *,
-        min_chars: int = 400, max_chars: int = 800, batch_size: int = 64, max_bytes: int = MAX_BYTES,
+        min_chars: int = 400, max_chars: int = 800, embed_max_chars: int = 800, batch_size: int = 64, max_bytes: int = MAX_BYTES,
         retries: int = 4, backoff_s: float = 0.5, summarizer: Summarizer | None = None,
         summaries: SummaryPolicy = SummaryPolicy(), committer: Committer | None = None,
         parse_timeout_s: float = 60.0,
     ) -> None:
+        if embed_max_chars < 100:
+            raise ValueError(f"EMBED_MAX_CHARS must be at least 100, got {embed_max_chars}")
         self.store = store
         self.registry = registry
         self.committer = committer or Committer(store, registry)
         self.embedder = BatchEmbedder(embed, batch_size, retries, backoff_s)
-        self.sizes = Sizes(user=(min_chars, max_chars, 1))
+        self.sizes = Sizes(user=(min_chars, max_chars, 1), embed_max=embed_max_chars)
         self.max_bytes = max_bytes
         self.parse_timeout_s = parse_timeout_s
         self.summarizer = summarizer

@@ -7,11 +7,22 @@ FAQ:       one chunk per Q&A pair, at most 8,000 chars (a longer answer continue
 BOOK:      parents of 2,000-3,500 chars, stored for expansion, not embedded; children of
            400-700 chars with 2 sentences of overlap, embedded.
 SENSITIVE: 225-450 chars, no overlap.
-USER:      400-800 chars (CHUNK_MIN_CHARS / CHUNK_MAX_CHARS), 1 sentence of overlap."""
+USER:      400-800 chars (CHUNK_MIN_CHARS / CHUNK_MAX_CHARS), 1 sentence of overlap.
+
+No embedded chunk is longer than EMBED_MAX_CHARS (`Sizes.embed_max`): every chunker's maximum is
+capped by it, and a sentence longer than it is split at word boundaries. The embedding model reads
+a bounded window (all-MiniLM-L6-v2: 256 tokens, about 900-1,100 characters of English) and silently
+drops the rest, so 003's cut of the embedding input at EMBED_MAX_CHARS would leave the tail of an
+8,000-character FAQ answer in BM25 only: a question worded differently from the tail could never
+reach it. Splitting costs more chunks (a long FAQ answer continues in further chunks that repeat
+its question, as 003 already did past 8,000 characters) but every indexed word is seen by both
+sides of the search, and nothing is cut."""
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ragmesh.text import sentence_spans
@@ -32,6 +43,17 @@ class Sizes:
     child: tuple[int, int, int] = (400, 700, 2)
     parent: tuple[int, int] = (2000, 3500)
     faq_max: int = 8000
+    embed_max: int = 800  # EMBED_MAX_CHARS: the most an embedded chunk may hold
+
+    def capped(self) -> "Sizes":
+        """These sizes with every embedded chunk's maximum at most embed_max (parents are not embedded)."""
+        def fit(size: tuple[int, int, int]) -> tuple[int, int, int]:
+            lo, hi, overlap = size
+            hi = min(hi, self.embed_max)
+            return min(lo, hi // 2), hi, overlap
+
+        return dataclasses.replace(self, user=fit(self.user), sensitive=fit(self.sensitive), child=fit(self.child),
+                                   faq_max=min(self.faq_max, self.embed_max))
 
 
 @dataclass
@@ -79,13 +101,26 @@ def _redact(section: Section) -> tuple[Section, int]:
     return clean, redactions
 
 
-def _sentences(section: Section, index: int) -> list[_Unit]:
-    """The section's sentences, each with its pages and paragraph number."""
+def _within(text: str, a: int, b: int, limit: int) -> Iterator[tuple[int, int]]:
+    """[a, b) as spans of at most `limit` characters, cut at whitespace (a longer word where it must)."""
+    while b - a > limit:
+        cut = max(text.rfind(" ", a + 1, a + limit + 1), text.rfind("\n", a + 1, a + limit + 1))
+        cut = cut if cut > a else a + limit
+        yield a, cut
+        a = cut
+        while a < b and text[a].isspace():
+            a += 1
+    if a < b:
+        yield a, b
+
+
+def _sentences(section: Section, index: int, limit: int) -> list[_Unit]:
+    """The section's sentences (one longer than `limit` in parts), each with its pages and paragraph number."""
     breaks = [m.end() for m in _PARAGRAPH_BREAK.finditer(section.text)]
     return [
         _Unit(" ".join(section.text[a:b].split()), index, section.page_at(a), section.page_at(b - 1),
               bisect.bisect_right(breaks, a))
-        for a, b in sentence_spans(section.text)
+        for start, end in sentence_spans(section.text) for a, b in _within(section.text, start, end, limit)
     ]
 
 
@@ -136,10 +171,13 @@ def _faq(sections: list[Section], sizes: Sizes) -> list[Piece]:
                                  dict(section.meta)))
                 continue
             question = block.partition("\n")[0]
-            part = section.slice(a + len(question) + 1, a + len(block))
-            room = sizes.faq_max - len(question) - 1
-            for piece in _pieces(_sentences(part, 0), [part], (room // 2, room, 0)):
-                piece.text = f"{question}\n{piece.text}"
+            if len(question) > sizes.faq_max // 2:  # too long to repeat: split with its answer, like text
+                question = ""
+            part = section.slice(a + len(question) + 1 if question else a, a + len(block))
+            room = sizes.faq_max - len(question) - 1 if question else sizes.faq_max
+            for piece in _pieces(_sentences(part, 0, room), [part], (room // 2, room, 0)):
+                if question:
+                    piece.text = f"{question}\n{piece.text}"
                 out.append(piece)
     return out
 
@@ -147,7 +185,7 @@ def _faq(sections: list[Section], sizes: Sizes) -> list[Piece]:
 def _book(sections: list[Section], sizes: Sizes) -> list[Piece]:
     """Parents from whole paragraphs (a paragraph longer than a parent is split at sentences),
     then each parent's children, section by section."""
-    sentences = [u for i, s in enumerate(sections) for u in _sentences(s, i)]
+    sentences = [u for i, s in enumerate(sections) for u in _sentences(s, i, sizes.embed_max)]
     paragraphs: list[list[_Unit]] = []
     for u in sentences:
         if paragraphs and (paragraphs[-1][-1].section, paragraphs[-1][-1].paragraph) == (u.section, u.paragraph):
@@ -174,6 +212,7 @@ def _book(sections: list[Section], sizes: Sizes) -> list[Piece]:
 
 
 def chunk_document(parsed: Parsed, sizes: Sizes = Sizes()) -> Chunked:
+    sizes = sizes.capped()
     raw = parsed.text
     density = pii_density(raw)
     doc_type = detect_document_type(raw, density)
@@ -188,7 +227,7 @@ def chunk_document(parsed: Parsed, sizes: Sizes = Sizes()) -> Chunked:
         pieces = _book(sections, sizes)
     else:
         size = sizes.sensitive if doc_type == SENSITIVE else sizes.user
-        pieces = [p for i, s in enumerate(sections) for p in _pieces(_sentences(s, i), sections, size)]
+        pieces = [p for i, s in enumerate(sections) for p in _pieces(_sentences(s, i, sizes.embed_max), sections, size)]
     if parsed.source:
         source = sanitize(parsed.source)
         redactions += source.redactions
