@@ -59,6 +59,13 @@ def test_a_model_tags_a_transcript_and_the_tag_boost_reads_the_tags(gemini_gatew
     assert NOTES in hit.chunk.text or CALL[:40] in hit.chunk.text
     assert any(b.startswith("tags x1.25") for b in hit.boosts), hit.boosts
 
+    # A question reaches it: asked over Documents, the answer cites the transcript.
+    asked = httpx.post(stack.http_url + "/api/chat/ask", json={
+        "question": "When does the Orbital Freight vendor contract renew?", "data_sources": ["Documents"]},
+        headers=stack.headers, timeout=60)
+    assert asked.status_code == 200, asked.text
+    assert "transcript_ops-0917" in [c["doc_id"] for c in asked.json()["citations"]], asked.json()
+
 
 def test_tags_sent_with_the_transcript_are_kept_and_no_model_is_asked(gemini_gateway, stack: Stack) -> None:
     _, fake, address = gemini_gateway
