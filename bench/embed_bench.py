@@ -30,11 +30,11 @@ def _texts(scifact: Path, documents: int) -> tuple[list[str], list[str]]:
     return docs, queries
 
 
-def _throughput(embed, texts: list[str], batch: int) -> tuple[float, float]:
+def _throughput(embed, texts: list[str], batch: int, task: str) -> tuple[float, float]:
     """Texts per second, `batch` texts a call, and CPU milliseconds (this process, all threads) a text."""
     started, cpu = time.perf_counter(), time.process_time()
     for start in range(0, len(texts), batch):
-        embed(texts[start : start + batch], "DOCUMENT")
+        embed(texts[start : start + batch], task)
     return len(texts) / (time.perf_counter() - started), (time.process_time() - cpu) / len(texts) * 1000
 
 
@@ -52,7 +52,7 @@ def run_embed(scifact: Path, quick: bool) -> Section:
         torch.warm_up()
         figures = {}
         for name, backend in (("torch", torch), ("onnx", onnx)):
-            figures[name] = (_throughput(backend.embed, docs, 64), _throughput(backend.embed, queries, 1)[0])
+            figures[name] = (_throughput(backend.embed, docs, 64, "DOCUMENT"), _throughput(backend.embed, queries, 1, "QUERY")[0])
         cosine = (onnx.embed(docs, "DOCUMENT") * torch.embed(docs, "DOCUMENT")).sum(axis=1)
         query_cosine = (onnx.embed(queries, "QUERY") * torch.embed(queries, "QUERY")).sum(axis=1)
     ((torch_docs, torch_cpu), torch_queries), ((onnx_docs, onnx_cpu), onnx_queries) = figures["torch"], figures["onnx"]
