@@ -190,9 +190,10 @@ def test_hovering_a_citation_previews_it_and_a_click_opens_the_source_panel(page
     assert panel.is_hidden() and cite.get_attribute("aria-expanded") == "false"
 
 
+@pytest.mark.parametrize("viewport", [NARROW, WIDE], ids=["360px", "1440px"])
 def test_an_uploaded_pdf_shows_its_progress_and_results_and_can_be_asked_about(pages: Pages, stack: Stack,
-                                                                               tmp_path: Path) -> None:
-    page = pages.open(stack.http_url, stack.key("web-upload", "admin", "admin"))
+                                                                               tmp_path: Path, viewport: dict) -> None:
+    page = pages.open(stack.http_url, stack.key(f"web-upload-{viewport['width']}", "admin", "admin"), viewport)
     page.locator("#upload-box summary").click()
     page.set_input_files("#upload-files", str(make_pdf(tmp_path / "zephyr-estate.pdf")))
     page.click("#upload-send")
@@ -203,6 +204,9 @@ def test_an_uploaded_pdf_shows_its_progress_and_results_and_can_be_asked_about(p
     assert "Indexed" in result and "chunks" in result and "redaction" in result and "USER" in result, result
     assert row.locator("progress").get_attribute("value") == "100"
     page.wait_for_selector("#documents label[title*='zephyr-estate.pdf']", state="attached")
+    assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"], "nothing wider than the screen"
+    if page.locator("#filters").get_attribute("open") is None:  # folded on small screens
+        page.locator("#filters summary").click()
     page.check("#data-sources input[value='Documents']")
     answer = ask(page, "How many beehives does the Zephyr Orchard Fund keep?").locator(".answer").inner_text()
     assert "37 beehives" in answer
