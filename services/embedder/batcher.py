@@ -3,11 +3,9 @@
 Serving one request per model call left the model idle between tiny batches: 200 concurrent searches
 ran at ~26/s, while the same model embeds dozens of short queries in about the time of one. Requests
 wait at most a short window (or until a batch is full), then ONE backend.embed call runs in a worker
-thread; requests that arrive while it runs form the next batch. One call at a time per task, because
-on a couple of cores the model already uses every core for one batch; but each task has its own
-worker, so a question's embedding never queues behind an ingest batch or the conversation memory's
-background writes (the local default runs them on separate runtimes, ONNX Runtime for queries and
-torch for documents; a backend with one model serializes them itself).
+thread; requests that arrive while it runs form the next batch. A request that finds the model idle
+runs at once: the window only pays while requests keep coming. One call at a time, because on a
+couple of cores the model already uses every core for one batch.
 
 A request larger than a batch runs alone, in one backend call: the backend chunks it its own way
 (Gemini packs 100 texts per HTTP request, its API's limit), and ingest sends at most
@@ -46,7 +44,7 @@ class _Request:
 
 
 class MicroBatcher:
-    """Collects concurrent embed requests per task and runs them as bounded batches, one at a time per task.
+    """Collects concurrent embed requests per task and runs them as bounded batches, one at a time.
 
     Single event loop: the queues are touched only from the loop; only backend.embed runs in a thread.
     """
@@ -68,9 +66,8 @@ class MicroBatcher:
         self._queues: dict[str, deque[_Request]] = {}
         self._waiting = 0  # texts queued and not yet taken into a batch, over all tasks
         self._waiting_by_task: dict[str, int] = {}
-        # Per task: its worker and the event that wakes it (remade with each worker: it belongs to its loop).
-        self._arrived: dict[str, asyncio.Event] = {}
-        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._arrived = asyncio.Event()  # remade with each worker: it belongs to the worker's loop
+        self._worker: asyncio.Task[None] | None = None
 
     async def embed(self, texts: list[str], task: str, deadline: float | None = None) -> np.ndarray:
         """(len(texts), dimensions) rows for this caller, in order. Raises ResourceExhausted when the
@@ -87,20 +84,18 @@ class MicroBatcher:
         request.future.add_done_callback(lambda _: self._forget(request))
         self._queues.setdefault(task, deque()).append(request)
         self._count(task, len(texts))
-        worker = self._workers.get(task)
-        if worker is None or worker.done():
-            self._arrived[task] = asyncio.Event()
-            self._workers[task] = asyncio.create_task(self._run(task, self._arrived[task]),
-                                                      name=f"embed-batcher-{task.lower()}")
-        self._arrived[task].set()
+        if self._worker is None or self._worker.done():
+            self._arrived = asyncio.Event()
+            self._worker = asyncio.create_task(self._run(self._arrived), name="embed-batcher")
+        self._arrived.set()
         # A cancelled caller cancels the future too, so the worker skips it.
         return await request.future
 
     async def close(self) -> None:
         """Stops the worker; callers still waiting get UNAVAILABLE rather than hang."""
-        for worker in self._workers.values():
-            worker.cancel()
-        await asyncio.gather(*self._workers.values(), return_exceptions=True)
+        if self._worker is not None:
+            self._worker.cancel()
+            await asyncio.gather(self._worker, return_exceptions=True)
         for queue in self._queues.values():
             for request in queue:
                 if not request.future.done():
@@ -134,24 +129,33 @@ class MicroBatcher:
                 return request
         return None
 
-    async def _run(self, task: str, arrived: asyncio.Event) -> None:
+    def _oldest(self) -> _Request | None:
+        heads = [h for h in map(self._head, list(self._queues)) if h is not None]
+        return min(heads, key=lambda h: h.arrived, default=None)
+
+    async def _run(self, arrived: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
+        last_end = float("-inf")  # when the last batch finished (loop time)
         while True:
-            head = self._head(task)
+            head = self._oldest()
             if head is None:
                 arrived.clear()
                 await arrived.wait()
                 continue
-            # Wait for company until the oldest request's window closes or its task fills a batch.
+            # Wait for company until the oldest request's window closes or its task fills a batch, but
+            # only while requests keep coming (it arrived while a batch ran): a request that found the
+            # model idle runs at once, and the ones arriving meanwhile form the next batch.
             delay = head.arrived + self.window_s - loop.time()
-            if delay > 0 and self._waiting_by_task[task] < self.max_batch:
+            busy = head.arrived <= last_end
+            if busy and delay > 0 and self._waiting_by_task[head.task] < self.max_batch:
                 arrived.clear()
                 try:
                     await asyncio.wait_for(arrived.wait(), delay)
                 except TimeoutError:
                     pass
                 continue
-            await self._run_batch(task)
+            await self._run_batch(head.task)
+            last_end = loop.time()
 
     def _take(self, task: str) -> list[_Request]:
         """The oldest requests of one task, up to max_batch texts; a larger request alone."""
