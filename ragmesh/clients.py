@@ -9,7 +9,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -376,6 +376,19 @@ class GeneratorClient(_Client):
         finally:
             if not call.done():
                 call.cancel()
+
+    async def complete(self, *, model: str, system_instruction: str, prompt: str, question: str = "",
+                       blocks: list[t.ContextBlock] | None = None, temperature: float | None = None) -> str:
+        """The whole text of a short model reply (a tag list, a verdict, a summary): the content pieces of
+        one Generate stream, closed when done so nothing keeps running upstream. `question`: the prompt."""
+        parts: list[str] = []
+        stream = self.generate(model=model, question=question or prompt, blocks=blocks or [], history=[],
+                               system_instruction=system_instruction, prompt=prompt, temperature=temperature)
+        async with aclosing(stream) as events:
+            async for event in events:
+                if event.kind == "content":
+                    parts.append(event.text)
+        return "".join(parts)
 
     async def stats(self) -> generator_pb2.GeneratorStatsResponse:
         with _translated("generator"):

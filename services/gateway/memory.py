@@ -116,14 +116,13 @@ class Memory:
         texts = ([previous] if previous else []) + [f"User: {t.question}\n\n{strip_citations(t.answer)}" for t in turns]
         blocks = [ContextBlock(index=i, text=t, label="Conversation") for i, t in enumerate(texts, start=1)]
         try:
-            parts = [e.text async for e in self.generator.generate(
-                model=model, question=SUMMARY_QUESTION, blocks=blocks, history=[],
-                system_instruction="You keep a concise running summary of a conversation.",
-                prompt=SUMMARY_QUESTION + "\n\n" + "\n\n".join(texts)) if e.kind == "content"]
+            reply = await self.generator.complete(
+                model=model, question=SUMMARY_QUESTION, blocks=blocks, system_instruction="You keep a concise running summary of a conversation.",
+                prompt=SUMMARY_QUESTION + "\n\n" + "\n\n".join(texts))
         except RagmeshError as exc:
             log.warning("conversation summary not updated", extra={"conversation_id": conversation_id, "error": str(exc)})
             return
-        summary = strip_citations("".join(parts)).strip()
+        summary = strip_citations(reply).strip()
         if summary:
             await asyncio.to_thread(self.store.set_conversation_summary, conversation_id, summary)
             log.info("conversation summary updated", extra={"conversation_id": conversation_id, "chars": len(summary)})

@@ -241,9 +241,8 @@ class Planner:
 
     async def _llm_topic(self, previous: str, current: str, model: str) -> str:
         prompt = f"Previous: {previous}\nCurrent: {current}\nAre these SAME or DIFFERENT topics? Answer with one word."
-        text = "".join([e.text async for e in self.generator.generate(
-            model=model, question=prompt, blocks=[], history=[], system_instruction="Classify topics.",
-            prompt=prompt) if e.kind == "content"]).upper()
+        text = (await self.generator.complete(model=model, system_instruction="Classify topics.",
+                                              prompt=prompt)).upper()
         return "DIFFERENT" if "DIFFERENT" in text else "SAME" if "SAME" in text else ""
 
     def _filter_for(self, collection: str, s: Strategy, ask: AskInput) -> SearchFilter:

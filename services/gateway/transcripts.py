@@ -133,9 +133,8 @@ class Transcripts:
             return t.tags, "request", ""
         if self.model == EXTRACTIVE:
             return [], "", NO_MODEL
-        answer = "".join([e.text async for e in self.generator.generate(
-            model=self.model, question=tag_prompt(t.raw_text), blocks=[], history=[], system_instruction=TAG_SYSTEM,
-            prompt=tag_prompt(t.raw_text)) if e.kind == "content"])
+        answer = await self.generator.complete(model=self.model, system_instruction=TAG_SYSTEM,
+                                               prompt=tag_prompt(t.raw_text))
         tags = parse_tags(answer)
         if not tags:
             return [], self.model, f"no tags: the model ({self.model}) named no usable topics"

@@ -3,11 +3,9 @@ saying why, so the step can fall back."""
 from __future__ import annotations
 
 import asyncio
-from contextlib import aclosing
 
 from ragmesh.clients import GeneratorClient
 from ragmesh.errors import RagmeshError
-
 
 STEP_TEMPERATURE = 0.0
 
@@ -19,18 +17,9 @@ class StepFailed(Exception):
 async def complete(generator: GeneratorClient, model: str, system: str, prompt: str, timeout: float) -> str:
     """The model's reply to `prompt`, at temperature 0: a step is a judgement (variants, scores,
     sentences kept), asked twice it should say the same. Past `timeout` seconds the call is cancelled upstream."""
-    async def reply() -> str:
-        parts: list[str] = []
-        stream = generator.generate(model=model, question=prompt, blocks=[], history=[],
-                                    system_instruction=system, prompt=prompt, temperature=STEP_TEMPERATURE)
-        async with aclosing(stream) as events:
-            async for event in events:
-                if event.kind == "content":
-                    parts.append(event.text)
-        return "".join(parts).strip()
-
+    reply = generator.complete(model=model, system_instruction=system, prompt=prompt, temperature=STEP_TEMPERATURE)
     try:
-        return await asyncio.wait_for(reply(), timeout)
+        return (await asyncio.wait_for(reply, timeout)).strip()
     except asyncio.TimeoutError:
         raise StepFailed(f"no reply from the model within {timeout:g} s") from None
     except RagmeshError as exc:
