@@ -127,13 +127,15 @@ class AskPipeline:
         stop = self._running.setdefault(conv, asyncio.Event())
         stop.clear()
         lookup: asyncio.Future[list[CorrectionRecord]] | None = None
+        embedding: asyncio.Future | None = None
         try:
             yield Event("searching", True)
-            turns = await asyncio.to_thread(self.history.turns, conv)
-            # The user's corrections are looked up while the question is planned, not after.
-            lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
-            with self.planning.slot():
-                strategy = await self.planner.plan(ask, turns)
+            with self.planning.slot():  # a question refused here has started no work
+                embedding = self.planner.embed_early(ask)
+                turns = await asyncio.to_thread(self.history.turns, conv)
+                # The user's corrections are looked up while the question is planned, not after.
+                lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
+                strategy = await self.planner.plan(ask, turns, embedding)
             metrics.route_taken(strategy.route)
             if note := web_search_note(strategy.model, ask.web_search):
                 strategy.reason += f"; {note}"
@@ -164,8 +166,9 @@ class AskPipeline:
             log.exception("ask failed", extra={"conversation_id": conv})
             yield Event("error", {"code": "INTERNAL", "message": f"internal error (request id {request_id_var.get()})"})
         finally:
-            if lookup is not None and not lookup.cancel() and not lookup.cancelled():
-                lookup.exception()  # done: a failure the answer did not wait for is not reported twice
+            for task in (lookup, embedding):
+                if task is not None and not task.cancel() and not task.cancelled():
+                    task.exception()  # done: a failure the answer did not wait for is not reported twice
             self._running.pop(conv, None)
 
     # -- generation -------------------------------------------------------------------------

@@ -50,7 +50,7 @@ class Strategy:
     candidate_count: int = 0
     chunks: int = 0
     retrieval_ms: float = 0.0
-    embed_ms: float = 0.0  # of retrieval_ms, waiting for the question's vector
+    embed_ms: float = 0.0  # the question's embedding, request to vector (it may start before retrieval_ms does)
     search_ms: float = 0.0  # of retrieval_ms, waiting for the searches
     dense_skipped: bool = False
     unavailable: list[str] = field(default_factory=list)  # collections whose search failed or timed out
@@ -102,8 +102,19 @@ class Planner:
         self.today = today
         self.quality = QualityStack(generator, settings.quality)
 
-    async def plan(self, ask: AskInput, turns: list[Turn]) -> Strategy:
-        """Route, filters, scope decision and hits for one question."""
+    def embed_early(self, ask: AskInput) -> asyncio.Task[tuple[np.ndarray | None, float]] | None:
+        """The question's embedding, started before the conversation is read when every route the
+        question can take searches (only NO_RAG depends on the conversation, and only from two turns
+        on): it then runs while history is read and the question routed, so a question that reuses
+        its scope waits for little more than its embedding. None when a route may not need it."""
+        if not all(router.route(ask.question, turns, len(ask.document_ids)).retrieves for turns in (0, 2)):
+            return None
+        return asyncio.ensure_future(self._embed_question(ask.question, self.settings.retrieval_timeout_s * EMBED_SHARE))
+
+    async def plan(self, ask: AskInput, turns: list[Turn],
+                   embedding: asyncio.Future[tuple[np.ndarray | None, float]] | None = None) -> Strategy:
+        """Route, filters, scope decision and hits for one question; `embedding` is the question's
+        embedding if `embed_early` started it."""
         with tracing.span("routing"):
             rt = router.route(ask.question, len(turns), len(ask.document_ids))
             tracing.annotate(route=rt.name, reason=rt.reason)
@@ -126,8 +137,8 @@ class Planner:
         started = time.perf_counter()
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
         with tracing.span("embedding"):
-            vector = await self._embed_question(ask.question, self.settings.retrieval_timeout_s * EMBED_SHARE)
-        s.embed_ms = (time.perf_counter() - started) * 1000
+            vector, s.embed_ms = await (embedding or self._embed_question(
+                ask.question, self.settings.retrieval_timeout_s * EMBED_SHARE))
         cached = self.cache.get(ask.tenant, ask.conversation_id)
         if cached is None:
             s.retrieval, why = RAG_NEW_QUERY, "no cached scope for this conversation"
@@ -212,14 +223,16 @@ class Planner:
             s.filter = dataclasses.replace(s.filter, any_of={"fund_name": funds})
             s.detected_funds = funds
 
-    async def _embed_question(self, question: str, timeout: float) -> np.ndarray | None:
-        """The question's vector for the topic check and the dense search; None if the embedder is down
-        or too slow."""
+    async def _embed_question(self, question: str, timeout: float) -> tuple[np.ndarray | None, float]:
+        """The question's vector for the topic check and the dense search (None if the embedder is down
+        or too slow), and the milliseconds the call took."""
+        started = time.perf_counter()
         try:
-            return (await self.embedder.embed([question], "QUERY", timeout))[0]
+            vector = (await self.embedder.embed([question], "QUERY", timeout))[0]
         except RagmeshError as exc:
             log.warning("embedder unavailable for the question", extra={"error": str(exc)})
-            return None
+            vector = None
+        return vector, (time.perf_counter() - started) * 1000
 
     async def _same_topic(self, cached: ScopeEntry, ask: AskInput, vector: np.ndarray | None,
                           model: str) -> tuple[bool, str]:

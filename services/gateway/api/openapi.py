@@ -112,7 +112,8 @@ class Strategy(_Exact):
     chunks: int
     threshold_layer: int
     retrieval_ms: float
-    embed_ms: float = Field(description="Of retrieval_ms, the wait for the question's embedding")
+    embed_ms: float = Field(description="The question's embedding, request to vector; a question every route "
+                                        "searches for starts it while the conversation is read")
     search_ms: float = Field(description="Of retrieval_ms, the wait for the searches (0 when the scope was reused)")
     context_chars: int
     corrections: int = Field(description="The user's corrections given to the model")
