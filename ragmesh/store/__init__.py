@@ -141,8 +141,10 @@ class Store(Protocol):
     def delete_message(self, message_id: str) -> None:
         """Removes one message (a question stopped before any answer, 000's stop flow)."""
 
-    def messages(self, conversation_id: str, limit: int | None = None) -> list[MessageRecord]:
-        """The conversation's messages, oldest first; with limit, the newest `limit` of them."""
+    def messages(self, conversation_id: str, limit: int | None = None, *, with_meta: bool = True) -> list[MessageRecord]:
+        """The conversation's messages, oldest first; with limit, the newest `limit` of them. Without
+        meta (left {}): the history read before every answer needs roles and texts only, and the
+        answers' metadata (citations, chunk map, strategy) is most of a conversation's bytes."""
 
     def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
         """Deletes the conversation with its messages, summary and corrections."""

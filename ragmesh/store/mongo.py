@@ -392,15 +392,16 @@ class MongoStore:
     def delete_message(self, message_id: str) -> None:
         self._msgs.delete_one({"_id": message_id})
 
-    def messages(self, conversation_id: str, limit: int | None = None) -> list[MessageRecord]:
+    def messages(self, conversation_id: str, limit: int | None = None, *, with_meta: bool = True) -> list[MessageRecord]:
         if limit is not None and limit <= 0:
             return []  # pymongo reads limit(0) as "no limit"
-        cursor = self._msgs.find({"conversation_id": conversation_id}).sort("seq", DESCENDING)
+        cursor = self._msgs.find({"conversation_id": conversation_id},
+                                 None if with_meta else {"meta": False}).sort("seq", DESCENDING)
         if limit is not None:
             cursor = cursor.limit(limit)
         rows = list(cursor)
         return [
-            MessageRecord(m["_id"], conversation_id, m["role"], m["content"], m["meta"],
+            MessageRecord(m["_id"], conversation_id, m["role"], m["content"], m.get("meta", {}),
                           m["created_at"].strftime("%Y-%m-%dT%H:%M:%SZ"))
             for m in reversed(rows)
         ]

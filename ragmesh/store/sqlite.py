@@ -350,9 +350,10 @@ class SqliteStore:
         with self._tx() as db:
             db.execute("DELETE FROM messages WHERE message_id = ?", (message_id,))
 
-    def messages(self, conversation_id: str, limit: int | None = None) -> list[MessageRecord]:
+    def messages(self, conversation_id: str, limit: int | None = None, *, with_meta: bool = True) -> list[MessageRecord]:
+        meta = "meta" if with_meta else "'{}'"
         sql = (
-            "SELECT message_id, role, content, meta, created_at FROM messages "
+            f"SELECT message_id, role, content, {meta}, created_at FROM messages "
             "WHERE conversation_id = ? ORDER BY seq DESC"
         )
         args: tuple = (conversation_id,)

@@ -19,7 +19,7 @@ class History:
         """Completed question/answer pairs, oldest first; the newest `limit` with a limit."""
         pairs: list[Turn] = []
         pending: str | None = None
-        for m in self.store.messages(conversation_id):
+        for m in self.store.messages(conversation_id, with_meta=False):
             if m.role == "user":
                 pending = m.content
             elif m.role == "assistant" and pending is not None:
