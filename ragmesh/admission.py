@@ -19,10 +19,15 @@ class Admission:
         self.in_flight = 0
         self.refused = 0
 
+    @property
+    def full(self) -> bool:
+        """A call now would be refused."""
+        return bool(self.limit) and self.in_flight >= self.limit
+
     @contextmanager
     def slot(self) -> Iterator[None]:
         """Holds one slot for the duration of a call; raises ResourceExhausted when none is free."""
-        if self.limit and self.in_flight >= self.limit:
+        if self.full:
             self.refused += 1
             raise ResourceExhausted(f"{self.name} is busy: {self.limit} calls in flight; retry in "
                                     f"{self.retry_after_s:g} s", self.retry_after_s)

@@ -103,13 +103,20 @@ class AskPipeline:
         who = caller.acting_for(ask.tenant, ask.user_id)
         ask.tenant, ask.user_id, ask.identity = who.tenant, who.user, who
         self.rate.check(who.tenant, who.user)
-        await self.models.check(ask.model)
-        if self.limits.enabled:  # unlimited: no store read, and no trip through a thread before the answer
-            await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
-        if ask.conversation_id:  # another's, or unknown: the same NotFound
-            await asyncio.to_thread(self.history.require, who, ask.conversation_id, owner_only=True)
-        else:
-            ask.conversation_id = uuid.uuid4().hex
+        # A question every route searches for is embedded from here on, while the checks below, the
+        # history read and the routing run (not when retrieval is refused anyway: no work for it).
+        ask.embedding = None if self.planning.full else self.planner.embed_early(ask)
+        try:
+            await self.models.check(ask.model)
+            if self.limits.enabled:  # unlimited: no store read, and no trip through a thread before the answer
+                await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
+            if ask.conversation_id:  # another's, or unknown: the same NotFound
+                await asyncio.to_thread(self.history.require, who, ask.conversation_id, owner_only=True)
+            else:
+                ask.conversation_id = uuid.uuid4().hex
+        except BaseException:
+            _discard(ask.embedding)
+            raise
         return ask
 
     def stop(self, conversation_id: str) -> bool:
@@ -127,15 +134,13 @@ class AskPipeline:
         stop = self._running.setdefault(conv, asyncio.Event())
         stop.clear()
         lookup: asyncio.Future[list[CorrectionRecord]] | None = None
-        embedding: asyncio.Future | None = None
         try:
             yield Event("searching", True)
-            with self.planning.slot():  # a question refused here has started no work
-                embedding = self.planner.embed_early(ask)
+            with self.planning.slot():
                 turns = await asyncio.to_thread(self.history.turns, conv)
                 # The user's corrections are looked up while the question is planned, not after.
                 lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
-                strategy = await self.planner.plan(ask, turns, embedding)
+                strategy = await self.planner.plan(ask, turns, ask.embedding)
             metrics.route_taken(strategy.route)
             if note := web_search_note(strategy.model, ask.web_search):
                 strategy.reason += f"; {note}"
@@ -166,9 +171,8 @@ class AskPipeline:
             log.exception("ask failed", extra={"conversation_id": conv})
             yield Event("error", {"code": "INTERNAL", "message": f"internal error (request id {request_id_var.get()})"})
         finally:
-            for task in (lookup, embedding):
-                if task is not None and not task.cancel() and not task.cancelled():
-                    task.exception()  # done: a failure the answer did not wait for is not reported twice
+            _discard(lookup)
+            _discard(ask.embedding)
             self._running.pop(conv, None)
 
     # -- generation -------------------------------------------------------------------------
@@ -296,6 +300,12 @@ class AskPipeline:
         return self.generator.generate(model=s.model, question=ask.question, blocks=ctx.blocks, history=recent,
                                        system_instruction=system, prompt=prompt, web_search=ask.web_search,
                                        temperature=params.temperature)
+
+
+def _discard(task: asyncio.Future | None) -> None:
+    """Cancels work the answer no longer needs; done, its failure is not reported twice."""
+    if task is not None and not task.cancel() and not task.cancelled():
+        task.exception()
 
 
 def _direct_answer(question: str) -> str:

@@ -74,3 +74,16 @@ def test_a_question_that_may_not_search_is_not_embedded_early(stack: Stack, watc
     ask(stack, question)
     assert watch.seen == [False]  # nothing requested before the read
     assert watch.asked.is_set() == (question != "Thanks!")  # "Summarize that", new: searched, embedded after
+
+
+def test_a_question_refused_for_load_starts_no_embedding(stack: Stack, watch: Watch,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    conversation = ask(stack, "Hello")["conversation_id"]  # its check reads the store: time to start work
+    planning = stack.app("gateway").pipeline.planning
+    monkeypatch.setattr(planning, "limit", 1)
+    monkeypatch.setattr(planning, "in_flight", 1)  # one question being planned: the next is refused
+    watch.question = "What did the Beta fund say about bonds?"
+    reply = httpx.post(stack.http_url + "/api/chat/ask", headers=stack.headers, timeout=120,
+                       json={"question": watch.question, "conversation_id": conversation})
+    assert reply.status_code == 429 and reply.json()["error"]["code"] == "RESOURCE_EXHAUSTED"
+    assert not watch.asked.is_set()
