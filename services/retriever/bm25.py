@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
@@ -56,6 +56,13 @@ _PURGE_MIN = 1 << 16  # removed documents' term ids kept below this many before 
 _EMPTY_POSTINGS = np.zeros((2, 0), dtype=np.int32)
 _NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_SCORES = np.zeros(0, dtype=np.float64)
+# Pruned top k (see module doc).
+_SEEDS = 4096  # docs scored first for the threshold (at least 8 * k)
+_TF_SAMPLE = 4096  # term frequencies sampled to pick a long list's seeds
+_MARGIN = 1e-9  # bounds must clear the threshold by this share of the scores' magnitude
+# Rough cost per unit, in ns on one core at 1M docs: scoring every posting, taking a doc
+# whole (gathered, deduplicated, looked up in every term), filtering a posting by its bound.
+_FULL_COST, _CANDIDATE_COST, _FILTER_COST = 15.0, 40.0, 2.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,76 @@ class _Stats:
     n_docs: int
     floor: float  # epsilon * mean raw idf, replaces negative idfs
     norm: np.ndarray  # per doc id: k1 * (1 - b + b * dl / avgdl)
+    norm_min: float  # over live docs: bounds a term's contribution from above
+
+
+@dataclass(frozen=True)
+class _Query:
+    """A query's distinct live terms, rarest first, with what pruning needs of each."""
+
+    terms: list[int]
+    idf: list[float]
+    repeats: np.ndarray  # times the term occurs in the query
+    bound: np.ndarray  # >= the term's contribution to any doc's score, repeats included
+    df: np.ndarray
+    magnitude: float  # >= the sum of |contributions| of any doc: the scale of rounding
+    sequence: list[int]  # index into terms of each query token, in query order
+
+
+def _plan(
+    query: _Query, theta: float, reaching: Callable[[int, float], float]
+) -> tuple[int, int | None, float] | None:
+    """How to gather a superset of the docs scoring >= theta, or None if scoring every
+    posting is cheaper: (the number of rarest terms whose postings are taken whole, the
+    term whose other postings are filtered by contribution or None, the contribution needed).
+
+    A doc outside the whole lists scores at most its contribution from one remaining term
+    plus the bounds of the others; if even the bounds of all remaining terms stay below
+    theta, no such doc qualifies.
+    """
+    margin = _MARGIN * (abs(theta) + query.magnitude)
+    n_terms = len(query.terms)
+    best_cost, best = _FULL_COST * float(query.df.sum()), None
+    for whole in range(n_terms + 1):
+        cost = _CANDIDATE_COST * (n_terms + 1) * float(query.df[:whole].sum())
+        rest = query.bound[whole:]
+        others = float(rest.sum()) - rest  # per remaining term: the bounds of the others
+        if float(rest.sum()) < theta - margin:
+            plan = (whole, None, 0.0)
+        else:
+            usable = np.flatnonzero(theta - margin - others > 0)
+            if len(usable) == 0:
+                continue
+            driver = whole + int(usable[0])  # the shortest list: terms are rarest first
+            plan = (whole, driver, theta - margin - float(others[usable[0]]))
+            cost += _FILTER_COST * float(query.df[driver])
+            cost += _CANDIDATE_COST * (n_terms + 1) * reaching(driver, plan[2])
+        if cost < best_cost:
+            best_cost, best = cost, plan
+    return best
+
+
+def _union(parts: list[np.ndarray], size: int) -> np.ndarray:
+    """The distinct doc ids of `parts`, ascending: sorted when few, else marked per doc id."""
+    if sum(len(p) for p in parts) < size // 32:
+        return np.unique(np.concatenate(parts))
+    marked = np.zeros(size, dtype=bool)
+    for part in parts:
+        marked[part] = True
+    return np.flatnonzero(marked).astype(np.int32)
+
+
+def _best(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best of (ids ascending, scores), best first, ties by lower id."""
+    if len(ids) == 0:
+        return _NO_IDS, _NO_SCORES
+    if len(ids) > k:
+        # Keep everything tied with the k-th score so ties resolve by id, not by partition order.
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        keep = scores >= kth
+        ids, scores = ids[keep], scores[keep]
+    order = np.argsort(-scores, kind="stable")[:k]  # ids are ascending: stable = lower id first
+    return ids[order].astype(np.int64), scores[order]
 
 
 def _mixed(terms: np.ndarray) -> np.ndarray:
@@ -104,6 +181,7 @@ class BM25Index:
         self._used = np.zeros(0, dtype=np.int64)  # postings slots in use, dead included
         self._df = np.zeros(0, dtype=np.int64)  # live documents containing the term
         self._dead = np.zeros(0, dtype=np.int64)  # tombstoned postings still stored
+        self._tf_max = np.zeros(0, dtype=np.int32)  # max tf ever stored since the last compaction
         # Per doc id.
         self._alive = np.zeros(0, dtype=bool)
         self._doc_len = np.zeros(0, dtype=np.int64)
@@ -153,10 +231,13 @@ class BM25Index:
         self._ensure_docs(int(ids.max()) + 1)
         self._purge_stale(ids)
 
-        # Unique (term, batch position) pairs, sorted by term, with their term frequency.
-        owner = np.repeat(np.arange(len(ids), dtype=np.int64), lengths)
+        # Unique (term, doc id rank) pairs, sorted by term then doc id, with their term frequency.
+        by_id = np.argsort(ids, kind="stable")
+        rank = np.empty(len(ids), dtype=np.int64)
+        rank[by_id] = np.arange(len(ids), dtype=np.int64)
+        owner = np.repeat(rank, lengths)
         pairs, tfs = np.unique((term_ids << 32) | owner, return_counts=True)
-        pair_terms, pair_owner = pairs >> 32, pairs & 0xFFFFFFFF
+        pair_terms, pair_owner = pairs >> 32, by_id[pairs & 0xFFFFFFFF]
         self._append_postings(pair_terms, ids[pair_owner].astype(np.int32), tfs.astype(np.int32))
         signatures = np.zeros(len(ids), dtype=np.uint64)
         np.add.at(signatures, pair_owner, _mixed(pair_terms))  # wraps modulo 2**64, order-free
@@ -232,6 +313,7 @@ class BM25Index:
         self._used = _grown(self._used, n_terms)
         self._df = _grown(self._df, n_terms)
         self._dead = _grown(self._dead, n_terms)
+        self._tf_max = _grown(self._tf_max, n_terms)
         self._postings.extend([_EMPTY_POSTINGS] * (n_terms - len(self._postings)))
         return term_ids
 
@@ -259,7 +341,12 @@ class BM25Index:
         self._removed_pairs = 0
 
     def _append_postings(self, terms: np.ndarray, docs: np.ndarray, tfs: np.ndarray) -> None:
-        """Append runs of postings (sorted by term); one Python step per distinct term."""
+        """Append runs of postings (sorted by term, then doc id); one Python step per distinct term.
+
+        A term's postings stay sorted by doc id, which top_k's lookups rely on: a run that
+        does not start past the stored ids (reused ids, batches out of id order, both rare:
+        the retriever appends fresh slots) is merged in, O(postings) for that term.
+        """
         if len(terms) == 0:
             return
         starts = np.flatnonzero(np.r_[True, terms[1:] != terms[:-1]])
@@ -268,12 +355,17 @@ class BM25Index:
         for term, start, end in zip(run_terms.tolist(), starts.tolist(), ends.tolist()):
             used = int(self._used[term])
             buf = _grown(self._postings[term], used + end - start)
-            buf[0, used : used + end - start] = docs[start:end]
-            buf[1, used : used + end - start] = tfs[start:end]
+            if used and buf[0, used - 1] > docs[start]:
+                at = np.searchsorted(buf[0, :used], docs[start:end])
+                buf[:, : used + end - start] = np.insert(buf[:, :used], at, (docs[start:end], tfs[start:end]), axis=1)
+            else:
+                buf[0, used : used + end - start] = docs[start:end]
+                buf[1, used : used + end - start] = tfs[start:end]
             self._postings[term] = buf
         sizes = ends - starts
         self._used[run_terms] += sizes
         self._df[run_terms] += sizes
+        self._tf_max[run_terms] = np.maximum(self._tf_max[run_terms], np.maximum.reduceat(tfs, starts))
 
     def _compact_term(self, term: int) -> None:
         used = int(self._used[term])
@@ -282,6 +374,7 @@ class BM25Index:
         self._postings[term] = np.ascontiguousarray(kept) if kept.shape[1] else _EMPTY_POSTINGS
         self._used[term] = kept.shape[1]
         self._dead[term] = 0
+        self._tf_max[term] = kept[1].max(initial=0)
 
     # ----------------------------------------------------------------- reads
 
@@ -290,10 +383,41 @@ class BM25Index:
 
         Docs not returned score exactly 0; returned ones may score <= 0 (see module doc).
         """
-        terms = [t for t in (self._vocab.get(q) for q in query_tokens) if t is not None and self._df[t] > 0]
-        if not terms:
+        terms = self._query_terms(query_tokens)
+        return self._scored_all(terms, self._stats()) if terms else (_NO_IDS, _NO_SCORES)
+
+    def top_k(
+        self, query_tokens: Sequence[str], k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The k highest-scoring allowed docs among those containing a query term.
+
+        Best first, ties by lower doc id. `allowed` is a bool mask over doc ids; ids past
+        its end are not allowed (fail closed). Scores may be <= 0 (see module doc).
+        Exactly the selection over `scores`, usually without scoring most postings.
+        """
+        terms = self._query_terms(query_tokens)
+        if k <= 0 or not terms:
             return _NO_IDS, _NO_SCORES
         stats = self._stats()
+        ok = self._alive
+        if allowed is not None:
+            allowed = np.asarray(allowed, dtype=bool)[: len(ok)]
+            ok = ok.copy()
+            ok[: len(allowed)] &= allowed
+            ok[len(allowed) :] = False
+        found = self._pruned(self._query(terms, stats), k, ok, stats)
+        if found is None:
+            ids, scores = self._scored_all(terms, stats)
+            keep = ok[ids]
+            found = ids[keep], scores[keep]
+        return _best(*found, k)
+
+    def _query_terms(self, query_tokens: Sequence[str]) -> list[int]:
+        """Term ids of the query tokens with live postings, in query order, repeats included."""
+        return [t for t in (self._vocab.get(q) for q in query_tokens) if t is not None and self._df[t] > 0]
+
+    def _scored_all(self, terms: list[int], stats: _Stats) -> tuple[np.ndarray, np.ndarray]:
+        """Every posting of every query term scored: the reference `top_k` prunes towards."""
         totals = np.zeros(len(self._alive))
         present = np.zeros(len(self._alive), dtype=bool)
         per_term: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -305,30 +429,6 @@ class BM25Index:
             totals[docs] += contributions  # a term lists a doc once: no lost updates
         ids = np.flatnonzero(present)
         return ids, totals[ids]
-
-    def top_k(
-        self, query_tokens: Sequence[str], k: int, allowed: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The k highest-scoring allowed docs among those containing a query term.
-
-        Best first, ties by lower doc id. `allowed` is a bool mask over doc ids; ids past
-        its end are not allowed (fail closed). Scores may be <= 0 (see module doc).
-        """
-        ids, scores = self.scores(query_tokens)
-        if allowed is not None:
-            allowed = np.asarray(allowed, dtype=bool)
-            inside = ids < len(allowed)
-            inside[inside] = allowed[ids[inside]]
-            ids, scores = ids[inside], scores[inside]
-        if k <= 0 or len(ids) == 0:
-            return _NO_IDS, _NO_SCORES
-        if len(ids) > k:
-            # Keep everything tied with the k-th score so ties resolve by id, not by partition order.
-            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-            keep = scores >= kth
-            ids, scores = ids[keep], scores[keep]
-        order = np.argsort(-scores, kind="stable")[:k]  # ids are ascending: stable = lower id first
-        return ids[order], scores[order]
 
     def _stats(self) -> _Stats:
         """Corpus statistics, recomputed once per write burst (O(vocabulary + doc ids))."""
@@ -343,26 +443,161 @@ class BM25Index:
         avgdl = self._total_len / n_docs
         # Same expression and evaluation order as rank_bm25, so denominators match bit for bit.
         norm = self.k1 * (1 - self.b + self.b * self._doc_len / avgdl)
-        cached = _Stats(self._version, n_docs, floor, norm)
+        norm_min = float(np.min(norm, where=self._alive, initial=np.inf))
+        cached = _Stats(self._version, n_docs, floor, norm, norm_min)
         self._stats_cache = cached
         return cached
 
-    def _term_contributions(self, term: int, stats: _Stats) -> tuple[np.ndarray, np.ndarray]:
-        """(doc ids, idf * tf part) over the term's live postings, vectorised."""
+    def _idf(self, term: int, stats: _Stats) -> float:
         n = int(self._df[term])
         idf = math.log(stats.n_docs - n + 0.5) - math.log(n + 0.5)
-        if idf < 0:
-            idf = stats.floor
+        return stats.floor if idf < 0 else idf
+
+    def _term_contributions(self, term: int, stats: _Stats) -> tuple[np.ndarray, np.ndarray]:
+        """(doc ids, idf * tf part) over the term's live postings, vectorised."""
         postings = self._postings[term][:, : self._used[term]]
         if self._dead[term]:
             postings = postings[:, self._alive[postings[0]]]
         docs, tfs = postings[0], postings[1]
-        return docs, idf * (tfs * (self.k1 + 1) / (tfs + stats.norm[docs]))
+        return docs, self._idf(term, stats) * (tfs * (self.k1 + 1) / (tfs + stats.norm[docs]))
+
+    # ------------------------------------------------------ pruned top k
+
+    def _query(self, terms: list[int], stats: _Stats) -> _Query:
+        distinct = sorted(set(terms), key=lambda t: (int(self._df[t]), t))
+        idf = [self._idf(t, stats) for t in distinct]
+        repeats = np.array([terms.count(t) for t in distinct], dtype=np.float64)
+        tf_max = self._tf_max[distinct].astype(np.float64)
+        saturation = (self.k1 + 1) * tf_max / (tf_max + stats.norm_min)
+        return _Query(
+            terms=distinct,
+            idf=idf,
+            repeats=repeats,
+            bound=repeats * np.maximum(idf, 0.0) * saturation,
+            df=self._df[distinct].copy(),
+            magnitude=float(repeats @ np.abs(idf)) * (self.k1 + 1),
+            sequence=[distinct.index(t) for t in terms],
+        )
+
+    def _pruned(self, query: _Query, k: int, ok: np.ndarray, stats: _Stats) -> tuple[np.ndarray, np.ndarray] | None:
+        """(doc ids ascending, scores) of allowed docs including the top k, or None when
+        pruning would not pay (then everything is scored)."""
+        seeds = self._seeds(query, ok, max(_SEEDS, 8 * k))
+        if len(seeds) < k:
+            return None
+        _, seed_scores = self._scored(seeds, query, stats)
+        theta = float(np.partition(seed_scores, len(seeds) - k)[len(seeds) - k])
+        plan = _plan(query, theta, lambda i, need: self._reaching_estimate(query, i, need, stats))
+        if plan is None:
+            return None
+        whole, driver, need = plan
+        parts = [self._postings[t][0, : self._used[t]] for t in query.terms[:whole]]
+        parts = [docs[ok[docs]] for docs in parts]
+        if driver is not None:
+            parts.append(self._reaching(query, driver, need, ok, stats))
+        return self._scored(_union(parts, len(ok)), query, stats, theta)
+
+    def _seeds(self, query: _Query, ok: np.ndarray, wanted: int) -> np.ndarray:
+        """Up to `wanted` allowed live docs likely to score high, to set the threshold: the
+        rarest terms' postings, and from a long list only its highest term frequencies."""
+        chosen, total = [], 0
+        for term in query.terms:
+            postings = self._postings[term][:, : self._used[term]]
+            room = wanted - total
+            if postings.shape[1] > room:
+                tfs = postings[1]
+                sample = tfs[:: max(1, len(tfs) // _TF_SAMPLE)]
+                cut = len(sample) - max(1, len(sample) * room // len(tfs))
+                postings = postings[:, np.flatnonzero(tfs >= np.partition(sample, cut)[cut])[: 4 * room]]
+            postings = postings[:, ok[postings[0]]]
+            if postings.shape[1] > room:
+                postings = postings[:, np.argpartition(postings[1], -room)[-room:]]
+            chosen.append(postings[0])
+            total += postings.shape[1]
+            if total >= wanted:
+                break
+        return np.unique(np.concatenate(chosen))
+
+    def _reaching(self, query: _Query, i: int, need: float, ok: np.ndarray, stats: _Stats) -> np.ndarray:
+        """Allowed live docs whose contribution from term `i` (repeats included) may reach
+        `need`: a bound from the term frequency alone first, then the exact expression."""
+        term, idf, repeats = query.terms[i], query.idf[i], query.repeats[i]
+        levels = np.arange(1, int(self._tf_max[term]) + 1, dtype=np.float64)
+        reach = np.flatnonzero(repeats * idf * ((self.k1 + 1) * levels / (levels + stats.norm_min)) >= need)
+        if len(reach) == 0:
+            return np.zeros(0, dtype=np.int32)
+        used = self._used[term]
+        docs, tfs = self._postings[term][0, :used], self._postings[term][1, :used]
+        if reach[0] > 0:
+            at = np.flatnonzero(tfs > reach[0])
+            docs, tfs = docs[at], tfs[at]
+        part = tfs * (self.k1 + 1)
+        denominator = stats.norm[docs]
+        denominator += tfs
+        part /= denominator  # idf > 0 here, else no level would reach need > 0
+        keep = part >= need / (repeats * idf)
+        keep &= ok[docs]
+        return docs[keep]
+
+    def _reaching_estimate(self, query: _Query, i: int, need: float, stats: _Stats) -> float:
+        """How many postings `_reaching` would keep, from a sample of the term's postings."""
+        term, used = query.terms[i], int(self._used[query.terms[i]])
+        step = max(1, used // _TF_SAMPLE)
+        docs, tfs = self._postings[term][0, :used:step], self._postings[term][1, :used:step]
+        part = tfs * (self.k1 + 1) / (tfs + stats.norm[docs])
+        return float(np.count_nonzero(query.repeats[i] * query.idf[i] * part >= need)) * used / len(docs)
+
+    def _scored(
+        self, docs: np.ndarray, query: _Query, stats: _Stats, theta: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(docs kept, their scores) for live docs (int32 ascending).
+
+        Scores are bit for bit `_scored_all`'s: the same per-posting expression, summed from
+        0 in query order (an absent term adds 0.0, which keeps the bits). Given a threshold,
+        terms are looked up largest bound first and a doc is dropped once its known
+        contributions plus the bounds of the terms still to look up fall below it.
+        """
+        contributions: list[np.ndarray] = [_NO_SCORES] * len(query.terms)
+        known = np.zeros(len(docs))
+        rest = float(query.bound.sum())
+        floor = -math.inf if theta is None else theta - _MARGIN * (abs(theta) + query.magnitude)
+        for i in np.argsort(-query.bound, kind="stable").tolist():
+            at, tfs = self._lookup(query.terms[i], docs)
+            values = np.zeros(len(docs))
+            values[at] = query.idf[i] * (tfs * (self.k1 + 1) / (tfs + stats.norm[docs[at]]))
+            contributions[i] = values
+            known += query.repeats[i] * values
+            rest -= float(query.bound[i])
+            keep = np.flatnonzero(known >= floor - rest)
+            if len(keep) < len(docs):
+                docs, known = docs[keep], known[keep]
+                contributions = [c[keep] if len(c) else c for c in contributions]
+        totals = np.zeros(len(docs))
+        for i in query.sequence:
+            totals += contributions[i]
+        return docs, totals
+
+    def _lookup(self, term: int, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in `docs` the term's postings hold, their term frequencies).
+
+        Binary search per doc when docs are few against the postings, else one pass over
+        the postings through a mark per doc id; docs are live, so hits are live postings.
+        """
+        postings = self._postings[term][:, : self._used[term]]
+        listed = postings.shape[1]
+        if len(docs) * math.log2(listed + 2) < listed + len(self._alive) // 4:
+            at = np.minimum(np.searchsorted(postings[0], docs), listed - 1)
+            hit = postings[0, at] == docs
+            return np.flatnonzero(hit), postings[1, at[hit]]
+        marked = np.zeros(len(self._alive), dtype=bool)
+        marked[docs] = True
+        found = np.flatnonzero(marked[postings[0]])
+        return np.searchsorted(docs, postings[0, found]), postings[1, found]
 
     def nbytes(self) -> int:
         """Approximate memory held: numpy buffers plus the vocabulary dict and its keys."""
         postings = sum(sys.getsizeof(p) for p in self._postings if p is not _EMPTY_POSTINGS)
-        columns = (self._used, self._df, self._dead, self._alive, self._doc_len, self._doc_sig,
+        columns = (self._used, self._df, self._dead, self._tf_max, self._alive, self._doc_len, self._doc_sig,
                    *self._removed.values())
         vocab = sys.getsizeof(self._vocab) + sum(sys.getsizeof(t) for t in self._vocab)
         return postings + sys.getsizeof(self._postings) + sum(a.nbytes for a in columns) + vocab
