@@ -61,8 +61,9 @@ _SEEDS = 4096  # docs scored first for the threshold (at least 8 * k)
 _TF_SAMPLE = 4096  # term frequencies sampled to pick a long list's seeds
 _MARGIN = 1e-9  # bounds must clear the threshold by this share of the scores' magnitude
 # Rough cost per unit, in ns on one core at 1M docs: scoring every posting, taking a doc
-# whole (gathered, deduplicated, looked up in every term), filtering a posting by its bound.
-_FULL_COST, _CANDIDATE_COST, _FILTER_COST = 15.0, 40.0, 2.0
+# whole (gathered, deduplicated, looked up in every term), testing a posting's term frequency,
+# testing it against its doc's length.
+_FULL_COST, _CANDIDATE_COST, _SCAN_COST, _FILTER_COST = 15.0, 40.0, 0.5, 8.0
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class _Stats:
     n_docs: int
     floor: float  # epsilon * mean raw idf, replaces negative idfs
     norm: np.ndarray  # per doc id: k1 * (1 - b + b * dl / avgdl)
-    norm_min: float  # over live docs: bounds a term's contribution from above
+    avgdl: float
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,12 @@ class _Query:
     bound: np.ndarray  # >= the term's contribution to any doc's score, repeats included
     df: np.ndarray
     magnitude: float  # >= the sum of |contributions| of any doc: the scale of rounding
+    norm_min: np.ndarray  # <= the norm of every doc in the term's postings
     sequence: list[int]  # index into terms of each query token, in query order
 
 
 def _plan(
-    query: _Query, theta: float, reaching: Callable[[int, float], float]
+    query: _Query, theta: float, reaching: Callable[[int, float], tuple[float, float]]
 ) -> tuple[int, int | None, float] | None:
     """How to gather a superset of the docs scoring >= theta, or None if scoring every
     posting is cheaper: (the number of rarest terms whose postings are taken whole, the
@@ -115,8 +117,8 @@ def _plan(
                 continue
             driver = whole + int(usable[0])  # the shortest list: terms are rarest first
             plan = (whole, driver, theta - margin - float(others[usable[0]]))
-            cost += _FILTER_COST * float(query.df[driver])
-            cost += _CANDIDATE_COST * (n_terms + 1) * reaching(driver, plan[2])
+            tested, kept = reaching(driver, plan[2])
+            cost += _SCAN_COST * float(query.df[driver]) + _FILTER_COST * tested + _CANDIDATE_COST * (n_terms + 1) * kept
         if cost < best_cost:
             best_cost, best = cost, plan
     return best
@@ -181,7 +183,10 @@ class BM25Index:
         self._used = np.zeros(0, dtype=np.int64)  # postings slots in use, dead included
         self._df = np.zeros(0, dtype=np.int64)  # live documents containing the term
         self._dead = np.zeros(0, dtype=np.int64)  # tombstoned postings still stored
-        self._tf_max = np.zeros(0, dtype=np.int32)  # max tf ever stored since the last compaction
+        # Bounds of a term's contribution: the highest tf and the shortest doc in its postings
+        # since its last compaction (after removals, still bounds of the live ones).
+        self._tf_max = np.zeros(0, dtype=np.int32)
+        self._len_min = np.zeros(0, dtype=np.int64)
         # Per doc id.
         self._alive = np.zeros(0, dtype=bool)
         self._doc_len = np.zeros(0, dtype=np.int64)
@@ -238,7 +243,7 @@ class BM25Index:
         owner = np.repeat(rank, lengths)
         pairs, tfs = np.unique((term_ids << 32) | owner, return_counts=True)
         pair_terms, pair_owner = pairs >> 32, by_id[pairs & 0xFFFFFFFF]
-        self._append_postings(pair_terms, ids[pair_owner].astype(np.int32), tfs.astype(np.int32))
+        self._append_postings(pair_terms, ids[pair_owner].astype(np.int32), tfs.astype(np.int32), lengths[pair_owner])
         signatures = np.zeros(len(ids), dtype=np.uint64)
         np.add.at(signatures, pair_owner, _mixed(pair_terms))  # wraps modulo 2**64, order-free
         self._doc_sig[ids] = signatures
@@ -314,6 +319,7 @@ class BM25Index:
         self._df = _grown(self._df, n_terms)
         self._dead = _grown(self._dead, n_terms)
         self._tf_max = _grown(self._tf_max, n_terms)
+        self._len_min = _grown(self._len_min, n_terms)
         self._postings.extend([_EMPTY_POSTINGS] * (n_terms - len(self._postings)))
         return term_ids
 
@@ -340,7 +346,7 @@ class BM25Index:
         self._removed.clear()
         self._removed_pairs = 0
 
-    def _append_postings(self, terms: np.ndarray, docs: np.ndarray, tfs: np.ndarray) -> None:
+    def _append_postings(self, terms: np.ndarray, docs: np.ndarray, tfs: np.ndarray, lengths: np.ndarray) -> None:
         """Append runs of postings (sorted by term, then doc id); one Python step per distinct term.
 
         A term's postings stay sorted by doc id, which top_k's lookups rely on: a run that
@@ -363,6 +369,8 @@ class BM25Index:
                 buf[1, used : used + end - start] = tfs[start:end]
             self._postings[term] = buf
         sizes = ends - starts
+        shortest = np.minimum.reduceat(lengths, starts)
+        self._len_min[run_terms] = np.where(self._used[run_terms] > 0, np.minimum(self._len_min[run_terms], shortest), shortest)
         self._used[run_terms] += sizes
         self._df[run_terms] += sizes
         self._tf_max[run_terms] = np.maximum(self._tf_max[run_terms], np.maximum.reduceat(tfs, starts))
@@ -375,6 +383,8 @@ class BM25Index:
         self._used[term] = kept.shape[1]
         self._dead[term] = 0
         self._tf_max[term] = kept[1].max(initial=0)
+        if kept.shape[1]:  # else the next append sets it
+            self._len_min[term] = self._doc_len[kept[0]].min()
 
     # ----------------------------------------------------------------- reads
 
@@ -443,8 +453,7 @@ class BM25Index:
         avgdl = self._total_len / n_docs
         # Same expression and evaluation order as rank_bm25, so denominators match bit for bit.
         norm = self.k1 * (1 - self.b + self.b * self._doc_len / avgdl)
-        norm_min = float(np.min(norm, where=self._alive, initial=np.inf))
-        cached = _Stats(self._version, n_docs, floor, norm, norm_min)
+        cached = _Stats(self._version, n_docs, floor, norm, avgdl)
         self._stats_cache = cached
         return cached
 
@@ -468,7 +477,9 @@ class BM25Index:
         idf = [self._idf(t, stats) for t in distinct]
         repeats = np.array([terms.count(t) for t in distinct], dtype=np.float64)
         tf_max = self._tf_max[distinct].astype(np.float64)
-        saturation = (self.k1 + 1) * tf_max / (tf_max + stats.norm_min)
+        # The norm expression of `_stats` on each term's shortest doc: no live posting's is lower.
+        norm_min = self.k1 * (1 - self.b + self.b * self._len_min[distinct] / stats.avgdl)
+        saturation = (self.k1 + 1) * tf_max / (tf_max + norm_min)
         return _Query(
             terms=distinct,
             idf=idf,
@@ -476,6 +487,7 @@ class BM25Index:
             bound=repeats * np.maximum(idf, 0.0) * saturation,
             df=self._df[distinct].copy(),
             magnitude=float(repeats @ np.abs(idf)) * (self.k1 + 1),
+            norm_min=norm_min,
             sequence=[distinct.index(t) for t in terms],
         )
 
@@ -487,14 +499,14 @@ class BM25Index:
             return None
         _, seed_scores = self._scored(seeds, query, stats)
         theta = float(np.partition(seed_scores, len(seeds) - k)[len(seeds) - k])
-        plan = _plan(query, theta, lambda i, need: self._reaching_estimate(query, i, need, stats))
+        plan = _plan(query, theta, lambda i, need: self._reaching_estimate(query, i, need, ok, stats))
         if plan is None:
             return None
         whole, driver, need = plan
         parts = [self._postings[t][0, : self._used[t]] for t in query.terms[:whole]]
         parts = [docs[ok[docs]] for docs in parts]
         if driver is not None:
-            parts.append(self._reaching(query, driver, need, ok, stats))
+            parts.append(self._reaching(query, driver, need, ok, stats)[0])
         return self._scored(_union(parts, len(ok)), query, stats, theta)
 
     def _seeds(self, query: _Query, ok: np.ndarray, wanted: int) -> np.ndarray:
@@ -518,34 +530,39 @@ class BM25Index:
                 break
         return np.unique(np.concatenate(chosen))
 
-    def _reaching(self, query: _Query, i: int, need: float, ok: np.ndarray, stats: _Stats) -> np.ndarray:
-        """Allowed live docs whose contribution from term `i` (repeats included) may reach
-        `need`: a bound from the term frequency alone first, then the exact expression."""
-        term, idf, repeats = query.terms[i], query.idf[i], query.repeats[i]
-        levels = np.arange(1, int(self._tf_max[term]) + 1, dtype=np.float64)
-        reach = np.flatnonzero(repeats * idf * ((self.k1 + 1) * levels / (levels + stats.norm_min)) >= need)
-        if len(reach) == 0:
-            return np.zeros(0, dtype=np.int32)
-        used = self._used[term]
-        docs, tfs = self._postings[term][0, :used], self._postings[term][1, :used]
-        if reach[0] > 0:
-            at = np.flatnonzero(tfs > reach[0])
-            docs, tfs = docs[at], tfs[at]
-        part = tfs * (self.k1 + 1)
-        denominator = stats.norm[docs]
-        denominator += tfs
-        part /= denominator  # idf > 0 here, else no level would reach need > 0
-        keep = part >= need / (repeats * idf)
-        keep &= ok[docs]
-        return docs[keep]
+    def _reaching(
+        self, query: _Query, i: int, need: float, ok: np.ndarray, stats: _Stats, step: int = 1
+    ) -> tuple[np.ndarray, int]:
+        """Allowed live docs among every `step`-th posting of term `i` whose contribution
+        (repeats included) may reach `need` > 0, and how many postings passed the cheap
+        first test (a term frequency high enough whatever the doc's length).
 
-    def _reaching_estimate(self, query: _Query, i: int, need: float, stats: _Stats) -> float:
-        """How many postings `_reaching` would keep, from a sample of the term's postings."""
+        idf * tf * (k1 + 1) / (tf + norm) >= need  <=>  norm <= tf * (k1 + 1 - x) / x with
+        x = need / idf: one limit per term frequency. `need` has the threshold's margin taken
+        off already, so rounding in the limits cannot exclude a doc that reaches the threshold.
+        """
         term, used = query.terms[i], int(self._used[query.terms[i]])
-        step = max(1, used // _TF_SAMPLE)
         docs, tfs = self._postings[term][0, :used:step], self._postings[term][1, :used:step]
-        part = tfs * (self.k1 + 1) / (tfs + stats.norm[docs])
-        return float(np.count_nonzero(query.repeats[i] * query.idf[i] * part >= need)) * used / len(docs)
+        levels = np.arange(int(self._tf_max[term]) + 1, dtype=np.float64)
+        if query.idf[i] <= 0:  # contributions <= 0 < need
+            return np.zeros(0, dtype=np.int32), 0
+        x = need / (query.repeats[i] * query.idf[i])
+        limits = levels * (self.k1 + 1 - x) / x
+        if limits[-1] < query.norm_min[i]:
+            return np.zeros(0, dtype=np.int32), 0
+        low = int(np.argmax(limits >= query.norm_min[i]))  # limits grow with the term frequency
+        if low > 1:
+            at = np.flatnonzero(tfs >= low)
+            docs, tfs = docs[at], tfs[at]
+        keep = stats.norm[docs] <= limits[tfs]
+        keep &= ok[docs]
+        return docs[keep], len(docs)
+
+    def _reaching_estimate(self, query: _Query, i: int, need: float, ok: np.ndarray, stats: _Stats) -> tuple[float, float]:
+        """`_reaching`'s (postings past the first test, docs kept), from a sample of the postings."""
+        step = max(1, int(self._used[query.terms[i]]) // _TF_SAMPLE)
+        docs, passed = self._reaching(query, i, need, ok, stats, step)
+        return float(passed * step), float(len(docs) * step)
 
     def _scored(
         self, docs: np.ndarray, query: _Query, stats: _Stats, theta: float | None = None
@@ -597,7 +614,7 @@ class BM25Index:
     def nbytes(self) -> int:
         """Approximate memory held: numpy buffers plus the vocabulary dict and its keys."""
         postings = sum(sys.getsizeof(p) for p in self._postings if p is not _EMPTY_POSTINGS)
-        columns = (self._used, self._df, self._dead, self._tf_max, self._alive, self._doc_len, self._doc_sig,
+        columns = (self._used, self._df, self._dead, self._tf_max, self._len_min, self._alive, self._doc_len, self._doc_sig,
                    *self._removed.values())
         vocab = sys.getsizeof(self._vocab) + sum(sys.getsizeof(t) for t in self._vocab)
         return postings + sys.getsizeof(self._postings) + sum(a.nbytes for a in columns) + vocab

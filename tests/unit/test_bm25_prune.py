@@ -16,6 +16,13 @@ SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[Heal
 # A few common words (in most docs: negative or zero idfs, a floored epsilon) and rarer ones.
 COMMON = ["c0", "c1", "c2"]
 
+COSTS = [
+    (bm25._FULL_COST, bm25._CANDIDATE_COST, bm25._SCAN_COST, bm25._FILTER_COST),
+    (1e30, 40.0, 0.5, 8.0),  # the default plans, scoring everything ruled out
+    (1e30, 0.0, 1.0, 1.0),  # the fewest lists taken whole, none filtered if it can be helped
+    (1e30, 1e6, 0.0, 0.0),  # a filtered list whenever one can be
+]
+
 
 @st.composite
 def histories(draw: st.DrawFn) -> tuple[BM25Index, int]:
@@ -66,16 +73,48 @@ def test_pruned_top_k_equals_scoring_every_posting(history: tuple[BM25Index, int
     # Few seeds, so long lists are sampled; and often scoring everything made to cost more than
     # any pruning plan, so small corpora take the pruned path with every kind of plan.
     seeds = data.draw(st.sampled_from([1, 4, bm25._SEEDS]))
-    costs = data.draw(st.sampled_from([
-        (bm25._FULL_COST, bm25._CANDIDATE_COST, bm25._FILTER_COST), (1e30, 40.0, 2.0), (1e30, 0.0, 2.0),
-        (1e30, 1.0, 1e6)]))
+    full, candidate, scan, test = data.draw(st.sampled_from(COSTS))
     with (mock.patch.multiple(bm25, _SEEDS=seeds, _TF_SAMPLE=2),
-          mock.patch.multiple(bm25, _FULL_COST=costs[0], _CANDIDATE_COST=costs[1], _FILTER_COST=costs[2])):
+          mock.patch.multiple(bm25, _FULL_COST=full, _CANDIDATE_COST=candidate, _SCAN_COST=scan, _FILTER_COST=test)):
         ids, scores = index.top_k(query, k, allowed)
     expected_ids, expected_scores = reference(index, query, k, allowed)
     assert ids.tolist() == expected_ids
     assert scores.tobytes() == expected_scores  # bit for bit
     assert ids.dtype == np.int64
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pruned_top_k_equals_scoring_every_posting_on_zipf_corpora(seed: int) -> None:
+    """Hundreds of docs of varied lengths, many very short (a term's bound is tight only for
+    its shortest doc), so the threshold, the filters and the bounds all decide; queries of
+    Zipfian words (single words with a small k top the bounds), masks, any k."""
+    rng = np.random.default_rng(seed)
+    probs = 1.0 / np.arange(1, 61)
+    probs /= probs.sum()
+
+    def doc() -> list[str]:
+        size = rng.integers(0, 4) if rng.random() < 0.4 else rng.integers(4, 40)
+        return [f"t{i}" for i in rng.choice(60, size=size, p=probs)]
+
+    index, live = BM25Index(), {}
+    for batch in np.array_split(rng.permutation(500), 4):
+        docs = [doc() for _ in batch]
+        index.add_many(batch.tolist(), docs)
+        live.update(zip(batch.tolist(), docs))
+        for doc_id in rng.choice(sorted(live), size=30, replace=False).tolist():
+            index.remove(doc_id, live.pop(doc_id))
+    reused = [i for i in range(500) if i not in live][:40]
+    index.add_many(reused[::-1], [doc() for _ in reused])
+    for n in range(300):
+        query = [f"t{i}" for i in rng.choice(60, size=rng.integers(1, 6), p=probs)]
+        k = int(rng.integers(1, 4) if n % 5 == 0 else rng.integers(1, 60))
+        density = (None, 0.1, 0.6)[n % 3]
+        allowed = None if density is None else rng.random(int(rng.integers(400, 520))) < density
+        full, candidate, scan, test = COSTS[n % 4]
+        with mock.patch.multiple(bm25, _SEEDS=int(rng.choice([1, 64])), _FULL_COST=full, _CANDIDATE_COST=candidate,
+                                 _SCAN_COST=scan, _FILTER_COST=test):
+            ids, scores = index.top_k(query, k, allowed)
+        assert (ids.tolist(), scores.tobytes()) == reference(index, query, k, allowed), (n, query, k)
 
 
 def zipf_index(n_docs: int = 3000) -> BM25Index:
@@ -120,3 +159,11 @@ def test_postings_stay_sorted_by_doc_id_through_reuse_and_unsorted_batches() -> 
     assert postings[0].tolist() == sorted(postings[0].tolist())
     assert dict(zip(postings[0].tolist(), postings[1].tolist())) == {1: 3, 3: 1, 5: 1, 7: 1, 9: 2}
     assert index._tf_max[index._vocab["a"]] == 3
+    assert index._len_min[index._vocab["a"]] == 1  # doc 3
+    index.remove(3, ["a"])
+    index.add(11, ["a"] + ["b"] * 20)  # a compaction, then a longer doc: the bounds follow
+    index.remove(9, ["a", "a"])
+    index.remove(1, ["a", "a", "a"])
+    index.remove(7, ["a"])
+    index._compact_term(index._vocab["a"])
+    assert (index._tf_max[index._vocab["a"]], index._len_min[index._vocab["a"]]) == (1, 2)  # docs 5 and 11
