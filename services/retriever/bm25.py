@@ -23,6 +23,32 @@ Because the floor can make idf negative (epsilon * a negative mean) and an idf c
 exactly 0, a document containing a query term can score <= 0. Every document that
 contains no query term scores exactly 0 in rank_bm25; those are never returned.
 
+Pruned top k. `scores` scores every posting of every query term; at 1M chunks a query with
+common terms touches millions of postings. `top_k` returns exactly the same k (same ids, same
+order, the same float64 bits) while scoring far fewer, MaxScore-style, vectorised:
+- Bounds. Per term the index keeps the highest tf and the shortest document length in its
+  postings (raised on add, recomputed on compaction; after a removal a stale value still
+  bounds the live postings). Since tf / (tf + norm) grows with tf and shrinks with norm, no
+  doc gets more than bound(t) = repeats * max(idf, 0) * (k1 + 1) * tf_max / (tf_max + norm_min)
+  from term t (0 for idf <= 0: such a term never raises a score).
+- Threshold. A few thousand allowed docs likely to score high (the rarest terms' postings,
+  a long list's highest tfs) are scored exactly; theta, their k-th best score, is at most
+  the true k-th best, so every doc of the true top k scores >= theta.
+- Candidates. With the rarest lists taken whole, a doc outside them scores at most its
+  contribution from one remaining term plus the others' bounds: if all remaining bounds
+  sum below theta no such doc qualifies; otherwise a remaining term whose share must be
+  positive admits only docs that reach it (a tf test, then norm <= a limit per tf). A cost
+  model picks how many lists to take whole and falls back to `scores` when nothing pays.
+- Scoring. Candidates are looked up in every term's doc-sorted postings (binary search, or
+  one pass when they are many), largest bound first, dropping a doc once its known
+  contributions plus the remaining bounds fall below theta; the survivors' scores are then
+  summed from 0 in query order with the same per-posting expression as `scores` (a term
+  a doc lacks adds 0.0, which keeps the bits), and ranked like `scores`' (ties by id).
+Every comparison against theta keeps a margin of 1e-9 of the scores' magnitude, far above
+float64 rounding (1e-16 per operation), so a doc is dropped only if its exact score is below
+theta: the result is the full scoring's. Postings are kept sorted by doc id for the lookups
+(ids reused or added out of order are merged in by the writer, never by readers).
+
 Writes. `add` appends to per-term growable buffers (amortised, 25% headroom). `remove` marks a
 tombstone: N, document frequencies and total length change at once, dead postings are
 skipped at query time and a term's postings are compacted when more than a quarter are
@@ -494,7 +520,10 @@ class BM25Index:
     def _pruned(self, query: _Query, k: int, ok: np.ndarray, stats: _Stats) -> tuple[np.ndarray, np.ndarray] | None:
         """(doc ids ascending, scores) of allowed docs including the top k, or None when
         pruning would not pay (then everything is scored)."""
-        seeds = self._seeds(query, ok, max(_SEEDS, 8 * k))
+        wanted = max(_SEEDS, 8 * k)
+        if _CANDIDATE_COST * (len(query.terms) + 1) * wanted > _FULL_COST * float(query.df.sum()):
+            return None  # a small corpus: the threshold alone would cost more than scoring everything
+        seeds = self._seeds(query, ok, wanted)
         if len(seeds) < k:
             return None
         _, seed_scores = self._scored(seeds, query, stats)
