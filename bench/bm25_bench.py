@@ -123,12 +123,16 @@ def compare_reference(
 def full_top_k(
     index: BM25Index, query: list[str], k: int, allowed: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The reference for the pruned top k: every posting scored, the best allowed docs, ties by id."""
+    """The reference for the pruned top k: every posting scored, the best allowed docs, ties by
+    id (selected as top_k did before pruning: a partition, then a sort of the few kept)."""
     ids, scores = index.scores(query)
     if allowed is not None:
         inside = ids < len(allowed)
         inside[inside] = allowed[ids[inside]]
         ids, scores = ids[inside], scores[inside]
+    if len(ids) > k:
+        keep = scores >= np.partition(scores, len(scores) - k)[len(scores) - k]
+        ids, scores = ids[keep], scores[keep]
     order = np.lexsort((ids, -scores))[:k]
     return ids[order], scores[order]
 

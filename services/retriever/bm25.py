@@ -38,7 +38,8 @@ order, the same float64 bits) while scoring far fewer, MaxScore-style, vectorise
   contribution from one remaining term plus the others' bounds: if all remaining bounds
   sum below theta no such doc qualifies; otherwise a remaining term whose share must be
   positive admits only docs that reach it (a tf test, then norm <= a limit per tf). A cost
-  model picks how many lists to take whole and falls back to `scores` when nothing pays.
+  model picks how many lists to take whole, or scores every posting when nothing pays
+  (then only docs reaching theta are ranked).
 - Scoring. Candidates are looked up in every term's doc-sorted postings (binary search, or
   one pass when they are many), largest bound first, dropping a doc once its known
   contributions plus the remaining bounds fall below theta; the survivors' scores are then
@@ -83,7 +84,7 @@ _EMPTY_POSTINGS = np.zeros((2, 0), dtype=np.int32)
 _NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_SCORES = np.zeros(0, dtype=np.float64)
 # Pruned top k (see module doc).
-_SEEDS = 4096  # docs scored first for the threshold (at least 8 * k)
+_SEEDS = 2048  # docs scored first for the threshold (at least 8 * k)
 _TF_SAMPLE = 4096  # term frequencies sampled to pick a long list's seeds
 _MARGIN = 1e-9  # bounds must clear the threshold by this share of the scores' magnitude
 # Rough cost per unit, in ns on one core at 1M docs: scoring every posting, taking a doc
@@ -118,31 +119,31 @@ class _Query:
 
 
 def _plan(
-    query: _Query, theta: float, reaching: Callable[[int, float], tuple[float, float]]
+    query: _Query, floor: float, reaching: Callable[[int, float], tuple[float, float]]
 ) -> tuple[int, int | None, float] | None:
-    """How to gather a superset of the docs scoring >= theta, or None if scoring every
-    posting is cheaper: (the number of rarest terms whose postings are taken whole, the
-    term whose other postings are filtered by contribution or None, the contribution needed).
+    """How to gather a superset of the docs scoring >= floor (the threshold less its
+    margin), or None if scoring every posting is cheaper: (the number of rarest terms whose
+    postings are taken whole, the term whose other postings are filtered by contribution or
+    None, the contribution needed).
 
     A doc outside the whole lists scores at most its contribution from one remaining term
     plus the bounds of the others; if even the bounds of all remaining terms stay below
-    theta, no such doc qualifies.
+    floor, no such doc qualifies.
     """
-    margin = _MARGIN * (abs(theta) + query.magnitude)
     n_terms = len(query.terms)
     best_cost, best = _FULL_COST * float(query.df.sum()), None
     for whole in range(n_terms + 1):
         cost = _CANDIDATE_COST * (n_terms + 1) * float(query.df[:whole].sum())
         rest = query.bound[whole:]
         others = float(rest.sum()) - rest  # per remaining term: the bounds of the others
-        if float(rest.sum()) < theta - margin:
+        if float(rest.sum()) < floor:
             plan = (whole, None, 0.0)
         else:
-            usable = np.flatnonzero(theta - margin - others > 0)
+            usable = np.flatnonzero(floor - others > 0)
             if len(usable) == 0:
                 continue
             driver = whole + int(usable[0])  # the shortest list: terms are rarest first
-            plan = (whole, driver, theta - margin - float(others[usable[0]]))
+            plan = (whole, driver, floor - float(others[usable[0]]))
             tested, kept = reaching(driver, plan[2])
             cost += _SCAN_COST * float(query.df[driver]) + _FILTER_COST * tested + _CANDIDATE_COST * (n_terms + 1) * kept
         if cost < best_cost:
@@ -151,9 +152,11 @@ def _plan(
 
 
 def _union(parts: list[np.ndarray], size: int) -> np.ndarray:
-    """The distinct doc ids of `parts`, ascending: sorted when few, else marked per doc id."""
+    """The distinct doc ids of `parts`, ascending: sorted when few, else marked per doc id
+    (np.unique hashes first, several times slower on these small integer arrays)."""
     if sum(len(p) for p in parts) < size // 32:
-        return np.unique(np.concatenate(parts))
+        ids = np.sort(np.concatenate(parts))
+        return ids[np.r_[True, ids[1:] != ids[:-1]]] if len(ids) else ids
     marked = np.zeros(size, dtype=bool)
     for part in parts:
         marked[part] = True
@@ -420,7 +423,11 @@ class BM25Index:
         Docs not returned score exactly 0; returned ones may score <= 0 (see module doc).
         """
         terms = self._query_terms(query_tokens)
-        return self._scored_all(terms, self._stats()) if terms else (_NO_IDS, _NO_SCORES)
+        if not terms:
+            return _NO_IDS, _NO_SCORES
+        totals, present = self._scored_all(terms, self._stats())
+        ids = np.flatnonzero(present)
+        return ids, totals[ids]
 
     def top_k(
         self, query_tokens: Sequence[str], k: int, allowed: np.ndarray | None = None
@@ -441,11 +448,14 @@ class BM25Index:
             ok = ok.copy()
             ok[: len(allowed)] &= allowed
             ok[len(allowed) :] = False
-        found = self._pruned(self._query(terms, stats), k, ok, stats)
+        found, floor = self._pruned(self._query(terms, stats), k, ok, stats)
         if found is None:
-            ids, scores = self._scored_all(terms, stats)
-            keep = ok[ids]
-            found = ids[keep], scores[keep]
+            totals, keep = self._scored_all(terms, stats)
+            keep &= ok
+            if floor > -math.inf:  # only docs reaching the threshold, so few are ranked
+                keep &= totals >= floor
+            ids = np.flatnonzero(keep)
+            found = ids, totals[ids]
         return _best(*found, k)
 
     def _query_terms(self, query_tokens: Sequence[str]) -> list[int]:
@@ -453,7 +463,8 @@ class BM25Index:
         return [t for t in (self._vocab.get(q) for q in query_tokens) if t is not None and self._df[t] > 0]
 
     def _scored_all(self, terms: list[int], stats: _Stats) -> tuple[np.ndarray, np.ndarray]:
-        """Every posting of every query term scored: the reference `top_k` prunes towards."""
+        """Every posting of every query term scored, the reference `top_k` prunes towards:
+        per doc id, its score and whether it holds a query term."""
         totals = np.zeros(len(self._alive))
         present = np.zeros(len(self._alive), dtype=bool)
         per_term: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -463,8 +474,7 @@ class BM25Index:
                 present[per_term[term][0]] = True
             docs, contributions = per_term[term]
             totals[docs] += contributions  # a term lists a doc once: no lost updates
-        ids = np.flatnonzero(present)
-        return ids, totals[ids]
+        return totals, present
 
     def _stats(self) -> _Stats:
         """Corpus statistics, recomputed once per write burst (O(vocabulary + doc ids))."""
@@ -517,26 +527,30 @@ class BM25Index:
             sequence=[distinct.index(t) for t in terms],
         )
 
-    def _pruned(self, query: _Query, k: int, ok: np.ndarray, stats: _Stats) -> tuple[np.ndarray, np.ndarray] | None:
-        """(doc ids ascending, scores) of allowed docs including the top k, or None when
-        pruning would not pay (then everything is scored)."""
+    def _pruned(
+        self, query: _Query, k: int, ok: np.ndarray, stats: _Stats
+    ) -> tuple[tuple[np.ndarray, np.ndarray] | None, float]:
+        """((doc ids ascending, scores) of allowed docs including the top k, or None when
+        pruning would not pay and everything must be scored; a score every doc of the top k
+        reaches, or -inf)."""
         wanted = max(_SEEDS, 8 * k)
         if _CANDIDATE_COST * (len(query.terms) + 1) * wanted > _FULL_COST * float(query.df.sum()):
-            return None  # a small corpus: the threshold alone would cost more than scoring everything
+            return None, -math.inf  # a small corpus: a threshold would cost more than scoring everything
         seeds = self._seeds(query, ok, wanted)
         if len(seeds) < k:
-            return None
+            return None, -math.inf
         _, seed_scores = self._scored(seeds, query, stats)
         theta = float(np.partition(seed_scores, len(seeds) - k)[len(seeds) - k])
-        plan = _plan(query, theta, lambda i, need: self._reaching_estimate(query, i, need, ok, stats))
+        floor = theta - _MARGIN * (abs(theta) + query.magnitude)
+        plan = _plan(query, floor, lambda i, need: self._reaching_estimate(query, i, need, ok, stats))
         if plan is None:
-            return None
+            return None, floor
         whole, driver, need = plan
         parts = [self._postings[t][0, : self._used[t]] for t in query.terms[:whole]]
         parts = [docs[ok[docs]] for docs in parts]
         if driver is not None:
             parts.append(self._reaching(query, driver, need, ok, stats)[0])
-        return self._scored(_union(parts, len(ok)), query, stats, theta)
+        return self._scored(_union(parts, len(ok)), query, stats, floor), floor
 
     def _seeds(self, query: _Query, ok: np.ndarray, wanted: int) -> np.ndarray:
         """Up to `wanted` allowed live docs likely to score high, to set the threshold: the
@@ -557,7 +571,7 @@ class BM25Index:
             total += postings.shape[1]
             if total >= wanted:
                 break
-        return np.unique(np.concatenate(chosen))
+        return _union(chosen, len(ok))
 
     def _reaching(
         self, query: _Query, i: int, need: float, ok: np.ndarray, stats: _Stats, step: int = 1
@@ -594,19 +608,18 @@ class BM25Index:
         return float(passed * step), float(len(docs) * step)
 
     def _scored(
-        self, docs: np.ndarray, query: _Query, stats: _Stats, theta: float | None = None
+        self, docs: np.ndarray, query: _Query, stats: _Stats, floor: float = -math.inf
     ) -> tuple[np.ndarray, np.ndarray]:
         """(docs kept, their scores) for live docs (int32 ascending).
 
         Scores are bit for bit `_scored_all`'s: the same per-posting expression, summed from
-        0 in query order (an absent term adds 0.0, which keeps the bits). Given a threshold,
-        terms are looked up largest bound first and a doc is dropped once its known
-        contributions plus the bounds of the terms still to look up fall below it.
+        0 in query order (an absent term adds 0.0, which keeps the bits). Terms are looked up
+        largest bound first and a doc is dropped once its known contributions plus the bounds
+        of the terms still to look up fall below `floor` (the threshold less its margin).
         """
         contributions: list[np.ndarray] = [_NO_SCORES] * len(query.terms)
         known = np.zeros(len(docs))
         rest = float(query.bound.sum())
-        floor = -math.inf if theta is None else theta - _MARGIN * (abs(theta) + query.magnitude)
         for i in np.argsort(-query.bound, kind="stable").tolist():
             at, tfs = self._lookup(query.terms[i], docs)
             values = np.zeros(len(docs))

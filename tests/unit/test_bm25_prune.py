@@ -21,6 +21,7 @@ COSTS = [
     (1e30, 40.0, 0.5, 8.0),  # the default plans, scoring everything ruled out
     (1e30, 0.0, 1.0, 1.0),  # the fewest lists taken whole, none filtered if it can be helped
     (1e30, 1e6, 0.0, 0.0),  # a filtered list whenever one can be
+    (0.0, 0.0, 0.0, 0.0),  # a threshold, then every posting scored (no plan costs less)
 ]
 
 
@@ -110,7 +111,7 @@ def test_pruned_top_k_equals_scoring_every_posting_on_zipf_corpora(seed: int) ->
         k = int(rng.integers(1, 4) if n % 5 == 0 else rng.integers(1, 60))
         density = (None, 0.1, 0.6)[n % 3]
         allowed = None if density is None else rng.random(int(rng.integers(400, 520))) < density
-        full, candidate, scan, test = COSTS[n % 4]
+        full, candidate, scan, test = COSTS[n % len(COSTS)]
         with mock.patch.multiple(bm25, _SEEDS=int(rng.choice([1, 64])), _FULL_COST=full, _CANDIDATE_COST=candidate,
                                  _SCAN_COST=scan, _FILTER_COST=test):
             ids, scores = index.top_k(query, k, allowed)
