@@ -52,7 +52,7 @@ theta: the result is the full scoring's. Postings are kept sorted by doc id for 
 
 Writes. `add` appends to per-term growable buffers (amortised, 25% headroom). `remove` marks a
 tombstone: N, document frequencies and total length change at once, dead postings are
-skipped at query time and a term's postings are compacted when more than a quarter are
+left out at query time and a term's postings are compacted when more than a quarter are
 dead. The caller hands `remove` the document's tokens again (the retriever re-analyses the
 chunk's text, which it keeps anyway), so removal touches only the removed document's terms
 without a forward list per live document: that list cost as much as a third of the index.
@@ -426,7 +426,7 @@ class BM25Index:
         if not terms:
             return _NO_IDS, _NO_SCORES
         totals, present = self._scored_all(terms, self._stats())
-        ids = np.flatnonzero(present)
+        ids = np.flatnonzero(present & self._alive)
         return ids, totals[ids]
 
     def top_k(
@@ -464,7 +464,8 @@ class BM25Index:
 
     def _scored_all(self, terms: list[int], stats: _Stats) -> tuple[np.ndarray, np.ndarray]:
         """Every posting of every query term scored, the reference `top_k` prunes towards:
-        per doc id, its score and whether it holds a query term."""
+        per doc id, its score and whether it holds a query term. Tombstoned postings are
+        scored too (cheaper than skipping them): callers keep live ids only."""
         totals = np.zeros(len(self._alive))
         present = np.zeros(len(self._alive), dtype=bool)
         per_term: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -499,11 +500,8 @@ class BM25Index:
         return stats.floor if idf < 0 else idf
 
     def _term_contributions(self, term: int, stats: _Stats) -> tuple[np.ndarray, np.ndarray]:
-        """(doc ids, idf * tf part) over the term's live postings, vectorised."""
-        postings = self._postings[term][:, : self._used[term]]
-        if self._dead[term]:
-            postings = postings[:, self._alive[postings[0]]]
-        docs, tfs = postings[0], postings[1]
+        """(doc ids, idf * tf part) over the term's stored postings, dead ones included."""
+        docs, tfs = self._postings[term][0, : self._used[term]], self._postings[term][1, : self._used[term]]
         return docs, self._idf(term, stats) * (tfs * (self.k1 + 1) / (tfs + stats.norm[docs]))
 
     # ------------------------------------------------------ pruned top k
