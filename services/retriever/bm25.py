@@ -145,7 +145,8 @@ def _plan(
             driver = whole + int(usable[0])  # the shortest list: terms are rarest first
             plan = (whole, driver, floor - float(others[usable[0]]))
             tested, kept = reaching(driver, plan[2])
-            cost += _SCAN_COST * float(query.df[driver]) + _FILTER_COST * tested + _CANDIDATE_COST * (n_terms + 1) * kept
+            cost += _SCAN_COST * float(query.df[driver]) + _FILTER_COST * tested
+            cost += _CANDIDATE_COST * (n_terms + 1) * kept
         if cost < best_cost:
             best_cost, best = cost, plan
     return best
@@ -399,7 +400,8 @@ class BM25Index:
             self._postings[term] = buf
         sizes = ends - starts
         shortest = np.minimum.reduceat(lengths, starts)
-        self._len_min[run_terms] = np.where(self._used[run_terms] > 0, np.minimum(self._len_min[run_terms], shortest), shortest)
+        known = np.where(self._used[run_terms] > 0, self._len_min[run_terms], shortest)
+        self._len_min[run_terms] = np.minimum(known, shortest)
         self._used[run_terms] += sizes
         self._df[run_terms] += sizes
         self._tf_max[run_terms] = np.maximum(self._tf_max[run_terms], np.maximum.reduceat(tfs, starts))
@@ -599,7 +601,9 @@ class BM25Index:
         keep &= ok[docs]
         return docs[keep], len(docs)
 
-    def _reaching_estimate(self, query: _Query, i: int, need: float, ok: np.ndarray, stats: _Stats) -> tuple[float, float]:
+    def _reaching_estimate(
+        self, query: _Query, i: int, need: float, ok: np.ndarray, stats: _Stats
+    ) -> tuple[float, float]:
         """`_reaching`'s (postings past the first test, docs kept), from a sample of the postings."""
         step = max(1, int(self._used[query.terms[i]]) // _TF_SAMPLE)
         docs, passed = self._reaching(query, i, need, ok, stats, step)
@@ -654,7 +658,7 @@ class BM25Index:
     def nbytes(self) -> int:
         """Approximate memory held: numpy buffers plus the vocabulary dict and its keys."""
         postings = sum(sys.getsizeof(p) for p in self._postings if p is not _EMPTY_POSTINGS)
-        columns = (self._used, self._df, self._dead, self._tf_max, self._len_min, self._alive, self._doc_len, self._doc_sig,
-                   *self._removed.values())
+        columns = (self._used, self._df, self._dead, self._tf_max, self._len_min, self._alive, self._doc_len,
+                   self._doc_sig, *self._removed.values())
         vocab = sys.getsizeof(self._vocab) + sum(sys.getsizeof(t) for t in self._vocab)
         return postings + sys.getsizeof(self._postings) + sum(a.nbytes for a in columns) + vocab
