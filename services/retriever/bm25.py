@@ -87,10 +87,10 @@ _NO_SCORES = np.zeros(0, dtype=np.float64)
 _SEEDS = 2048  # docs scored first for the threshold (at least 8 * k)
 _TF_SAMPLE = 4096  # term frequencies sampled to pick a long list's seeds
 _MARGIN = 1e-9  # bounds must clear the threshold by this share of the scores' magnitude
-# Rough cost per unit, in ns on one core at 1M docs: scoring every posting, taking a doc
-# whole (gathered, deduplicated, looked up in every term), testing a posting's term frequency,
-# testing it against its doc's length.
-_FULL_COST, _CANDIDATE_COST, _SCAN_COST, _FILTER_COST = 15.0, 40.0, 0.5, 8.0
+# Rough cost per unit, in ns on one core at 1M docs: scoring every posting, scoring a
+# candidate's term once found (scattered, summed, compared), a step of a lookup (see
+# _lookup_steps), testing a posting's term frequency, testing it against its doc's length.
+_FULL_COST, _CANDIDATE_COST, _LOOKUP_COST, _SCAN_COST, _FILTER_COST = 15.0, 30.0, 2.0, 0.5, 12.0
 
 
 @dataclass(frozen=True)
@@ -118,8 +118,14 @@ class _Query:
     sequence: list[int]  # index into terms of each query token, in query order
 
 
+def _lookup_steps(n_docs: float, listed: float, n_ids: int) -> tuple[float, float]:
+    """Steps to find n_docs docs in a term's `listed` postings: by binary search, or by one
+    pass over the postings and a position per doc id (`_lookup` takes the fewer)."""
+    return n_docs * math.log2(listed + 2), listed + n_ids / 4
+
+
 def _plan(
-    query: _Query, floor: float, reaching: Callable[[int, float], tuple[float, float]]
+    query: _Query, floor: float, reaching: Callable[[int, float], tuple[float, float]], n_ids: int
 ) -> tuple[int, int | None, float] | None:
     """How to gather a superset of the docs scoring >= floor (the threshold less its
     margin), or None if scoring every posting is cheaper: (the number of rarest terms whose
@@ -128,12 +134,12 @@ def _plan(
 
     A doc outside the whole lists scores at most its contribution from one remaining term
     plus the bounds of the others; if even the bounds of all remaining terms stay below
-    floor, no such doc qualifies.
+    floor, no such doc qualifies. Costs count every candidate looked up in every term.
     """
     n_terms = len(query.terms)
     best_cost, best = _FULL_COST * float(query.df.sum()), None
     for whole in range(n_terms + 1):
-        cost = _CANDIDATE_COST * (n_terms + 1) * float(query.df[:whole].sum())
+        cost, candidates = 0.0, float(query.df[:whole].sum())
         rest = query.bound[whole:]
         others = float(rest.sum()) - rest  # per remaining term: the bounds of the others
         if float(rest.sum()) < floor:
@@ -146,7 +152,9 @@ def _plan(
             plan = (whole, driver, floor - float(others[usable[0]]))
             tested, kept = reaching(driver, plan[2])
             cost += _SCAN_COST * float(query.df[driver]) + _FILTER_COST * tested
-            cost += _CANDIDATE_COST * (n_terms + 1) * kept
+            candidates += kept
+        cost += _CANDIDATE_COST * candidates * n_terms
+        cost += _LOOKUP_COST * sum(min(_lookup_steps(candidates, float(df), n_ids)) for df in query.df)
         if cost < best_cost:
             best_cost, best = cost, plan
     return best
@@ -534,7 +542,9 @@ class BM25Index:
         pruning would not pay and everything must be scored; a score every doc of the top k
         reaches, or -inf)."""
         wanted = max(_SEEDS, 8 * k)
-        if _CANDIDATE_COST * (len(query.terms) + 1) * wanted > _FULL_COST * float(query.df.sum()):
+        seeding = _CANDIDATE_COST * wanted * len(query.terms)
+        seeding += _LOOKUP_COST * sum(min(_lookup_steps(wanted, float(df), len(ok))) for df in query.df)
+        if seeding > _FULL_COST * float(query.df.sum()):
             return None, -math.inf  # a small corpus: a threshold would cost more than scoring everything
         seeds = self._seeds(query, ok, wanted)
         if len(seeds) < k:
@@ -542,7 +552,7 @@ class BM25Index:
         _, seed_scores = self._scored(seeds, query, stats)
         theta = float(np.partition(seed_scores, len(seeds) - k)[len(seeds) - k])
         floor = theta - _MARGIN * (abs(theta) + query.magnitude)
-        plan = _plan(query, floor, lambda i, need: self._reaching_estimate(query, i, need, ok, stats))
+        plan = _plan(query, floor, lambda i, need: self._reaching_estimate(query, i, need, ok, stats), len(ok))
         if plan is None:
             return None, floor
         whole, driver, need = plan
@@ -642,18 +652,20 @@ class BM25Index:
         """(positions in `docs` the term's postings hold, their term frequencies).
 
         Binary search per doc when docs are few against the postings, else one pass over
-        the postings through a mark per doc id; docs are live, so hits are live postings.
+        the postings through each doc id's position; docs are live, so hits are live postings.
         """
         postings = self._postings[term][:, : self._used[term]]
         listed = postings.shape[1]
-        if len(docs) * math.log2(listed + 2) < listed + len(self._alive) // 4:
+        search, scan = _lookup_steps(len(docs), listed, len(self._alive))
+        if search < scan:
             at = np.minimum(np.searchsorted(postings[0], docs), listed - 1)
             hit = postings[0, at] == docs
             return np.flatnonzero(hit), postings[1, at[hit]]
-        marked = np.zeros(len(self._alive), dtype=bool)
-        marked[docs] = True
-        found = np.flatnonzero(marked[postings[0]])
-        return np.searchsorted(docs, postings[0, found]), postings[1, found]
+        position = np.full(len(self._alive), -1, dtype=np.int32)
+        position[docs] = np.arange(len(docs), dtype=np.int32)
+        at = position[postings[0]]
+        found = np.flatnonzero(at >= 0)
+        return at[found], postings[1, found]
 
     def nbytes(self) -> int:
         """Approximate memory held: numpy buffers plus the vocabulary dict and its keys."""

@@ -16,12 +16,14 @@ SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[Heal
 # A few common words (in most docs: negative or zero idfs, a floored epsilon) and rarer ones.
 COMMON = ["c0", "c1", "c2"]
 
+# Cost settings that steer the plan, so small corpora take every path.
+FREE = {"_CANDIDATE_COST": 0.0, "_LOOKUP_COST": 0.0, "_SCAN_COST": 0.0, "_FILTER_COST": 0.0}
 COSTS = [
-    (bm25._FULL_COST, bm25._CANDIDATE_COST, bm25._SCAN_COST, bm25._FILTER_COST),
-    (1e30, 40.0, 0.5, 8.0),  # the default plans, scoring everything ruled out
-    (1e30, 0.0, 1.0, 1.0),  # the fewest lists taken whole, none filtered if it can be helped
-    (1e30, 1e6, 0.0, 0.0),  # a filtered list whenever one can be
-    (0.0, 0.0, 0.0, 0.0),  # a threshold, then every posting scored (no plan costs less)
+    {},  # the defaults
+    {"_FULL_COST": 1e30},  # the default plans, scoring everything ruled out
+    {"_FULL_COST": 1e30, "_CANDIDATE_COST": 0.0, "_LOOKUP_COST": 0.0},  # fewest lists whole, none filtered
+    {"_FULL_COST": 1e30, "_CANDIDATE_COST": 1e6, "_SCAN_COST": 0.0, "_FILTER_COST": 0.0},  # filtered lists
+    {"_FULL_COST": 0.0, **FREE},  # a threshold, then every posting scored (no plan costs less)
 ]
 
 
@@ -74,9 +76,8 @@ def test_pruned_top_k_equals_scoring_every_posting(history: tuple[BM25Index, int
     # Few seeds, so long lists are sampled; and often scoring everything made to cost more than
     # any pruning plan, so small corpora take the pruned path with every kind of plan.
     seeds = data.draw(st.sampled_from([1, 4, bm25._SEEDS]))
-    full, candidate, scan, test = data.draw(st.sampled_from(COSTS))
-    with (mock.patch.multiple(bm25, _SEEDS=seeds, _TF_SAMPLE=2),
-          mock.patch.multiple(bm25, _FULL_COST=full, _CANDIDATE_COST=candidate, _SCAN_COST=scan, _FILTER_COST=test)):
+    costs = data.draw(st.sampled_from(COSTS))
+    with mock.patch.multiple(bm25, _SEEDS=seeds, _TF_SAMPLE=2, **costs):
         ids, scores = index.top_k(query, k, allowed)
     expected_ids, expected_scores = reference(index, query, k, allowed)
     assert ids.tolist() == expected_ids
@@ -111,9 +112,7 @@ def test_pruned_top_k_equals_scoring_every_posting_on_zipf_corpora(seed: int) ->
         k = int(rng.integers(1, 4) if n % 5 == 0 else rng.integers(1, 60))
         density = (None, 0.1, 0.6)[n % 3]
         allowed = None if density is None else rng.random(int(rng.integers(400, 520))) < density
-        full, candidate, scan, test = COSTS[n % len(COSTS)]
-        with mock.patch.multiple(bm25, _SEEDS=int(rng.choice([1, 64])), _FULL_COST=full, _CANDIDATE_COST=candidate,
-                                 _SCAN_COST=scan, _FILTER_COST=test):
+        with mock.patch.multiple(bm25, _SEEDS=int(rng.choice([1, 64])), **COSTS[n % len(COSTS)]):
             ids, scores = index.top_k(query, k, allowed)
         assert (ids.tolist(), scores.tobytes()) == reference(index, query, k, allowed), (n, query, k)
 
