@@ -23,9 +23,36 @@ Because the floor can make idf negative (epsilon * a negative mean) and an idf c
 exactly 0, a document containing a query term can score <= 0. Every document that
 contains no query term scores exactly 0 in rank_bm25; those are never returned.
 
+Pruned top k. `scores` scores every posting of every query term; at 1M chunks a query with
+common terms touches millions of postings. `top_k` returns exactly the same k (same ids, same
+order, the same float64 bits) while scoring far fewer, MaxScore-style, vectorised:
+- Bounds. Per term the index keeps the highest tf and the shortest document length in its
+  postings (raised on add, recomputed on compaction; after a removal a stale value still
+  bounds the live postings). Since tf / (tf + norm) grows with tf and shrinks with norm, no
+  doc gets more than bound(t) = repeats * max(idf, 0) * (k1 + 1) * tf_max / (tf_max + norm_min)
+  from term t (0 for idf <= 0: such a term never raises a score).
+- Threshold. A few thousand allowed docs likely to score high (the rarest terms' postings,
+  a long list's highest tfs) are scored exactly; theta, their k-th best score, is at most
+  the true k-th best, so every doc of the true top k scores >= theta.
+- Candidates. With the rarest lists taken whole, a doc outside them scores at most its
+  contribution from one remaining term plus the others' bounds: if all remaining bounds
+  sum below theta no such doc qualifies; otherwise a remaining term whose share must be
+  positive admits only docs that reach it (a tf test, then norm <= a limit per tf). A cost
+  model picks how many lists to take whole, or scores every posting when nothing pays
+  (then only docs reaching theta are ranked).
+- Scoring. Candidates are looked up in every term's doc-sorted postings (binary search, or
+  one pass when they are many), largest bound first, dropping a doc once its known
+  contributions plus the remaining bounds fall below theta; the survivors' scores are then
+  summed from 0 in query order with the same per-posting expression as `scores` (a term
+  a doc lacks adds 0.0, which keeps the bits), and ranked like `scores`' (ties by id).
+Every comparison against theta keeps a margin of 1e-9 of the scores' magnitude, far above
+float64 rounding (1e-16 per operation), so a doc is dropped only if its exact score is below
+theta: the result is the full scoring's. Postings are kept sorted by doc id for the lookups
+(ids reused or added out of order are merged in by the writer, never by readers).
+
 Writes. `add` appends to per-term growable buffers (amortised, 25% headroom). `remove` marks a
 tombstone: N, document frequencies and total length change at once, dead postings are
-skipped at query time and a term's postings are compacted when more than a quarter are
+left out at query time and a term's postings are compacted when more than a quarter are
 dead. The caller hands `remove` the document's tokens again (the retriever re-analyses the
 chunk's text, which it keeps anyway), so removal touches only the removed document's terms
 without a forward list per live document: that list cost as much as a third of the index.
@@ -42,7 +69,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
@@ -56,6 +83,14 @@ _PURGE_MIN = 1 << 16  # removed documents' term ids kept below this many before 
 _EMPTY_POSTINGS = np.zeros((2, 0), dtype=np.int32)
 _NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_SCORES = np.zeros(0, dtype=np.float64)
+# Pruned top k (see module doc).
+_SEEDS = 2048  # docs scored first for the threshold (at least 8 * k)
+_TF_SAMPLE = 4096  # term frequencies sampled to pick a long list's seeds
+_MARGIN = 1e-9  # bounds must clear the threshold by this share of the scores' magnitude
+# Rough cost per unit, in ns on one core at 1M docs: scoring every posting, scoring a
+# candidate's term once found (scattered, summed, compared), a step of a lookup (see
+# _lookup_steps), testing a posting's term frequency, testing it against its doc's length.
+_FULL_COST, _CANDIDATE_COST, _LOOKUP_COST, _SCAN_COST, _FILTER_COST = 15.0, 30.0, 2.0, 0.5, 12.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +101,88 @@ class _Stats:
     n_docs: int
     floor: float  # epsilon * mean raw idf, replaces negative idfs
     norm: np.ndarray  # per doc id: k1 * (1 - b + b * dl / avgdl)
+    avgdl: float
+
+
+@dataclass(frozen=True)
+class _Query:
+    """A query's distinct live terms, rarest first, with what pruning needs of each."""
+
+    terms: list[int]
+    idf: list[float]
+    repeats: np.ndarray  # times the term occurs in the query
+    bound: np.ndarray  # >= the term's contribution to any doc's score, repeats included
+    df: np.ndarray
+    magnitude: float  # >= the sum of |contributions| of any doc: the scale of rounding
+    norm_min: np.ndarray  # <= the norm of every doc in the term's postings
+    sequence: list[int]  # index into terms of each query token, in query order
+
+
+def _lookup_steps(n_docs: float, listed: float, n_ids: int) -> tuple[float, float]:
+    """Steps to find n_docs docs in a term's `listed` postings: by binary search, or by one
+    pass over the postings and a position per doc id (`_lookup` takes the fewer)."""
+    return n_docs * math.log2(listed + 2), listed + n_ids / 4
+
+
+def _plan(
+    query: _Query, floor: float, reaching: Callable[[int, float], tuple[float, float]], n_ids: int
+) -> tuple[int, int | None, float] | None:
+    """How to gather a superset of the docs scoring >= floor (the threshold less its
+    margin), or None if scoring every posting is cheaper: (the number of rarest terms whose
+    postings are taken whole, the term whose other postings are filtered by contribution or
+    None, the contribution needed).
+
+    A doc outside the whole lists scores at most its contribution from one remaining term
+    plus the bounds of the others; if even the bounds of all remaining terms stay below
+    floor, no such doc qualifies. Costs count every candidate looked up in every term.
+    """
+    n_terms = len(query.terms)
+    best_cost, best = _FULL_COST * float(query.df.sum()), None
+    for whole in range(n_terms + 1):
+        cost, candidates = 0.0, float(query.df[:whole].sum())
+        rest = query.bound[whole:]
+        others = float(rest.sum()) - rest  # per remaining term: the bounds of the others
+        if float(rest.sum()) < floor:
+            plan = (whole, None, 0.0)
+        else:
+            usable = np.flatnonzero(floor - others > 0)
+            if len(usable) == 0:
+                continue
+            driver = whole + int(usable[0])  # the shortest list: terms are rarest first
+            plan = (whole, driver, floor - float(others[usable[0]]))
+            tested, kept = reaching(driver, plan[2])
+            cost += _SCAN_COST * float(query.df[driver]) + _FILTER_COST * tested
+            candidates += kept
+        cost += _CANDIDATE_COST * candidates * n_terms
+        cost += _LOOKUP_COST * sum(min(_lookup_steps(candidates, float(df), n_ids)) for df in query.df)
+        if cost < best_cost:
+            best_cost, best = cost, plan
+    return best
+
+
+def _union(parts: list[np.ndarray], size: int) -> np.ndarray:
+    """The distinct doc ids of `parts`, ascending: sorted when few, else marked per doc id
+    (np.unique hashes first, several times slower on these small integer arrays)."""
+    if sum(len(p) for p in parts) < size // 32:
+        ids = np.sort(np.concatenate(parts))
+        return ids[np.r_[True, ids[1:] != ids[:-1]]] if len(ids) else ids
+    marked = np.zeros(size, dtype=bool)
+    for part in parts:
+        marked[part] = True
+    return np.flatnonzero(marked).astype(np.int32)
+
+
+def _best(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best of (ids ascending, scores), best first, ties by lower id."""
+    if len(ids) == 0:
+        return _NO_IDS, _NO_SCORES
+    if len(ids) > k:
+        # Keep everything tied with the k-th score so ties resolve by id, not by partition order.
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        keep = scores >= kth
+        ids, scores = ids[keep], scores[keep]
+    order = np.argsort(-scores, kind="stable")[:k]  # ids are ascending: stable = lower id first
+    return ids[order].astype(np.int64), scores[order]
 
 
 def _mixed(terms: np.ndarray) -> np.ndarray:
@@ -104,6 +221,10 @@ class BM25Index:
         self._used = np.zeros(0, dtype=np.int64)  # postings slots in use, dead included
         self._df = np.zeros(0, dtype=np.int64)  # live documents containing the term
         self._dead = np.zeros(0, dtype=np.int64)  # tombstoned postings still stored
+        # Bounds of a term's contribution: the highest tf and the shortest doc in its postings
+        # since its last compaction (after removals, still bounds of the live ones).
+        self._tf_max = np.zeros(0, dtype=np.int32)
+        self._len_min = np.zeros(0, dtype=np.int64)
         # Per doc id.
         self._alive = np.zeros(0, dtype=bool)
         self._doc_len = np.zeros(0, dtype=np.int64)
@@ -153,11 +274,14 @@ class BM25Index:
         self._ensure_docs(int(ids.max()) + 1)
         self._purge_stale(ids)
 
-        # Unique (term, batch position) pairs, sorted by term, with their term frequency.
-        owner = np.repeat(np.arange(len(ids), dtype=np.int64), lengths)
+        # Unique (term, doc id rank) pairs, sorted by term then doc id, with their term frequency.
+        by_id = np.argsort(ids, kind="stable")
+        rank = np.empty(len(ids), dtype=np.int64)
+        rank[by_id] = np.arange(len(ids), dtype=np.int64)
+        owner = np.repeat(rank, lengths)
         pairs, tfs = np.unique((term_ids << 32) | owner, return_counts=True)
-        pair_terms, pair_owner = pairs >> 32, pairs & 0xFFFFFFFF
-        self._append_postings(pair_terms, ids[pair_owner].astype(np.int32), tfs.astype(np.int32))
+        pair_terms, pair_owner = pairs >> 32, by_id[pairs & 0xFFFFFFFF]
+        self._append_postings(pair_terms, ids[pair_owner].astype(np.int32), tfs.astype(np.int32), lengths[pair_owner])
         signatures = np.zeros(len(ids), dtype=np.uint64)
         np.add.at(signatures, pair_owner, _mixed(pair_terms))  # wraps modulo 2**64, order-free
         self._doc_sig[ids] = signatures
@@ -232,6 +356,8 @@ class BM25Index:
         self._used = _grown(self._used, n_terms)
         self._df = _grown(self._df, n_terms)
         self._dead = _grown(self._dead, n_terms)
+        self._tf_max = _grown(self._tf_max, n_terms)
+        self._len_min = _grown(self._len_min, n_terms)
         self._postings.extend([_EMPTY_POSTINGS] * (n_terms - len(self._postings)))
         return term_ids
 
@@ -258,8 +384,13 @@ class BM25Index:
         self._removed.clear()
         self._removed_pairs = 0
 
-    def _append_postings(self, terms: np.ndarray, docs: np.ndarray, tfs: np.ndarray) -> None:
-        """Append runs of postings (sorted by term); one Python step per distinct term."""
+    def _append_postings(self, terms: np.ndarray, docs: np.ndarray, tfs: np.ndarray, lengths: np.ndarray) -> None:
+        """Append runs of postings (sorted by term, then doc id); one Python step per distinct term.
+
+        A term's postings stay sorted by doc id, which top_k's lookups rely on: a run that
+        does not start past the stored ids (reused ids, batches out of id order, both rare:
+        the retriever appends fresh slots) is merged in, O(postings) for that term.
+        """
         if len(terms) == 0:
             return
         starts = np.flatnonzero(np.r_[True, terms[1:] != terms[:-1]])
@@ -268,12 +399,20 @@ class BM25Index:
         for term, start, end in zip(run_terms.tolist(), starts.tolist(), ends.tolist()):
             used = int(self._used[term])
             buf = _grown(self._postings[term], used + end - start)
-            buf[0, used : used + end - start] = docs[start:end]
-            buf[1, used : used + end - start] = tfs[start:end]
+            if used and buf[0, used - 1] > docs[start]:
+                at = np.searchsorted(buf[0, :used], docs[start:end])
+                buf[:, : used + end - start] = np.insert(buf[:, :used], at, (docs[start:end], tfs[start:end]), axis=1)
+            else:
+                buf[0, used : used + end - start] = docs[start:end]
+                buf[1, used : used + end - start] = tfs[start:end]
             self._postings[term] = buf
         sizes = ends - starts
+        shortest = np.minimum.reduceat(lengths, starts)
+        known = np.where(self._used[run_terms] > 0, self._len_min[run_terms], shortest)
+        self._len_min[run_terms] = np.minimum(known, shortest)
         self._used[run_terms] += sizes
         self._df[run_terms] += sizes
+        self._tf_max[run_terms] = np.maximum(self._tf_max[run_terms], np.maximum.reduceat(tfs, starts))
 
     def _compact_term(self, term: int) -> None:
         used = int(self._used[term])
@@ -282,6 +421,9 @@ class BM25Index:
         self._postings[term] = np.ascontiguousarray(kept) if kept.shape[1] else _EMPTY_POSTINGS
         self._used[term] = kept.shape[1]
         self._dead[term] = 0
+        self._tf_max[term] = kept[1].max(initial=0)
+        if kept.shape[1]:  # else the next append sets it
+            self._len_min[term] = self._doc_len[kept[0]].min()
 
     # ----------------------------------------------------------------- reads
 
@@ -290,20 +432,11 @@ class BM25Index:
 
         Docs not returned score exactly 0; returned ones may score <= 0 (see module doc).
         """
-        terms = [t for t in (self._vocab.get(q) for q in query_tokens) if t is not None and self._df[t] > 0]
+        terms = self._query_terms(query_tokens)
         if not terms:
             return _NO_IDS, _NO_SCORES
-        stats = self._stats()
-        totals = np.zeros(len(self._alive))
-        present = np.zeros(len(self._alive), dtype=bool)
-        per_term: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for term in terms:  # in query order, repeats included, so sums round like rank_bm25's
-            if term not in per_term:
-                per_term[term] = self._term_contributions(term, stats)
-                present[per_term[term][0]] = True
-            docs, contributions = per_term[term]
-            totals[docs] += contributions  # a term lists a doc once: no lost updates
-        ids = np.flatnonzero(present)
+        totals, present = self._scored_all(terms, self._stats())
+        ids = np.flatnonzero(present & self._alive)
         return ids, totals[ids]
 
     def top_k(
@@ -313,22 +446,46 @@ class BM25Index:
 
         Best first, ties by lower doc id. `allowed` is a bool mask over doc ids; ids past
         its end are not allowed (fail closed). Scores may be <= 0 (see module doc).
+        Exactly the selection over `scores`, usually without scoring most postings.
         """
-        ids, scores = self.scores(query_tokens)
-        if allowed is not None:
-            allowed = np.asarray(allowed, dtype=bool)
-            inside = ids < len(allowed)
-            inside[inside] = allowed[ids[inside]]
-            ids, scores = ids[inside], scores[inside]
-        if k <= 0 or len(ids) == 0:
+        terms = self._query_terms(query_tokens)
+        if k <= 0 or not terms:
             return _NO_IDS, _NO_SCORES
-        if len(ids) > k:
-            # Keep everything tied with the k-th score so ties resolve by id, not by partition order.
-            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-            keep = scores >= kth
-            ids, scores = ids[keep], scores[keep]
-        order = np.argsort(-scores, kind="stable")[:k]  # ids are ascending: stable = lower id first
-        return ids[order], scores[order]
+        stats = self._stats()
+        ok = self._alive
+        if allowed is not None:
+            allowed = np.asarray(allowed, dtype=bool)[: len(ok)]
+            ok = ok.copy()
+            ok[: len(allowed)] &= allowed
+            ok[len(allowed) :] = False
+        found, floor = self._pruned(self._query(terms, stats), k, ok, stats)
+        if found is None:
+            totals, keep = self._scored_all(terms, stats)
+            keep &= ok
+            if floor > -math.inf:  # only docs reaching the threshold, so few are ranked
+                keep &= totals >= floor
+            ids = np.flatnonzero(keep)
+            found = ids, totals[ids]
+        return _best(*found, k)
+
+    def _query_terms(self, query_tokens: Sequence[str]) -> list[int]:
+        """Term ids of the query tokens with live postings, in query order, repeats included."""
+        return [t for t in (self._vocab.get(q) for q in query_tokens) if t is not None and self._df[t] > 0]
+
+    def _scored_all(self, terms: list[int], stats: _Stats) -> tuple[np.ndarray, np.ndarray]:
+        """Every posting of every query term scored, the reference `top_k` prunes towards:
+        per doc id, its score and whether it holds a query term. Tombstoned postings are
+        scored too (cheaper than skipping them): callers keep live ids only."""
+        totals = np.zeros(len(self._alive))
+        present = np.zeros(len(self._alive), dtype=bool)
+        per_term: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for term in terms:  # in query order, repeats included, so sums round like rank_bm25's
+            if term not in per_term:
+                per_term[term] = self._term_contributions(term, stats)
+                present[per_term[term][0]] = True
+            docs, contributions = per_term[term]
+            totals[docs] += contributions  # a term lists a doc once: no lost updates
+        return totals, present
 
     def _stats(self) -> _Stats:
         """Corpus statistics, recomputed once per write burst (O(vocabulary + doc ids))."""
@@ -343,26 +500,177 @@ class BM25Index:
         avgdl = self._total_len / n_docs
         # Same expression and evaluation order as rank_bm25, so denominators match bit for bit.
         norm = self.k1 * (1 - self.b + self.b * self._doc_len / avgdl)
-        cached = _Stats(self._version, n_docs, floor, norm)
+        cached = _Stats(self._version, n_docs, floor, norm, avgdl)
         self._stats_cache = cached
         return cached
 
-    def _term_contributions(self, term: int, stats: _Stats) -> tuple[np.ndarray, np.ndarray]:
-        """(doc ids, idf * tf part) over the term's live postings, vectorised."""
+    def _idf(self, term: int, stats: _Stats) -> float:
         n = int(self._df[term])
         idf = math.log(stats.n_docs - n + 0.5) - math.log(n + 0.5)
-        if idf < 0:
-            idf = stats.floor
+        return stats.floor if idf < 0 else idf
+
+    def _term_contributions(self, term: int, stats: _Stats) -> tuple[np.ndarray, np.ndarray]:
+        """(doc ids, idf * tf part) over the term's stored postings, dead ones included."""
+        docs, tfs = self._postings[term][0, : self._used[term]], self._postings[term][1, : self._used[term]]
+        return docs, self._idf(term, stats) * (tfs * (self.k1 + 1) / (tfs + stats.norm[docs]))
+
+    # ------------------------------------------------------ pruned top k
+
+    def _query(self, terms: list[int], stats: _Stats) -> _Query:
+        distinct = sorted(set(terms), key=lambda t: (int(self._df[t]), t))
+        idf = [self._idf(t, stats) for t in distinct]
+        repeats = np.array([terms.count(t) for t in distinct], dtype=np.float64)
+        tf_max = self._tf_max[distinct].astype(np.float64)
+        # The norm expression of `_stats` on each term's shortest doc: no live posting's is lower.
+        norm_min = self.k1 * (1 - self.b + self.b * self._len_min[distinct] / stats.avgdl)
+        saturation = (self.k1 + 1) * tf_max / (tf_max + norm_min)
+        return _Query(
+            terms=distinct,
+            idf=idf,
+            repeats=repeats,
+            bound=repeats * np.maximum(idf, 0.0) * saturation,
+            df=self._df[distinct].copy(),
+            magnitude=float(repeats @ np.abs(idf)) * (self.k1 + 1),
+            norm_min=norm_min,
+            sequence=[distinct.index(t) for t in terms],
+        )
+
+    def _pruned(
+        self, query: _Query, k: int, ok: np.ndarray, stats: _Stats
+    ) -> tuple[tuple[np.ndarray, np.ndarray] | None, float]:
+        """((doc ids ascending, scores) of allowed docs including the top k, or None when
+        pruning would not pay and everything must be scored; a score every doc of the top k
+        reaches, or -inf)."""
+        wanted = max(_SEEDS, 8 * k)
+        seeding = _CANDIDATE_COST * wanted * len(query.terms)
+        seeding += _LOOKUP_COST * sum(min(_lookup_steps(wanted, float(df), len(ok))) for df in query.df)
+        if seeding > _FULL_COST * float(query.df.sum()):
+            return None, -math.inf  # a small corpus: a threshold would cost more than scoring everything
+        seeds = self._seeds(query, ok, wanted)
+        if len(seeds) < k:
+            return None, -math.inf
+        _, seed_scores = self._scored(seeds, query, stats)
+        theta = float(np.partition(seed_scores, len(seeds) - k)[len(seeds) - k])
+        floor = theta - _MARGIN * (abs(theta) + query.magnitude)
+        plan = _plan(query, floor, lambda i, need: self._reaching_estimate(query, i, need, ok, stats), len(ok))
+        if plan is None:
+            return None, floor
+        whole, driver, need = plan
+        parts = [self._postings[t][0, : self._used[t]] for t in query.terms[:whole]]
+        parts = [docs[ok[docs]] for docs in parts]
+        if driver is not None:
+            parts.append(self._reaching(query, driver, need, ok, stats)[0])
+        return self._scored(_union(parts, len(ok)), query, stats, floor), floor
+
+    def _seeds(self, query: _Query, ok: np.ndarray, wanted: int) -> np.ndarray:
+        """Up to `wanted` allowed live docs likely to score high, to set the threshold: the
+        rarest terms' postings, and from a long list only its highest term frequencies."""
+        chosen, total = [], 0
+        for term in query.terms:
+            postings = self._postings[term][:, : self._used[term]]
+            room = wanted - total
+            if postings.shape[1] > room:
+                tfs = postings[1]
+                sample = tfs[:: max(1, len(tfs) // _TF_SAMPLE)]
+                cut = len(sample) - max(1, len(sample) * room // len(tfs))
+                postings = postings[:, np.flatnonzero(tfs >= np.partition(sample, cut)[cut])[: 4 * room]]
+            postings = postings[:, ok[postings[0]]]
+            if postings.shape[1] > room:
+                postings = postings[:, np.argpartition(postings[1], -room)[-room:]]
+            chosen.append(postings[0])
+            total += postings.shape[1]
+            if total >= wanted:
+                break
+        return _union(chosen, len(ok))
+
+    def _reaching(
+        self, query: _Query, i: int, need: float, ok: np.ndarray, stats: _Stats, step: int = 1
+    ) -> tuple[np.ndarray, int]:
+        """Allowed live docs among every `step`-th posting of term `i` whose contribution
+        (repeats included) may reach `need` > 0, and how many postings passed the cheap
+        first test (a term frequency high enough whatever the doc's length).
+
+        idf * tf * (k1 + 1) / (tf + norm) >= need  <=>  norm <= tf * (k1 + 1 - x) / x with
+        x = need / idf: one limit per term frequency. `need` has the threshold's margin taken
+        off already, so rounding in the limits cannot exclude a doc that reaches the threshold.
+        """
+        term, used = query.terms[i], int(self._used[query.terms[i]])
+        docs, tfs = self._postings[term][0, :used:step], self._postings[term][1, :used:step]
+        levels = np.arange(int(self._tf_max[term]) + 1, dtype=np.float64)
+        if query.idf[i] <= 0:  # contributions <= 0 < need
+            return np.zeros(0, dtype=np.int32), 0
+        x = need / (query.repeats[i] * query.idf[i])
+        limits = levels * (self.k1 + 1 - x) / x
+        if limits[-1] < query.norm_min[i]:
+            return np.zeros(0, dtype=np.int32), 0
+        low = int(np.argmax(limits >= query.norm_min[i]))  # limits grow with the term frequency
+        if low > 1:
+            at = np.flatnonzero(tfs >= low)
+            docs, tfs = docs[at], tfs[at]
+        keep = stats.norm[docs] <= limits[tfs]
+        keep &= ok[docs]
+        return docs[keep], len(docs)
+
+    def _reaching_estimate(
+        self, query: _Query, i: int, need: float, ok: np.ndarray, stats: _Stats
+    ) -> tuple[float, float]:
+        """`_reaching`'s (postings past the first test, docs kept), from a sample of the postings."""
+        step = max(1, int(self._used[query.terms[i]]) // _TF_SAMPLE)
+        docs, passed = self._reaching(query, i, need, ok, stats, step)
+        return float(passed * step), float(len(docs) * step)
+
+    def _scored(
+        self, docs: np.ndarray, query: _Query, stats: _Stats, floor: float = -math.inf
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(docs kept, their scores) for live docs (int32 ascending).
+
+        Scores are bit for bit `_scored_all`'s: the same per-posting expression, summed from
+        0 in query order (an absent term adds 0.0, which keeps the bits). Terms are looked up
+        largest bound first and a doc is dropped once its known contributions plus the bounds
+        of the terms still to look up fall below `floor` (the threshold less its margin).
+        """
+        contributions: list[np.ndarray] = [_NO_SCORES] * len(query.terms)
+        known = np.zeros(len(docs))
+        rest = float(query.bound.sum())
+        for i in np.argsort(-query.bound, kind="stable").tolist():
+            at, tfs = self._lookup(query.terms[i], docs)
+            values = np.zeros(len(docs))
+            values[at] = query.idf[i] * (tfs * (self.k1 + 1) / (tfs + stats.norm[docs[at]]))
+            contributions[i] = values
+            known += query.repeats[i] * values
+            rest -= float(query.bound[i])
+            keep = np.flatnonzero(known >= floor - rest)
+            if len(keep) < len(docs):
+                docs, known = docs[keep], known[keep]
+                contributions = [c[keep] if len(c) else c for c in contributions]
+        totals = np.zeros(len(docs))
+        for i in query.sequence:
+            totals += contributions[i]
+        return docs, totals
+
+    def _lookup(self, term: int, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in `docs` the term's postings hold, their term frequencies).
+
+        Binary search per doc when docs are few against the postings, else one pass over
+        the postings through each doc id's position; docs are live, so hits are live postings.
+        """
         postings = self._postings[term][:, : self._used[term]]
-        if self._dead[term]:
-            postings = postings[:, self._alive[postings[0]]]
-        docs, tfs = postings[0], postings[1]
-        return docs, idf * (tfs * (self.k1 + 1) / (tfs + stats.norm[docs]))
+        listed = postings.shape[1]
+        search, scan = _lookup_steps(len(docs), listed, len(self._alive))
+        if search < scan:
+            at = np.minimum(np.searchsorted(postings[0], docs), listed - 1)
+            hit = postings[0, at] == docs
+            return np.flatnonzero(hit), postings[1, at[hit]]
+        position = np.full(len(self._alive), -1, dtype=np.int32)
+        position[docs] = np.arange(len(docs), dtype=np.int32)
+        at = position[postings[0]]
+        found = np.flatnonzero(at >= 0)
+        return at[found], postings[1, found]
 
     def nbytes(self) -> int:
         """Approximate memory held: numpy buffers plus the vocabulary dict and its keys."""
         postings = sum(sys.getsizeof(p) for p in self._postings if p is not _EMPTY_POSTINGS)
-        columns = (self._used, self._df, self._dead, self._alive, self._doc_len, self._doc_sig,
-                   *self._removed.values())
+        columns = (self._used, self._df, self._dead, self._tf_max, self._len_min, self._alive, self._doc_len,
+                   self._doc_sig, *self._removed.values())
         vocab = sys.getsizeof(self._vocab) + sum(sys.getsizeof(t) for t in self._vocab)
         return postings + sys.getsizeof(self._postings) + sum(a.nbytes for a in columns) + vocab
