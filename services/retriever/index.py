@@ -42,7 +42,7 @@ COMPACT_MIN_DEAD = 1000
 COMPACT_DEAD_SHARE = 0.25
 # Bumped whenever the pickled classes change shape: a snapshot in another format is rebuilt
 # from the store, never unpickled into objects the code no longer matches.
-SNAPSHOT_FORMAT = 4
+SNAPSHOT_FORMAT = 5  # 5: BM25 postings sorted by doc id, per-term bounds (pruned top-k)
 _SNAPSHOT_BLOCK = 8192  # chunks per pickle block
 _IVF_SUFFIX = ".ivf.faiss"  # an ivf collection's trained IVF, beside its exact vectors
 # One FAISS thread per search (set per thread: OpenMP settings are thread-local): a single query
