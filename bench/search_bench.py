@@ -581,4 +581,13 @@ def run_bm25(n_docs: int, n_queries: int, n_ref_queries: int) -> Section:
                 note="pays the statistics refresh")
     section.add("index build / rank-bm25 build", f"{r['index_build_s']:.1f} / {r['rank_bm25_build_s']:.1f}", "s")
     section.add("index memory", r["index_mb"], "MB", note=f"{r['postings']:,} postings")
+    for label, name in (("no filter", ""), ("10% filter", "filtered_")):
+        key = f"top{bm25_bench.PRUNE_DEPTH}_{name}"
+        identical, compared = (int(x) for x in r[f"{key}identical"].split("/"))
+        section.add(f"top-{bm25_bench.PRUNE_DEPTH} pruned / every posting scored p50, {label}",
+                    f"{r[f'{key}pruned_p50_ms']:.2f} / {r[f'{key}full_p50_ms']:.2f}", "ms",
+                    note=f"p99 {r[f'{key}pruned_p99_ms']:.1f} / {r[f'{key}full_p99_ms']:.1f} ms; "
+                         f"{r[f'{key}speedup_p50']:.1f}x at p50")
+        section.add(f"  pruned results identical to every posting scored, {label}", identical / compared, "",
+                    Target(">=", 1.0), f"{identical}/{compared} queries: ids, order and score bits")
     return section
