@@ -37,7 +37,11 @@ TRAIN_PER_LIST = 40  # FAISS asks for at least 39 training vectors a list
 # 1/32 0.84, 1/16 0.91, 1/8 0.95 (the synthetic corpus's clusters: 1.0 from 8 of 1,024 lists).
 PROBED_SHARE = 1 / 8
 MIN_PROBES = 8
-MAX_FILTERED_SHARE = 0.25  # past this share of lists, a filtered search scans exactly
+# Past this share of lists, a filtered search scans exactly. The selector skips the codes outside the
+# filter before any distance is computed, so a filtered probe of many lists costs about what an
+# unfiltered one does. Measured with a 10% filter (405 of 1,024 lists at 1M synthetic chunks): 11.5 ms
+# against 21.5 ms exact, recall@10 1.0; on SciFact's MiniLM vectors (51 of 128 lists) recall@10 0.973.
+MAX_FILTERED_SHARE = 0.5
 REFINE = 4  # IVF candidates re-scored exactly per result wanted
 
 
