@@ -103,9 +103,10 @@ class AskPipeline:
         who = caller.acting_for(ask.tenant, ask.user_id)
         ask.tenant, ask.user_id, ask.identity = who.tenant, who.user, who
         self.rate.check(who.tenant, who.user)
+        self.planning.check()  # busy: refused before any work (and before the stream starts)
         # A question every route searches for is embedded from here on, while the checks below, the
-        # history read and the routing run (not when retrieval is refused anyway: no work for it).
-        ask.embedding = None if self.planning.full else self.planner.embed_early(ask)
+        # history read and the routing run.
+        ask.embedding = self.planner.embed_early(ask)
         try:
             await self.models.check(ask.model)
             if self.limits.enabled:  # unlimited: no store read, and no trip through a thread before the answer

@@ -437,8 +437,9 @@ def _errors(max_body: int, max_upload: int) -> dict[int, str]:
         413: f"INVALID_ARGUMENT: the body is over HTTP_MAX_BODY_BYTES ({max_body:,} bytes; uploads to "
              f"/api/documents: UPLOAD_MAX_BYTES, {max_upload:,} bytes), refused as it arrives",
         415: "INVALID_ARGUMENT: a POST or PATCH body must be application/json (or multipart/form-data for files)",
-        429: "RESOURCE_EXHAUSTED: too many calls in flight (MAX_CONCURRENT_CALLS), the user's rate "
-             "(RATE_LIMIT_PER_MINUTE) or monthly quota is used up, or a provider's; wait Retry-After seconds",
+        429: "RESOURCE_EXHAUSTED: too many calls in flight (MAX_CONCURRENT_CALLS) or questions being planned "
+             "(MAX_CONCURRENT_RETRIEVALS), the user's rate (RATE_LIMIT_PER_MINUTE) or monthly quota is used up, "
+             "or a provider's; wait Retry-After seconds",
         500: "INTERNAL: a fault of ours; the message quotes the request id to report",
         502: "FAILED_PRECONDITION: a service or provider refused the gateway's own credentials",
         503: "UNAVAILABLE: a service or the database is down or did not answer in time; try again",
