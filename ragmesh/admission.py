@@ -19,18 +19,18 @@ class Admission:
         self.in_flight = 0
         self.refused = 0
 
-    def check(self) -> None:
-        """Raises ResourceExhausted when a call now would be refused: lets a caller refuse before it
-        starts work the call would need."""
-        if self.limit and self.in_flight >= self.limit:
-            self.refused += 1
-            raise ResourceExhausted(f"{self.name} is busy: {self.limit} calls in flight; retry in "
-                                    f"{self.retry_after_s:g} s", self.retry_after_s)
+    @property
+    def full(self) -> bool:
+        """A call now would be refused."""
+        return bool(self.limit) and self.in_flight >= self.limit
 
     @contextmanager
     def slot(self) -> Iterator[None]:
         """Holds one slot for the duration of a call; raises ResourceExhausted when none is free."""
-        self.check()
+        if self.full:
+            self.refused += 1
+            raise ResourceExhausted(f"{self.name} is busy: {self.limit} calls in flight; retry in "
+                                    f"{self.retry_after_s:g} s", self.retry_after_s)
         self.in_flight += 1
         try:
             yield

@@ -103,21 +103,13 @@ class AskPipeline:
         who = caller.acting_for(ask.tenant, ask.user_id)
         ask.tenant, ask.user_id, ask.identity = who.tenant, who.user, who
         self.rate.check(who.tenant, who.user)
-        self.planning.check()  # busy: refused before any work (and before the stream starts)
-        # A question every route searches for is embedded from here on, while the checks below, the
-        # history read and the routing run.
-        ask.embedding = self.planner.embed_early(ask)
-        try:
-            await self.models.check(ask.model)
-            if self.limits.enabled:  # unlimited: no store read, and no trip through a thread before the answer
-                await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
-            if ask.conversation_id:  # another's, or unknown: the same NotFound
-                await asyncio.to_thread(self.history.require, who, ask.conversation_id, owner_only=True)
-            else:
-                ask.conversation_id = uuid.uuid4().hex
-        except BaseException:
-            _discard(ask.embedding)
-            raise
+        await self.models.check(ask.model)
+        if self.limits.enabled:  # unlimited: no store read, and no trip through a thread before the answer
+            await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
+        if ask.conversation_id:  # another's, or unknown: the same NotFound
+            await asyncio.to_thread(self.history.require, who, ask.conversation_id, owner_only=True)
+        else:
+            ask.conversation_id = uuid.uuid4().hex
         return ask
 
     def stop(self, conversation_id: str) -> bool:
@@ -135,13 +127,17 @@ class AskPipeline:
         stop = self._running.setdefault(conv, asyncio.Event())
         stop.clear()
         lookup: asyncio.Future[list[CorrectionRecord]] | None = None
+        embedding: asyncio.Future | None = None
         try:
             yield Event("searching", True)
+            # A question every route searches for is embedded while its history is read and routed; not
+            # when planning is at its limit (it would most likely be refused, and its embedding wasted).
+            embedding = None if self.planning.full else self.planner.embed_early(ask)
+            turns = await asyncio.to_thread(self.history.turns, conv)
+            # The user's corrections are looked up while the question is planned, not after.
+            lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
             with self.planning.slot():
-                turns = await asyncio.to_thread(self.history.turns, conv)
-                # The user's corrections are looked up while the question is planned, not after.
-                lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
-                strategy = await self.planner.plan(ask, turns, ask.embedding)
+                strategy = await self.planner.plan(ask, turns, embedding)
             metrics.route_taken(strategy.route)
             if note := web_search_note(strategy.model, ask.web_search):
                 strategy.reason += f"; {note}"
@@ -173,7 +169,7 @@ class AskPipeline:
             yield Event("error", {"code": "INTERNAL", "message": f"internal error (request id {request_id_var.get()})"})
         finally:
             _discard(lookup)
-            _discard(ask.embedding)
+            _discard(embedding)
             self._running.pop(conv, None)
 
     # -- generation -------------------------------------------------------------------------

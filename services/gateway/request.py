@@ -1,8 +1,6 @@
 """An Ask as the gateway's domain sees it, checked field by field before anything is written."""
 from __future__ import annotations
 
-import asyncio
-
 from dataclasses import dataclass, field
 
 from ragmesh.errors import InvalidArgument
@@ -58,8 +56,6 @@ class AskInput:
     context_window: str = ""  # 003: one of CONTEXT_WINDOWS, or "" (the question may set one)
     response_format: str = "ragmesh"  # one of RESPONSE_FORMATS; "notes" asks for 002's contract
     identity: Identity | None = None  # who asks, settled by AskPipeline.prepare from the credential
-    # The question's embedding, started by AskPipeline.prepare once the question is valid and admitted.
-    embedding: asyncio.Future | None = field(default=None, repr=False, compare=False)
 
     def validate(self) -> None:
         """Every field bounded and checked, lists deduplicated, before anything is searched or written."""

@@ -103,9 +103,9 @@ class Planner:
         self.quality = QualityStack(generator, settings.quality)
 
     def embed_early(self, ask: AskInput) -> asyncio.Task[tuple[np.ndarray | None, float]] | None:
-        """The question's embedding, started before its conversation is checked and read when every
-        route the question can take searches (only NO_RAG depends on the conversation, and only from
-        two turns on): it then runs while the gateway does the rest, so a question that reuses its
+        """The question's embedding, started before its conversation is read when every route the
+        question can take searches (only NO_RAG depends on the conversation, and only from two turns
+        on): it then runs while history is read and the question routed, so a question that reuses its
         scope waits for little more than its embedding. None when a route may not need it."""
         if not all(router.route(ask.question, turns, len(ask.document_ids)).retrieves for turns in (0, 2)):
             return None

@@ -229,22 +229,22 @@ def test_right_after_a_retriever_restart_the_next_ask_succeeds(stack: Stack) -> 
 
 def test_past_the_planning_limit_a_question_is_refused_at_once_and_nothing_is_saved(stack: Stack) -> None:
     """MAX_CONCURRENT_RETRIEVALS: a question that would wait behind the others until its searches time
-    out is refused up front, before any work and before a stream starts: over JSON and SSE 429 +
-    Retry-After, over gRPC RESOURCE_EXHAUSTED; answered once a slot frees."""
+    out is refused up front, over JSON (429 + Retry-After), SSE and gRPC, and answered once a slot frees."""
     gateway = stack.start_variant("gateway", max_concurrent_retrievals=1)
     url = f"http://127.0.0.1:{gateway.app.http_port}"
     planning = gateway.app.pipeline.planning
     before = _answers(stack)
     planning.in_flight = planning.limit  # another question is being planned
     try:
-        for path in ("/api/chat/ask", "/api/chat/ask/stream"):
-            reply = httpx.post(url + path, json={"question": QUESTION}, headers=stack.headers, timeout=60)
-            assert reply.status_code == 429 and reply.headers["retry-after"] == "1", reply.text
-            assert reply.json()["error"]["code"] == "RESOURCE_EXHAUSTED"
-        with pytest.raises(grpc.RpcError) as refused:
-            list(gateway_pb2_grpc.GatewayStub(channel(gateway.address, stack.metadata)).Ask(
-                gateway_pb2.AskRequest(question=QUESTION)))
-        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+        reply = httpx.post(url + "/api/chat/ask", json={"question": QUESTION}, headers=stack.headers, timeout=60)
+        assert reply.status_code == 429 and reply.headers["retry-after"] == "1", reply.text
+        assert reply.json()["error"]["code"] == "RESOURCE_EXHAUSTED"
+        events = sse(url + "/api/chat/ask/stream", {"question": QUESTION}, stack.headers)
+        assert events[-1]["error"]["code"] == "RESOURCE_EXHAUSTED" and not any("content" in e for e in events)
+        streamed = list(gateway_pb2_grpc.GatewayStub(channel(gateway.address, stack.metadata)).Ask(
+            gateway_pb2.AskRequest(question=QUESTION)))
+        assert streamed[-1].error.code == "RESOURCE_EXHAUSTED", streamed[-1]
+        assert not any(e.WhichOneof("event") == "content" for e in streamed)
     finally:
         planning.in_flight = 0
     assert _answers(stack) == before  # nothing stored for the refused questions
