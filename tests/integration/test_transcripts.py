@@ -186,3 +186,21 @@ def test_a_models_answer_becomes_at_most_six_clean_tags() -> None:
     assert parse_tags("") == [] and parse_tags("x" * 65) == []
     assert parse_tags('- "Budget"\n- hiring plan.\n* Hiring Plan\n3) audit, a, b, c, d') == [
         "budget", "hiring plan", "audit", "a", "b", "c"]
+
+
+@pytest.mark.parametrize("request_, code, field", [
+    (gateway_pb2.TranscriptRequest(raw_text=CALL, tenant="demo", transcript_id="grpc-x"), "PERMISSION_DENIED",
+     "tenant"),
+    (gateway_pb2.TranscriptRequest(raw_text="   "), "INVALID_ARGUMENT", "raw_text"),
+    (gateway_pb2.TranscriptRequest(raw_text=CALL, tags=["budget, hiring"]), "INVALID_ARGUMENT", "tags[0]"),
+    (gateway_pb2.TranscriptRequest(raw_text=CALL, date="2024-13-40"), "INVALID_ARGUMENT", "date"),
+    (gateway_pb2.TranscriptRequest(raw_text=CALL, collection="../etc"), "INVALID_ARGUMENT", "collection"),
+])
+def test_grpc_refuses_another_tenant_and_garbage_and_stores_nothing(stack: Stack, request_, code: str,
+                                                                     field: str) -> None:
+    """Gateway.IngestTranscript with a rival tenant's admin key: nothing lands in demo, nothing is stored."""
+    rival = stack.key("rival", "boss", "admin")
+    with channel(stack.address("gateway"), bearer(rival)) as ch, pytest.raises(grpc.RpcError) as err:
+        gateway_pb2_grpc.GatewayStub(ch).IngestTranscript(request_, timeout=60)
+    assert err.value.code().name == code and field in err.value.details(), err.value
+    assert stored(stack.http_url, stack.admin_key, "transcript_grpc-x").status_code == 404
