@@ -109,7 +109,7 @@ class Planner:
         scope waits for little more than its embedding. None when a route may not need it."""
         if not all(router.route(ask.question, turns, len(ask.document_ids)).retrieves for turns in (0, 2)):
             return None
-        return asyncio.ensure_future(self._embed_question(ask.question, self.settings.retrieval_timeout_s * EMBED_SHARE))
+        return asyncio.ensure_future(self._embed_question(ask.question))
 
     async def plan(self, ask: AskInput, turns: list[Turn],
                    embedding: asyncio.Future[tuple[np.ndarray | None, float]] | None = None) -> Strategy:
@@ -137,8 +137,7 @@ class Planner:
         started = time.perf_counter()
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
         with tracing.span("embedding"):
-            vector, s.embed_ms = await (embedding or self._embed_question(
-                ask.question, self.settings.retrieval_timeout_s * EMBED_SHARE))
+            vector, s.embed_ms = await (embedding or self._embed_question(ask.question))
         cached = self.cache.get(ask.tenant, ask.conversation_id)
         if cached is None:
             s.retrieval, why = RAG_NEW_QUERY, "no cached scope for this conversation"
@@ -223,11 +222,12 @@ class Planner:
             s.filter = dataclasses.replace(s.filter, any_of={"fund_name": funds})
             s.detected_funds = funds
 
-    async def _embed_question(self, question: str, timeout: float) -> tuple[np.ndarray | None, float]:
+    async def _embed_question(self, question: str) -> tuple[np.ndarray | None, float]:
         """The question's vector for the topic check and the dense search (None if the embedder is down
-        or too slow), and the milliseconds the call took."""
+        or slower than its share of the retrieval deadline), and the milliseconds the call took."""
         started = time.perf_counter()
         try:
+            timeout = self.settings.retrieval_timeout_s * EMBED_SHARE
             vector = (await self.embedder.embed([question], "QUERY", timeout))[0]
         except RagmeshError as exc:
             log.warning("embedder unavailable for the question", extra={"error": str(exc)})
