@@ -1,7 +1,6 @@
 """Credential in, Identity out: the check every entry point (gRPC interceptor, HTTP bridge) makes."""
 from __future__ import annotations
 
-import asyncio
 import hmac
 from collections.abc import Mapping
 from typing import Literal
@@ -11,6 +10,7 @@ from ragmesh.errors import PermissionDenied, Unauthenticated
 from ragmesh.identity import Identity, keys
 from ragmesh.identity.secrets import read_or_create
 from ragmesh.identity.tokens import JwtVerifier
+from ragmesh.store import quick_read
 from ragmesh.store.lazy import LazyStore
 from ragmesh.tls import is_loopback
 
@@ -79,7 +79,7 @@ class Authenticator:
 
     async def user(self, token: str) -> Identity:
         if keys.looks_like_key(token):
-            return await asyncio.to_thread(self._key, token)
+            return await quick_read(self.store, self._key, token)
         if token.count(".") == 2:
             return self.jwt.verify(token)
         raise Unauthenticated("credential is neither an API key nor a JWT")

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ragmesh import metrics
@@ -44,6 +45,15 @@ class LazyStore:
         if timed is None:
             timed = self._timed[name] = _timed(store, name)
         return timed
+
+    @contextmanager
+    def inline_read(self) -> Iterator[bool]:
+        """False until connected (connecting is slow: it belongs in a worker thread)."""
+        if self._store is None:
+            yield False
+        else:
+            with self._store.inline_read() as now:
+                yield now
 
     def __repr__(self) -> str:
         return repr(self._store) if self._store is not None else "store (not connected)"

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, fields
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -476,6 +477,11 @@ class MongoStore:
     def revoke_api_key(self, key_id: str) -> bool:
         stamp = _now().strftime("%Y-%m-%dT%H:%M:%SZ")
         return self._keys.update_one({"_id": key_id, "revoked_at": ""}, {"$set": {"revoked_at": stamp}}).modified_count > 0
+
+    @contextmanager
+    def inline_read(self) -> Iterator[bool]:
+        """Never: every read is a network round trip, which must not hold up the event loop."""
+        yield False
 
     def close(self) -> None:
         self._client.close()

@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -117,6 +118,16 @@ class SqliteStore:
 
     def __repr__(self) -> str:
         return f"sqlite:{self.path}"
+
+    @contextmanager
+    def inline_read(self) -> Iterator[bool]:
+        """The lock, if no other thread holds it (WAL: another process's write does not block a read)."""
+        free = self._lock.acquire(blocking=False)
+        try:
+            yield free
+        finally:
+            if free:
+                self._lock.release()
 
     # -- helpers ---------------------------------------------------------------------------
     def _tx(self) -> "_Transaction":

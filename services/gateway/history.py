@@ -58,6 +58,11 @@ class History:
         if not mine:
             raise NotFound(f"conversation {conversation_id!r} not found")
 
+    def own_turns(self, who: Identity, conversation_id: str) -> list[Turn]:
+        """The turns of a conversation that must be the caller's own: `require` and `turns` in one trip."""
+        self.require(who, conversation_id, owner_only=True)
+        return self.turns(conversation_id)
+
     def conversations(self, who: Identity, limit: int = 50, offset: int = 0) -> list[ConversationInfo]:
         """The caller's conversations; an admin's are every user's in its tenant."""
         return self.store.conversations(who.tenant, None if who.is_admin else who.user, limit, offset)

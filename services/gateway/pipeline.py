@@ -65,6 +65,16 @@ class Sources:
     web_queries: list[str]
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A question `AskPipeline.prepare` accepted, with what it already holds for `run`: the
+    conversation's turns so far and, when started, the question's embedding."""
+
+    ask: AskInput
+    turns: list[Turn]
+    embedding: asyncio.Future[tuple[Any, float]] | None = None
+
+
 class Stopped(Exception):
     """The user pressed stop (POST /api/chat/stop or Gateway.Stop)."""
 
@@ -96,9 +106,13 @@ class AskPipeline:
     def default_model(self) -> str:
         return self.settings.default_model
 
-    async def prepare(self, ask: AskInput, caller: Identity) -> AskInput:
+    async def prepare(self, ask: AskInput, caller: Identity) -> Prepared:
         """Settles who asks (the caller, or a user an admin names), validates, checks usage limits and
-        that a named conversation is the asker's own, all before anything is written; fills defaults."""
+        that a named conversation is the asker's own, all before anything is written; fills defaults.
+
+        A question every route searches for is embedded from here on, while its conversation is read
+        (so one that reuses its scope waits for little more than its embedding); not when planning is at
+        its limit (it would most likely be refused, and its embedding wasted)."""
         ask.validate()
         who = caller.acting_for(ask.tenant, ask.user_id)
         ask.tenant, ask.user_id, ask.identity = who.tenant, who.user, who
@@ -106,11 +120,17 @@ class AskPipeline:
         await self.models.check(ask.model)
         if self.limits.enabled:  # unlimited: no store read, and no trip through a thread before the answer
             await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
+        embedding = None if self.planning.full else self.planner.embed_early(ask)
+        turns: list[Turn] = []
         if ask.conversation_id:  # another's, or unknown: the same NotFound
-            await asyncio.to_thread(self.history.require, who, ask.conversation_id, owner_only=True)
+            try:
+                turns = await asyncio.to_thread(self.history.own_turns, who, ask.conversation_id)
+            except BaseException:
+                _discard(embedding)
+                raise
         else:
             ask.conversation_id = uuid.uuid4().hex
-        return ask
+        return Prepared(ask, turns, embedding)
 
     def stop(self, conversation_id: str) -> bool:
         """Stops a running answer; callers check the conversation is the caller's first."""
@@ -120,20 +140,16 @@ class AskPipeline:
         event.set()
         return True
 
-    async def run(self, ask: AskInput) -> AsyncIterator[Event]:
-        """Streams the events of one answer; `prepare` must have accepted `ask`."""
+    async def run(self, prepared: Prepared) -> AsyncIterator[Event]:
+        """Streams the events of one answer `prepare` accepted."""
+        ask, turns, embedding = prepared.ask, prepared.turns, prepared.embedding
         conv = ask.conversation_id
         identity_var.set(ask.identity)  # the retriever searches, and memory is written, as this user
         stop = self._running.setdefault(conv, asyncio.Event())
         stop.clear()
         lookup: asyncio.Future[list[CorrectionRecord]] | None = None
-        embedding: asyncio.Future | None = None
         try:
             yield Event("searching", True)
-            # A question every route searches for is embedded while its history is read and routed; not
-            # when planning is at its limit (it would most likely be refused, and its embedding wasted).
-            embedding = None if self.planning.full else self.planner.embed_early(ask)
-            turns = await asyncio.to_thread(self.history.turns, conv)
             # The user's corrections are looked up while the question is planned, not after.
             lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
             with self.planning.slot():

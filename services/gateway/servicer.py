@@ -93,8 +93,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self.memory = memory
 
     async def Ask(self, request: gateway_pb2.AskRequest, context: grpc.aio.ServicerContext):
-        ask = await self.pipeline.prepare(ask_from_proto(request), identity.current())
-        async for event in self.pipeline.run(ask):
+        prepared = await self.pipeline.prepare(ask_from_proto(request), identity.current())
+        async for event in self.pipeline.run(prepared):
             yield event_to_proto(event)
 
     async def Stop(self, request: gateway_pb2.StopRequest, context: grpc.aio.ServicerContext):

@@ -1,9 +1,10 @@
 """A question every route searches for is embedded while its conversation is read (issue 15: a
 question that reuses its scope waits for little more than its embedding); a question that may be
-answered without a search is not embedded before the gateway knows it needs the vector.
+answered without a search is not embedded before the gateway knows it needs the vector. A new
+conversation has nothing to read: no history read at all.
 
 The gateway's history read is made to wait for the question's embedding request: with the embedding
-started after the read (as before), the read gives up after its wait and the test fails."""
+started after the read, the read gives up after its wait and the test fails."""
 from __future__ import annotations
 
 import threading
@@ -61,19 +62,20 @@ def test_a_question_that_searches_is_embedded_while_its_conversation_is_read(sta
     watch.question = QUESTION
     answer = ask(stack, QUESTION)
     strategy = answer["meta"]["strategy"]
-    assert watch.seen == [True] and strategy["retrieval"] == "RAG_NEW_QUERY" and strategy["embed_ms"] > 0
-    # The follow-up reuses the scope: its embedding too starts before the history is read.
+    assert watch.seen == [] and strategy["retrieval"] == "RAG_NEW_QUERY" and strategy["embed_ms"] > 0
+    # The follow-up reuses the scope: its embedding starts before its conversation is read.
     watch.asked.clear()
     answer = ask(stack, QUESTION, answer["conversation_id"])
-    assert watch.seen == [True, True] and answer["meta"]["strategy"]["retrieval"] == "RAG_REUSE"
+    assert watch.seen == [True] and answer["meta"]["strategy"]["retrieval"] == "RAG_REUSE"
 
 
 @pytest.mark.parametrize("question", ["Thanks!", "Summarize that"])
 def test_a_question_that_may_not_search_is_not_embedded_early(stack: Stack, watch: Watch, question: str) -> None:
+    conversation = ask(stack, "Hello")["conversation_id"]
     watch.question = question
-    ask(stack, question)
+    ask(stack, question, conversation)
     assert watch.seen == [False]  # nothing requested before the read
-    assert watch.asked.is_set() == (question != "Thanks!")  # "Summarize that", new: searched, embedded after
+    assert watch.asked.is_set() == (question != "Thanks!")  # "Summarize that" after one turn: searched, embedded after
 
 
 def test_a_question_refused_for_load_starts_no_embedding(stack: Stack, watch: Watch,

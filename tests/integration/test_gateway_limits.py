@@ -116,10 +116,10 @@ def test_a_summary_of_a_missing_document_is_404_not_500(stack: Stack) -> None:
 def test_a_server_fault_is_internal_with_a_request_id_and_no_internals(stack: Stack, monkeypatch) -> None:
     pipeline = stack.app("gateway").pipeline
 
-    def broken(*args, **kwargs):
+    async def broken(*args, **kwargs):
         raise ZeroDivisionError("secret internal detail")
 
-    monkeypatch.setattr(pipeline.history, "turns", broken)
+    monkeypatch.setattr(pipeline.planner, "plan", broken)
     events = sse(stack.http_url + "/api/chat/ask/stream", {"question": QUESTION}, stack.headers)
     error = events[-1]["error"]
     assert error["code"] == "INTERNAL" and "request id" in error["message"]
@@ -131,6 +131,22 @@ def test_a_server_fault_is_internal_with_a_request_id_and_no_internals(stack: St
     grpc_events = list(gateway_pb2_grpc.GatewayStub(channel(stack.address("gateway"), stack.metadata)).Ask(
         gateway_pb2.AskRequest(question=QUESTION)))
     assert grpc_events[-1].error.code == "INTERNAL" and "secret" not in grpc_events[-1].error.message
+
+
+def test_a_server_fault_before_the_stream_is_500_with_a_request_id(stack: Stack, monkeypatch) -> None:
+    """A fault while the question is prepared (its conversation read before any event is sent)."""
+    conversation = httpx.post(stack.http_url + "/api/chat/ask", json={"question": "Hello"}, headers=stack.headers,
+                              timeout=60).json()["conversation_id"]
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("secret internal detail")
+
+    monkeypatch.setattr(stack.app("gateway").pipeline.history, "own_turns", broken)
+    for path in ("/api/chat/ask", "/api/chat/ask/stream"):
+        reply = httpx.post(stack.http_url + path, json={"question": QUESTION, "conversation_id": conversation},
+                           headers={**stack.headers, "x-request-id": "trace-me-43"}, timeout=60)
+        assert reply.status_code == 500, reply.text
+        assert reply.json()["error"]["message"] == "internal error (request id trace-me-43)"
 
 
 # -- overload -----------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ transaction and change-stream tests.
 """
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import threading
@@ -33,7 +34,7 @@ from pymongo import MongoClient
 
 from ragmesh.config import Settings
 from ragmesh.identity.keys import ApiKeyRecord, new_key
-from ragmesh.store import CorrectionRecord, Store, StoreUnavailable, open_store
+from ragmesh.store import CorrectionRecord, Store, StoreUnavailable, open_store, quick_read
 from ragmesh.store.mongo import MongoStore, _chunk_doc
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import Chunk, DocumentRecord, SectionOutline, StoredChunk
@@ -656,3 +657,61 @@ def test_one_chunk_by_id_current_version_own_tenant_only(backend: Backend) -> No
     assert store.chunk("acme", "acme/notes/d1#1").chunk.text == "h2 text 1"
     store.delete_documents("acme", "notes", ["d1"])
     assert store.chunk("acme", "acme/notes/d1#1") is None
+
+
+def _recorded_api_key(store: Store) -> tuple[Callable[[str], ApiKeyRecord | None], list[int]]:
+    """store.api_key, and the list of the threads it ran on."""
+    ran_on: list[int] = []
+
+    def api_key(key_id: str) -> ApiKeyRecord | None:
+        ran_on.append(threading.get_ident())
+        return store.api_key(key_id)
+
+    return api_key, ran_on
+
+
+def _quick_api_key(store: Store, key_id: str) -> tuple[ApiKeyRecord | None, bool]:
+    """quick_read of one key from a running event loop: (the record, whether it ran on the loop's thread)."""
+    async def read() -> tuple[ApiKeyRecord | None, bool]:
+        api_key, ran_on = _recorded_api_key(store)
+        found = await quick_read(store, api_key, key_id)
+        return found, ran_on == [threading.get_ident()]
+
+    return asyncio.run(read())
+
+
+def test_a_quick_read_runs_on_the_loop_only_for_an_embedded_store_that_is_free(backend: Backend) -> None:
+    """SQLite answers a keyed read on the event loop (~10 us) when no other thread holds it; MongoDB
+    always goes through a worker thread (a network round trip must not hold up the loop)."""
+    store = backend.open()
+    made = key_record("a" * 16, "acme")
+    store.add_api_key(made)
+    assert _quick_api_key(store, made.key_id) == (made, backend.kind == "sqlite")
+    assert _quick_api_key(store, "0" * 16) == (None, backend.kind == "sqlite")
+
+
+def test_a_quick_read_while_another_thread_writes_goes_to_a_worker_and_the_loop_runs_on(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    made = key_record("a" * 16, "acme")
+    store.add_api_key(made)
+    writing, done = threading.Event(), threading.Event()
+
+    def long_write() -> None:  # another thread in the middle of a write: it holds the store's lock
+        with store._tx():
+            writing.set()
+            done.wait(10)
+
+    writer = threading.Thread(target=long_write)
+    writer.start()
+    writing.wait(10)
+
+    async def read() -> tuple[ApiKeyRecord | None, bool]:
+        api_key, ran_on = _recorded_api_key(store)
+        reading = asyncio.ensure_future(quick_read(store, api_key, made.key_id))
+        await asyncio.sleep(0.05)
+        assert not reading.done(), "the read waits for the write, in its worker thread"
+        done.set()  # the loop was free to run this: the write ends, the read goes on
+        return await reading, ran_on[0] != threading.get_ident()
+
+    assert asyncio.run(read()) == (made, True)
+    writer.join(10)

@@ -88,10 +88,10 @@ def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversati
 
     @router.post("/api/chat/ask/stream")
     async def ask_stream(body: AskBody, who: Identity = Depends(caller)) -> StreamingResponse:
-        ask = await pipeline.prepare(body.to_input(), who)  # bad input: 400 before the stream starts
+        prepared = await pipeline.prepare(body.to_input(), who)  # bad input: 400 before the stream starts
 
         async def sse() -> AsyncIterator[str]:
-            async with aclosing(pipeline.run(ask)) as events:
+            async with aclosing(pipeline.run(prepared)) as events:
                 async for event in events:
                     yield f"data: {json.dumps(event_json(event))}\n\n"
 
@@ -99,10 +99,11 @@ def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversati
 
     @router.post("/api/chat/ask")
     async def ask(body: AskBody, who: Identity = Depends(caller)) -> JSONResponse:
-        ask = await pipeline.prepare(body.to_input(), who)
+        prepared = await pipeline.prepare(body.to_input(), who)
+        ask = prepared.ask
         answer, sources, strategy, done, error = [], {"citations": [], "web_queries": []}, {}, {}, None
         planned = None
-        async with aclosing(pipeline.run(ask)) as events:
+        async with aclosing(pipeline.run(prepared)) as events:
             async for event in events:
                 data = event_json(event)
                 if "content" in data:
