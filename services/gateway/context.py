@@ -9,6 +9,7 @@ that repeat an earlier block's are dropped (003 step 1.3). Retrieved text is fen
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
@@ -84,7 +85,7 @@ def _group(hits: list[Hit]) -> list[_Draft]:
     return drafts
 
 
-def _render(draft: _Draft, index: int, dedupe: list[set[str]], seen_parents: set[str]) -> tuple[str, str]:
+def _render(draft: _Draft, index: int, dedupe: list[frozenset[str]], seen_parents: set[str]) -> tuple[str, str]:
     """(the block as the prompt shows it, its content alone for backends that quote it)."""
     first = draft.hits[0].chunk
     meta = first.metadata
@@ -105,9 +106,8 @@ def _render(draft: _Draft, index: int, dedupe: list[set[str]], seen_parents: set
             seen_parents.add(hit.chunk.parent_chunk_id)
             lines.append(f"Context: {_truncate(parent, PARENT_MAX_CHARS)}")
         kept = []
-        for sentence in split_sentences(hit.chunk.text):
-            words = set(tokenize(sentence))
-            if words and any(len(words & w) / len(words | w) >= DEDUPE_JACCARD for w in dedupe):
+        for sentence, words in _sentences(hit.chunk.text):
+            if words and any(_similar(words, w) for w in dedupe):
                 continue  # said already by an earlier block
             dedupe.append(words)
             kept.append(sentence)
@@ -119,6 +119,19 @@ def _render(draft: _Draft, index: int, dedupe: list[set[str]], seen_parents: set
     else:
         lines.append(f"Relevance Score: {draft.hits[0].score:.4f}")
     return "\n".join(lines), "\n\n".join(contents)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sentences(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    """A chunk's sentences with their words. Kept for the chunks seen last: a question that reuses its
+    scope builds its context from the same chunks as the one before."""
+    return tuple((sentence, frozenset(tokenize(sentence))) for sentence in split_sentences(text))
+
+
+def _similar(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Jaccard >= DEDUPE_JACCARD; sizes too far apart cannot reach it (|a & b| <= min, |a | b| >= max)."""
+    small, large = sorted((len(a), len(b)))
+    return small / large >= DEDUPE_JACCARD and len(a & b) / len(a | b) >= DEDUPE_JACCARD
 
 
 @dataclass
@@ -134,7 +147,7 @@ def build(hits: list[Hit], budget: int) -> Context:
     blocks: list[ContextBlock] = []
     rendered: list[RenderedBlock] = []
     used: list[Hit] = []
-    dedupe: list[set[str]] = []
+    dedupe: list[frozenset[str]] = []
     seen_parents: set[str] = set()
     for draft in _group(hits):
         index = len(blocks) + 1
