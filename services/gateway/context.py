@@ -85,7 +85,7 @@ def _group(hits: list[Hit]) -> list[_Draft]:
     return drafts
 
 
-def _render(draft: _Draft, index: int, dedupe: list[frozenset[str]], seen_parents: set[str]) -> tuple[str, str]:
+def _render(draft: _Draft, index: int, dedupe: list[tuple[frozenset[str], int]], seen_parents: set[str]) -> tuple[str, str]:
     """(the block as the prompt shows it, its content alone for backends that quote it)."""
     first = draft.hits[0].chunk
     meta = first.metadata
@@ -107,9 +107,9 @@ def _render(draft: _Draft, index: int, dedupe: list[frozenset[str]], seen_parent
             lines.append(f"Context: {_truncate(parent, PARENT_MAX_CHARS)}")
         kept = []
         for sentence, words in _sentences(hit.chunk.text):
-            if words and any(_similar(words, w) for w in dedupe):
+            if words and _said(words, dedupe):
                 continue  # said already by an earlier block
-            dedupe.append(words)
+            dedupe.append((words, len(words)))
             kept.append(sentence)
         if kept:
             contents.append(" ".join(kept))
@@ -128,10 +128,16 @@ def _sentences(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
     return tuple((sentence, frozenset(tokenize(sentence))) for sentence in split_sentences(text))
 
 
-def _similar(a: frozenset[str], b: frozenset[str]) -> bool:
-    """Jaccard >= DEDUPE_JACCARD; sizes too far apart cannot reach it (|a & b| <= min, |a | b| >= max)."""
-    small, large = sorted((len(a), len(b)))
-    return small / large >= DEDUPE_JACCARD and len(a & b) / len(a | b) >= DEDUPE_JACCARD
+def _said(words: frozenset[str], earlier: list[tuple[frozenset[str], int]]) -> bool:
+    """Whether an earlier sentence's words (with their count) have Jaccard >= DEDUPE_JACCARD with these.
+    Sizes too far apart cannot reach it (|a & b| <= the smaller, |a | b| >= the larger): skipped."""
+    m = len(words)
+    for other, n in earlier:
+        if min(m, n) / max(m, n) >= DEDUPE_JACCARD:
+            shared = len(words & other)
+            if shared / (m + n - shared) >= DEDUPE_JACCARD:
+                return True
+    return False
 
 
 @dataclass
@@ -147,7 +153,7 @@ def build(hits: list[Hit], budget: int) -> Context:
     blocks: list[ContextBlock] = []
     rendered: list[RenderedBlock] = []
     used: list[Hit] = []
-    dedupe: list[frozenset[str]] = []
+    dedupe: list[tuple[frozenset[str], int]] = []
     seen_parents: set[str] = set()
     for draft in _group(hits):
         index = len(blocks) + 1

@@ -32,13 +32,16 @@ CORRECTIONS_EMBED_TIMEOUT_S = 1.0  # before every answer: past this, shared word
 CORRECTION_LIMITS = {"correction": 4000, "question": MAX_QUESTION_CHARS, "wrong_answer": 20_000,
                      "conversation_id": MAX_NAME_CHARS}
 REMEMBER_RETRIES = 4  # memory embedding: tries after the first, waiting 0.5, 1, 2, 4 s
+# The background work starts this long after the answer: a follow-up asked at once then has the embedder
+# and the CPU to itself, instead of queueing behind the previous turn's messages (make bench, pipeline).
+SETTLE_S = 0.25
 SUMMARY_QUESTION = "Summarize this conversation: the user's goals, the decisions made and the key facts and figures."
 
 
 class Memory:
     def __init__(self, store: Store, retriever: RetrieverClient, generator: GeneratorClient,
                  embedder: EmbedderClient, summary_after_turns: int = 6, queue_max: int = 1000,
-                 retry_base_s: float = 0.5) -> None:
+                 retry_base_s: float = 0.5, settle_s: float = SETTLE_S) -> None:
         self.store = store
         self.retriever = retriever
         self.generator = generator
@@ -46,6 +49,7 @@ class Memory:
         self.summary_after_turns = summary_after_turns
         self.queue_max = queue_max
         self.retry_base_s = retry_base_s
+        self.settle_s = settle_s
         self.dropped = 0  # background work refused because the queue was full
         self._tasks: dict[asyncio.Task, str] = {}  # background work -> its conversation
 
@@ -56,9 +60,17 @@ class Memory:
             log.warning("memory work dropped: queue full", extra={"conversation_id": conversation_id,
                                                                   "queue_max": self.queue_max})
             return
-        task = asyncio.create_task(work)  # copies the context: the work acts as the caller's identity
+        task = asyncio.create_task(self._settled(work))  # copies the context: the work acts as the caller's identity
         self._tasks[task] = conversation_id
         task.add_done_callback(lambda t: self._tasks.pop(t, None))
+
+    async def _settled(self, work: Coroutine) -> None:
+        try:
+            await asyncio.sleep(self.settle_s)
+        except BaseException:
+            work.close()
+            raise
+        await work
 
     async def idle(self) -> None:
         """Waits for the background work scheduled so far (tests, graceful shutdown)."""

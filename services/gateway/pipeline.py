@@ -110,7 +110,8 @@ class AskPipeline:
         """Settles who asks (the caller, or a user an admin names), validates, checks usage limits and
         that a named conversation is the asker's own, all before anything is written; fills defaults.
 
-        A question every route searches for is embedded from here on, while its conversation is read
+        A question every route searches for is embedded from here on (once every check but the
+        conversation's has passed), while its conversation is read
         (so one that reuses its scope waits for little more than its embedding); not when planning is at
         its limit (it would most likely be refused, and its embedding wasted)."""
         ask.validate()
@@ -124,6 +125,8 @@ class AskPipeline:
         turns: list[Turn] = []
         if ask.conversation_id:  # another's, or unknown: the same NotFound
             try:
+                if embedding is not None:
+                    await asyncio.sleep(0)  # its request leaves before the read's thread takes the GIL
                 turns = await asyncio.to_thread(self.history.own_turns, who, ask.conversation_id)
             except BaseException:
                 _discard(embedding)

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ragmesh.types import Chunk, Hit
-from services.gateway.context import DEDUPE_JACCARD, _similar, build
+from services.gateway.context import DEDUPE_JACCARD, _said, build
 
 
 def _note(n: int, text: str, score: float) -> Hit:
@@ -39,7 +39,14 @@ def test_a_context_built_twice_from_the_same_hits_is_the_same() -> None:
     assert first == second and len(first.blocks) == 2
 
 
-@given(st.frozensets(st.integers(0, 12), min_size=1), st.frozensets(st.integers(0, 12), min_size=1))
-def test_the_size_shortcut_never_changes_the_jaccard_verdict(a: frozenset[int], b: frozenset[int]) -> None:
-    words_a, words_b = frozenset(map(str, a)), frozenset(map(str, b))
-    assert _similar(words_a, words_b) == (len(a & b) / len(a | b) >= DEDUPE_JACCARD)
+WORD_SETS = st.frozensets(st.integers(0, 12), min_size=1)
+
+
+@given(WORD_SETS, st.lists(WORD_SETS, max_size=6))
+def test_the_shortcuts_never_change_the_jaccard_verdict(words: frozenset[int], earlier: list[frozenset[int]]) -> None:
+    expected = any(len(words & e) / len(words | e) >= DEDUPE_JACCARD for e in earlier)
+    assert _said(_strings(words), [(_strings(e), len(e)) for e in earlier]) == expected
+
+
+def _strings(numbers: frozenset[int]) -> frozenset[str]:
+    return frozenset(map(str, numbers))
