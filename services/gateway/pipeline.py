@@ -164,7 +164,7 @@ class AskPipeline:
                 metrics.scope_cache(strategy.cache_hit)
             with tracing.span("context"):
                 await self.planner.quality.compress(ask.question, strategy)
-                ctx = context.build(strategy.hits, self.settings.context_char_budget)
+                ctx = self._context(ask, strategy)
                 tracing.annotate(blocks=len(ctx.blocks), chars=len(ctx.text))
             if strategy.retrieval != NO_RETRIEVAL and not ctx.blocks and strategy.unavailable:
                 # Nothing arrived in time: an error, not "no notes match", and nothing is stored.
@@ -190,6 +190,19 @@ class AskPipeline:
             _discard(lookup)
             _discard(embedding)
             self._running.pop(conv, None)
+
+    def _context(self, ask: AskInput, s: Strategy) -> context.Context:
+        """The context of the strategy's hits. A question that reuses its scope mostly has the very hits
+        the scope's last context was built from: that context is used again (it is never changed)."""
+        budget = self.settings.context_char_budget
+        entry = self.cache.get(ask.tenant, ask.conversation_id) if s.hits else None
+        if entry is None or not _same_objects(s.hits, entry.hits[: len(s.hits)]):
+            return context.build(s.hits, budget)
+        if entry.context is not None and entry.context[1] == budget and _same_objects(entry.context[0], s.hits):
+            return entry.context[2]
+        built = context.build(s.hits, budget)
+        entry.context = (list(s.hits), budget, built)
+        return built
 
     # -- generation -------------------------------------------------------------------------
     async def _answer(self, ask: AskInput, s: Strategy, turns: list[Turn], stop: asyncio.Event, question_id: str,
@@ -316,6 +329,10 @@ class AskPipeline:
         return self.generator.generate(model=s.model, question=ask.question, blocks=ctx.blocks, history=recent,
                                        system_instruction=system, prompt=prompt, web_search=ask.web_search,
                                        temperature=params.temperature)
+
+
+def _same_objects(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def _discard(task: asyncio.Future | None) -> None:

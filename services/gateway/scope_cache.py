@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ragmesh.types import Hit
+from services.gateway.context import Context
 
 
 def scope_key(start_date: str, end_date: str, funds: list[str], window: str = "", documents: Sequence[str] = ()) -> str:
@@ -29,6 +30,8 @@ class ScopeEntry:
     hits: list[Hit]
     candidate_count: int
     created: float = field(default_factory=time.monotonic)
+    # The last context built from these hits: (the hits it was built from, its budget, the context).
+    context: tuple[list[Hit], int, Context] | None = None
 
 
 class ScopeCache:
