@@ -21,6 +21,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import grpc
+import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -318,6 +319,12 @@ def observe(service: str, settings: Settings) -> None:
     tracing.setup(service, settings.otel_endpoint)
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """The loop every service runs on: uvloop's (libuv), whose per-request overhead is about a third
+    below asyncio's own; grpc.aio and uvicorn both run on it."""
+    return uvloop.new_event_loop()
+
+
 def main(service: str, app_factory: Callable[[Settings], ServiceApp], port_of: Callable[[Settings], int]) -> None:
     """Entry point of `python -m services.<name>`: JSON logs, metrics and traces, serve until a signal."""
     settings = config.load()
@@ -330,7 +337,8 @@ def main(service: str, app_factory: Callable[[Settings], ServiceApp], port_of: C
         await host.run_until_signal()
 
     try:
-        asyncio.run(serve())
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            runner.run(serve())
     except ConfigError as exc:
         log.critical("refusing to start", extra={"error": str(exc)})
         raise SystemExit(f"{service}: refusing to start: {exc}") from None

@@ -38,14 +38,14 @@ class Conversations:
         return await asyncio.to_thread(self.history.messages, conversation_id)
 
     async def stop(self, who: Identity, conversation_id: str) -> bool:
-        """True when an answer was running and is now stopped."""
+        """True when an answer was running and is now stopped (and what it left stored)."""
         await asyncio.to_thread(self.history.require, who, conversation_id)
-        return self.pipeline.stop(conversation_id)
+        return await self.pipeline.stop(conversation_id)
 
     async def delete(self, who: Identity, conversation_id: str) -> None:
         """The conversation, its messages, summary and corrections, and its messages embedded in the
         conversation memory: nothing of it stays searchable."""
         await asyncio.to_thread(self.history.require, who, conversation_id)
-        self.pipeline.stop(conversation_id)
+        await self.pipeline.stop(conversation_id)  # nothing of a running answer is stored after the delete
         await asyncio.to_thread(self.history.store.delete_conversation, who.tenant, conversation_id)
         await self.memory.forget(conversation_id)

@@ -9,6 +9,7 @@ fallbacks), so an operator can see why an answer came out as it did.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import re
@@ -16,7 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ragmesh import metrics, tracing
@@ -48,6 +49,7 @@ DIRECT_ANSWERS = (
     (re.compile(r"\b(bye|goodbye)\b", re.I), "Goodbye! Your conversation is saved; come back any time."),
     (re.compile(r"\b(name|who are you|called)\b", re.I), "I'm ragmesh, a research assistant that answers from your meeting notes, factsheets and documents, with citations."),
 )
+STOP_WAIT_S = 5.0  # a stop waits this long at most for the answer to end (planning ends within its deadline)
 GREETING = "Hello! I'm ragmesh. Ask me about your funds, meetings, factsheets or documents."
 
 
@@ -75,6 +77,14 @@ class Prepared:
     embedding: asyncio.Future[tuple[Any, float]] | None = None
 
 
+@dataclass
+class _Running:
+    """An answer under way in a conversation: `stop` asks it to stop, `ended` says it has."""
+
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class Stopped(Exception):
     """The user pressed stop (POST /api/chat/stop or Gateway.Stop)."""
 
@@ -92,7 +102,7 @@ class AskPipeline:
         self.limits = limits
         self.rate = rate or RateLimiter(0)
         self.models = ModelCatalog(generator, planner.settings.default_model)
-        self._running: dict[str, asyncio.Event] = {}
+        self._running: dict[str, _Running] = {}
 
     @property
     def settings(self) -> PipelineSettings:
@@ -135,12 +145,16 @@ class AskPipeline:
             ask.conversation_id = uuid.uuid4().hex
         return Prepared(ask, turns, embedding)
 
-    def stop(self, conversation_id: str) -> bool:
-        """Stops a running answer; callers check the conversation is the caller's first."""
-        event = self._running.get(conversation_id)
-        if event is None:
+    async def stop(self, conversation_id: str, wait_s: float = STOP_WAIT_S) -> bool:
+        """Stops a running answer and waits (at most `wait_s`) until it has ended, so what it leaves
+        (its partial answer, or, stopped before any content, no question at all) is stored when this
+        returns. Callers check the conversation is the caller's first."""
+        running = self._running.get(conversation_id)
+        if running is None:
             return False
-        event.set()
+        running.stop.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(running.ended.wait(), wait_s)
         return True
 
     async def run(self, prepared: Prepared) -> AsyncIterator[Event]:
@@ -148,8 +162,10 @@ class AskPipeline:
         ask, turns, embedding = prepared.ask, prepared.turns, prepared.embedding
         conv = ask.conversation_id
         identity_var.set(ask.identity)  # the retriever searches, and memory is written, as this user
-        stop = self._running.setdefault(conv, asyncio.Event())
+        running = self._running.setdefault(conv, _Running())
+        stop = running.stop
         stop.clear()
+        running.ended.clear()
         lookup: asyncio.Future[list[CorrectionRecord]] | None = None
         try:
             yield Event("searching", True)
@@ -190,6 +206,7 @@ class AskPipeline:
             _discard(lookup)
             _discard(embedding)
             self._running.pop(conv, None)
+            running.ended.set()
 
     def _context(self, ask: AskInput, s: Strategy) -> context.Context:
         """The context of the strategy's hits. A question that reuses its scope mostly has the very hits

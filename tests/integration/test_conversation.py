@@ -2,6 +2,8 @@
 stack's admin key; a conversation starts without an id and the gateway's strategy event names it."""
 from __future__ import annotations
 
+import asyncio
+
 import json
 import threading
 import time
@@ -117,7 +119,8 @@ def test_stop_endpoint_stops_the_answer_and_keeps_the_partial(stack: Stack, slow
     reader.start()
     assert _wait_for(lambda: any("strategy" in e for e in events))
     conv = conversation_of(events)
-    assert _wait_for(lambda: stack.app("gateway").pipeline.stop(conv) if len(_last_answer_or_empty(stack, conv)) else False)
+    assert _wait_for(lambda: stack.call(stack.app("gateway").pipeline.stop(conv))
+                     if len(_last_answer_or_empty(stack, conv)) else False)
     reader.join(30)
     done = events[-1]
     assert done["done"] and done["stopped"] is True
@@ -125,6 +128,46 @@ def test_stop_endpoint_stops_the_answer_and_keeps_the_partial(stack: Stack, slow
     assert _last_answer(stack, conv).endswith(STOPPED_MARK)
     assert httpx.post(stack.http_url + "/api/chat/stop", json={"conversation_id": conv},
                       headers=stack.headers).json() == {"stopped": False}
+
+
+def test_a_stop_before_any_content_replies_once_the_question_is_gone(stack: Stack, monkeypatch) -> None:
+    """000's stop flow: stopped before any content, the question (and the conversation it opened) is
+    dropped. The stop's reply comes after that, so a client that reloads its conversation list at once
+    (the web page does) never sees it. The generator is held silent at the gateway's client."""
+    pipeline = stack.app("gateway").pipeline
+    generating = threading.Event()
+
+    async def silent(**kwargs):
+        generating.set()
+        await asyncio.Event().wait()  # says nothing until the answer is stopped (cancelled)
+        yield  # an async generator, as the client's
+
+    monkeypatch.setattr(pipeline.generator, "generate", silent)
+    real_drop = pipeline.history.drop_question
+
+    def slow_drop(*args):  # a store slower than the client's next request
+        time.sleep(0.5)
+        return real_drop(*args)
+
+    monkeypatch.setattr(pipeline.history, "drop_question", slow_drop)
+    events: list[dict] = []
+
+    def read() -> None:
+        with httpx.stream("POST", stack.http_url + "/api/chat/ask/stream", timeout=30, headers=stack.headers,
+                          json={"question": "How did Harborview change its net exposure?"}) as resp:
+            for line in resp.iter_lines():
+                if line:
+                    events.append(json.loads(line[len("data: "):]))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert generating.wait(30) and _wait_for(lambda: any("strategy" in e for e in events))
+    conv = conversation_of(events)
+    reply = httpx.post(stack.http_url + "/api/chat/stop", json={"conversation_id": conv}, headers=stack.headers)
+    assert reply.json() == {"stopped": True}
+    assert httpx.get(f"{stack.http_url}/api/conversations/{conv}", headers=stack.headers).status_code == 404
+    reader.join(30)
+    assert events[-1]["done"] and events[-1]["stopped"] is True and not any("content" in e for e in events)
 
 
 def _last_answer_or_empty(stack: Stack, conv: str) -> str:
