@@ -24,6 +24,12 @@ class Admission:
         """A call now would be refused."""
         return bool(self.limit) and self.in_flight >= self.limit
 
+    @property
+    def quiet(self) -> bool:
+        """At most half the slots are taken (always, without a limit): a call let in now will most
+        likely still find a slot a moment later, so work started for it early is not wasted."""
+        return not self.limit or self.in_flight * 2 <= self.limit
+
     @contextmanager
     def slot(self) -> Iterator[None]:
         """Holds one slot for the duration of a call; raises ResourceExhausted when none is free."""

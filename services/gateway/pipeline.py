@@ -121,9 +121,10 @@ class AskPipeline:
         that a named conversation is the asker's own, all before anything is written; fills defaults.
 
         A question every route searches for is embedded from here on (once every check but the
-        conversation's has passed), while its conversation is read
-        (so one that reuses its scope waits for little more than its embedding); not when planning is at
-        its limit (it would most likely be refused, and its embedding wasted)."""
+        conversation's has passed), while its conversation is read, so one that reuses its scope waits
+        for little more than its embedding; only while at most half the planning slots are taken: nearer
+        the limit a question let in now may be refused when it asks for its slot a moment later, and
+        its embedding would be wasted."""
         ask.validate()
         who = caller.acting_for(ask.tenant, ask.user_id)
         ask.tenant, ask.user_id, ask.identity = who.tenant, who.user, who
@@ -131,7 +132,7 @@ class AskPipeline:
         await self.models.check(ask.model)
         if self.limits.enabled:  # unlimited: no store read, and no trip through a thread before the answer
             await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
-        embedding = None if self.planning.full else self.planner.embed_early(ask)
+        embedding = self.planner.embed_early(ask) if self.planning.quiet else None
         turns: list[Turn] = []
         if ask.conversation_id:  # another's, or unknown: the same NotFound
             try:

@@ -89,3 +89,17 @@ def test_a_question_refused_for_load_starts_no_embedding(stack: Stack, watch: Wa
                        json={"question": watch.question, "conversation_id": conversation})
     assert reply.status_code == 429 and reply.json()["error"]["code"] == "RESOURCE_EXHAUSTED"
     assert not watch.asked.is_set()
+
+
+def test_a_question_near_the_planning_limit_is_embedded_only_once_it_has_its_slot(
+        stack: Stack, watch: Watch, monkeypatch: pytest.MonkeyPatch) -> None:
+    """3 of 4 planning slots taken: the question is let in, but its embedding waits for its own slot
+    (one started earlier could be wasted on a question refused a moment later)."""
+    conversation = ask(stack, "Hello")["conversation_id"]
+    planning = stack.app("gateway").pipeline.planning
+    monkeypatch.setattr(planning, "limit", 4)
+    monkeypatch.setattr(planning, "in_flight", 3)
+    watch.question = "What did the Beta fund say about bonds?"
+    answer = ask(stack, watch.question, conversation)
+    assert watch.seen == [False] and watch.asked.is_set()  # embedded after the read, once planning
+    assert answer["meta"]["strategy"]["retrieval"] == "RAG_NEW_QUERY" and answer["meta"]["strategy"]["embed_ms"] > 0

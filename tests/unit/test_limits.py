@@ -22,7 +22,19 @@ def test_admission_refuses_past_the_limit_and_frees_slots_on_exit_even_after_err
     assert gate.in_flight == 0 and gate.refused == 1
     unlimited = Admission("svc", 0)
     with unlimited.slot(), unlimited.slot(), unlimited.slot():
-        assert unlimited.in_flight == 3
+        assert unlimited.in_flight == 3 and unlimited.quiet
+
+
+def test_admission_is_quiet_up_to_half_its_slots() -> None:
+    gate = Admission("svc", 4)
+    quiet = []
+    with gate.slot():
+        quiet.append(gate.quiet)
+        with gate.slot():
+            quiet.append(gate.quiet)
+            with gate.slot():
+                quiet.append(gate.quiet)
+    assert quiet == [True, True, False] and gate.quiet
 
 
 def test_rate_limit_is_a_sliding_minute_per_user() -> None:
