@@ -21,7 +21,6 @@ from contextvars import ContextVar
 from typing import Any
 
 import grpc
-import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -319,14 +318,10 @@ def observe(service: str, settings: Settings) -> None:
     tracing.setup(service, settings.otel_endpoint)
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """The loop every service runs on: uvloop's (libuv), whose per-request overhead is about a third
-    below asyncio's own; grpc.aio and uvicorn both run on it."""
-    return uvloop.new_event_loop()
-
-
-def main(service: str, app_factory: Callable[[Settings], ServiceApp], port_of: Callable[[Settings], int]) -> None:
-    """Entry point of `python -m services.<name>`: JSON logs, metrics and traces, serve until a signal."""
+def main(service: str, app_factory: Callable[[Settings], ServiceApp], port_of: Callable[[Settings], int],
+         loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop) -> None:
+    """Entry point of `python -m services.<name>`: JSON logs, metrics and traces, serve until a signal.
+    `loop_factory`: the gateway runs on uvloop (see services/gateway/__main__.py), the others on asyncio's."""
     settings = config.load()
     rlog.setup(service, settings.log_level)
     observe(service, settings)
@@ -337,7 +332,7 @@ def main(service: str, app_factory: Callable[[Settings], ServiceApp], port_of: C
         await host.run_until_signal()
 
     try:
-        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(serve())
     except ConfigError as exc:
         log.critical("refusing to start", extra={"error": str(exc)})

@@ -13,10 +13,12 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+import uvloop
+
 from ragmesh import config
 from ragmesh.identity import keys
 from ragmesh.identity.authenticator import pepper, service_token
-from ragmesh.serving import ServiceHost, new_event_loop
+from ragmesh.serving import ServiceHost
 from ragmesh.store.sqlite import SqliteStore
 from tests.auth import bearer, headers
 from services.embedder.app import EmbedderApp
@@ -37,7 +39,7 @@ class Stack:
                     api_key_pepper="", tls_cert="", tls_key="", tls_ca="", allowed_hosts="",
                     embed_documents_bf16="off")
         self.settings = dataclasses.replace(config.load(), **(base | overrides))
-        self.loop = new_event_loop()  # the services' own loop (uvloop)
+        self.loop = uvloop.new_event_loop()  # the gateway's loop in production (services/gateway/__main__.py)
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.hosts: dict[str, ServiceHost] = {}
         self.extra: list[ServiceHost] = []
