@@ -150,6 +150,9 @@ class Store(Protocol):
         meta (left {}): the history read before every answer needs roles and texts only, and the
         answers' metadata (citations, chunk map, strategy) is most of a conversation's bytes."""
 
+    def answer_count(self, conversation_id: str) -> int:
+        """The conversation's assistant messages: its turns, counted without reading them."""
+
     def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
         """Deletes the conversation with its messages, summary and corrections."""
 

@@ -407,6 +407,9 @@ class MongoStore:
             for m in reversed(rows)
         ]
 
+    def answer_count(self, conversation_id: str) -> int:
+        return self._msgs.count_documents({"conversation_id": conversation_id, "role": "assistant"})
+
     def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
         def steps(s: Session) -> bool:
             owned = {"_id": conversation_id, "tenant": tenant}

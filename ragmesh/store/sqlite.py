@@ -378,6 +378,11 @@ class SqliteStore:
             for r in reversed(rows)
         ]
 
+    def answer_count(self, conversation_id: str) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM messages WHERE conversation_id = ? AND role = 'assistant'",
+                                    (conversation_id,)).fetchone()[0]
+
     def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
         with self._tx() as db:
             found = db.execute(

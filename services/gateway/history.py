@@ -2,6 +2,8 @@
 the answer right after (or the partial answer when the user stopped it)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ragmesh.errors import NotFound
 from ragmesh.identity import Identity
 from ragmesh.store import ConversationInfo, MessageRecord, Store
@@ -11,21 +13,37 @@ STOPPED_MARK = "*[Response stopped by user]*"
 FAILED_MARK = "*[Response failed: {code}]*"
 
 
+@dataclass(frozen=True)
+class Recent:
+    """What a question needs of its conversation: how many turns it has (routing, summaries), and the
+    last few (the prompt)."""
+
+    count: int
+    turns: list[Turn]
+
+
+def _pairs(messages: list[MessageRecord]) -> list[Turn]:
+    """Completed question/answer pairs, oldest first."""
+    pairs: list[Turn] = []
+    pending: str | None = None
+    for m in messages:
+        if m.role == "user":
+            pending = m.content
+        elif m.role == "assistant" and pending is not None:
+            pairs.append(Turn(pending, m.content))
+            pending = None
+    return pairs
+
+
 class History:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def turns(self, conversation_id: str, limit: int | None = None) -> list[Turn]:
-        """Completed question/answer pairs, oldest first; the newest `limit` with a limit."""
-        pairs: list[Turn] = []
-        pending: str | None = None
-        for m in self.store.messages(conversation_id, with_meta=False):
-            if m.role == "user":
-                pending = m.content
-            elif m.role == "assistant" and pending is not None:
-                pairs.append(Turn(pending, m.content))
-                pending = None
-        return pairs[-limit:] if limit else pairs
+    def recent(self, conversation_id: str, keep: int) -> Recent:
+        """How many turns the conversation has, and its last `keep` turns, read from its newest
+        messages only: a long conversation is not read whole before every answer."""
+        window = self.store.messages(conversation_id, limit=2 * keep + 2, with_meta=False) if keep > 0 else []
+        return Recent(self.store.answer_count(conversation_id), _pairs(window)[-keep:] if window else [])
 
     def save_question(self, tenant: str, user_id: str, conversation_id: str, question: str) -> str:
         self.store.ensure_conversation(tenant, user_id, conversation_id)
@@ -58,10 +76,10 @@ class History:
         if not mine:
             raise NotFound(f"conversation {conversation_id!r} not found")
 
-    def own_turns(self, who: Identity, conversation_id: str) -> list[Turn]:
-        """The turns of a conversation that must be the caller's own: `require` and `turns` in one trip."""
+    def own_recent(self, who: Identity, conversation_id: str, keep: int) -> Recent:
+        """`recent` of a conversation that must be the caller's own: `require` and the read in one trip."""
         self.require(who, conversation_id, owner_only=True)
-        return self.turns(conversation_id)
+        return self.recent(conversation_id, keep)
 
     def conversations(self, who: Identity, limit: int = 50, offset: int = 0) -> list[ConversationInfo]:
         """The caller's conversations; an admin's are every user's in its tenant."""

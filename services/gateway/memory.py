@@ -124,7 +124,7 @@ class Memory:
 
     async def _summarize(self, conversation_id: str, model: str) -> None:
         previous = await asyncio.to_thread(self.store.conversation_summary, conversation_id)
-        turns = (await asyncio.to_thread(History(self.store).turns, conversation_id))[-self.summary_after_turns:]
+        turns = (await asyncio.to_thread(History(self.store).recent, conversation_id, self.summary_after_turns)).turns
         texts = ([previous] if previous else []) + [f"User: {t.question}\n\n{strip_citations(t.answer)}" for t in turns]
         blocks = [ContextBlock(index=i, text=t, label="Conversation") for i, t in enumerate(texts, start=1)]
         try:

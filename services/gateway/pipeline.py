@@ -29,11 +29,11 @@ from ragmesh.logging import request_id_var
 from ragmesh.models import EXTRACTIVE
 from ragmesh.store import CorrectionRecord
 from ragmesh.text import citation_numbers
-from ragmesh.types import Citation, GenEvent, Turn
+from ragmesh.types import Citation, GenEvent
 from services.gateway import context, generation_params, router
 from services.gateway.answer_guard import AnswerGuard
 from services.gateway.events import strategy_json
-from services.gateway.history import History
+from services.gateway.history import History, Recent
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory, corrections_text
 from services.gateway.models_offered import ModelCatalog, web_search_note
@@ -69,11 +69,11 @@ class Sources:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A question `AskPipeline.prepare` accepted, with what it already holds for `run`: the
-    conversation's turns so far and, when started, the question's embedding."""
+    """A question `AskPipeline.prepare` accepted, with what it already holds for `run`: its
+    conversation so far (turn count, last turns) and, when started, the question's embedding."""
 
     ask: AskInput
-    turns: list[Turn]
+    conversation: Recent
     embedding: asyncio.Future[tuple[Any, float]] | None = None
 
 
@@ -133,18 +133,19 @@ class AskPipeline:
         if self.limits.enabled:  # unlimited: no store read, and no trip through a thread before the answer
             await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
         embedding = self.planner.embed_early(ask) if self.planning.quiet else None
-        turns: list[Turn] = []
+        conversation = Recent(0, [])
         if ask.conversation_id:  # another's, or unknown: the same NotFound
             try:
                 if embedding is not None:
                     await asyncio.sleep(0)  # its request leaves before the read's thread takes the GIL
-                turns = await asyncio.to_thread(self.history.own_turns, who, ask.conversation_id)
+                conversation = await asyncio.to_thread(self.history.own_recent, who, ask.conversation_id,
+                                                       self.settings.history_turns)
             except BaseException:
                 _discard(embedding)
                 raise
         else:
             ask.conversation_id = uuid.uuid4().hex
-        return Prepared(ask, turns, embedding)
+        return Prepared(ask, conversation, embedding)
 
     async def stop(self, conversation_id: str, wait_s: float = STOP_WAIT_S) -> bool:
         """Stops a running answer and waits (at most `wait_s`) until it has ended, so what it leaves
@@ -160,7 +161,7 @@ class AskPipeline:
 
     async def run(self, prepared: Prepared) -> AsyncIterator[Event]:
         """Streams the events of one answer `prepare` accepted."""
-        ask, turns, embedding = prepared.ask, prepared.turns, prepared.embedding
+        ask, conversation, embedding = prepared.ask, prepared.conversation, prepared.embedding
         conv = ask.conversation_id
         identity_var.set(ask.identity)  # the retriever searches, and memory is written, as this user
         running = self._running.setdefault(conv, _Running())
@@ -173,7 +174,7 @@ class AskPipeline:
             # The user's corrections are looked up while the question is planned, not after.
             lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
             with self.planning.slot():
-                strategy = await self.planner.plan(ask, turns, embedding)
+                strategy = await self.planner.plan(ask, conversation.count, embedding)
             metrics.route_taken(strategy.route)
             if note := web_search_note(strategy.model, ask.web_search):
                 strategy.reason += f"; {note}"
@@ -195,7 +196,7 @@ class AskPipeline:
             with tracing.span("storing", record="question"):
                 question_id = await asyncio.to_thread(self.history.save_question, ask.tenant, ask.user_id, conv,
                                                       ask.question)
-            async for event in self._answer(ask, strategy, turns, stop, question_id, ctx, corrections):
+            async for event in self._answer(ask, strategy, conversation, stop, question_id, ctx, corrections):
                 yield event
         except RagmeshError as exc:
             log.warning("ask failed", extra={"error": str(exc), "conversation_id": conv})
@@ -223,7 +224,7 @@ class AskPipeline:
         return built
 
     # -- generation -------------------------------------------------------------------------
-    async def _answer(self, ask: AskInput, s: Strategy, turns: list[Turn], stop: asyncio.Event, question_id: str,
+    async def _answer(self, ask: AskInput, s: Strategy, conversation: Recent, stop: asyncio.Event, question_id: str,
                       ctx: context.Context, corrections: list[CorrectionRecord]) -> AsyncIterator[Event]:
         parts: list[str] = []
         web: list[Citation] = []
@@ -245,7 +246,7 @@ class AskPipeline:
                 mark("first_content_ms")
                 yield Event("content", text)
             else:
-                stream = await self._generation(ask, s, turns, ctx, corrections)
+                stream = await self._generation(ask, s, conversation, ctx, corrections)
                 guard = AnswerGuard({b.index for b in ctx.blocks}, enforce=bool(ctx.blocks))
                 with tracing.span("generation", model=s.model):
                     async with aclosing(_until(stream, stop)) as events:
@@ -301,7 +302,7 @@ class AskPipeline:
             finished = True
             tokens = usage.get("total_tokens") or len(answer.split())
             await asyncio.to_thread(self.limits.record, ask.tenant, ask.user_id, tokens)
-            self.memory.after_turn(ask.tenant, ask.user_id, ask.conversation_id, len(turns) + 1, s.model,
+            self.memory.after_turn(ask.tenant, ask.user_id, ask.conversation_id, conversation.count + 1, s.model,
                                    [(question_id, "user", ask.question), (answer_id, "assistant", answer)])
             yield Event("citations", Sources(citations, web_queries))
             yield Event("done", {"conversation_id": ask.conversation_id, "message_id": answer_id,
@@ -330,14 +331,14 @@ class AskPipeline:
             return "global_summary_path", "\n\n".join(lines)
         return None
 
-    async def _generation(self, ask: AskInput, s: Strategy, turns: list[Turn], ctx: context.Context,
+    async def _generation(self, ask: AskInput, s: Strategy, conversation: Recent, ctx: context.Context,
                           corrections: list[CorrectionRecord]) -> AsyncIterator[GenEvent]:
         summary = ""
-        recent = turns[-self.settings.history_turns:]
-        if len(turns) > self.settings.history_turns:
+        recent = conversation.turns  # the last history_turns
+        if conversation.count > self.settings.history_turns:
             summary = await asyncio.to_thread(self.history.store.conversation_summary, ask.conversation_id)
             if summary:  # a long conversation: its summary stands in for all but the last turn
-                recent = turns[-1:]
+                recent = recent[-1:]
         params = generation_params.for_answer(s.route, s.collections, persona=bool(ask.persona.strip()),
                                               notes_contract=ask.notes_contract)
         system, prompt = context.build_prompt(params.prompt, ask.question, recent, summary, ctx, ask.sources,

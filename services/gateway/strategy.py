@@ -17,7 +17,7 @@ from ragmesh import tracing
 from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient, SearchResult
 from ragmesh.errors import NotFound, RagmeshError
 from ragmesh.models import EXTRACTIVE
-from ragmesh.types import Chunk, Hit, SearchFilter, Turn
+from ragmesh.types import Chunk, Hit, SearchFilter
 from ragmesh.validation import MAX_VARIANTS
 from services.gateway import boosts, router
 from services.gateway.memory import MEMORY_COLLECTION
@@ -111,12 +111,12 @@ class Planner:
             return None
         return asyncio.ensure_future(self._embed_question(ask.question))
 
-    async def plan(self, ask: AskInput, turns: list[Turn],
+    async def plan(self, ask: AskInput, turns: int,
                    embedding: asyncio.Future[tuple[np.ndarray | None, float]] | None = None) -> Strategy:
-        """Route, filters, scope decision and hits for one question; `embedding` is the question's
-        embedding if `embed_early` started it."""
+        """Route, filters, scope decision and hits for one question in a conversation of `turns` turns;
+        `embedding` is the question's embedding if `embed_early` started it."""
         with tracing.span("routing"):
-            rt = router.route(ask.question, len(turns), len(ask.document_ids))
+            rt = router.route(ask.question, turns, len(ask.document_ids))
             tracing.annotate(route=rt.name, reason=rt.reason)
         if ask.top_k and rt.retrieves:
             rt = dataclasses.replace(rt, k=ask.top_k)
@@ -163,7 +163,7 @@ class Planner:
                     s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count))
         await self.quality.rerank(ask.question, s)
         s.hits = s.hits[: s.k]
-        if await self.quality.use_history(s, len(turns)):
+        if await self.quality.use_history(s, turns):
             s.retrieval, s.hits = NO_RETRIEVAL, []
         s.chunks = len(s.hits)
         s.retrieval_ms = (time.perf_counter() - started) * 1000

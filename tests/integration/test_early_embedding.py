@@ -34,7 +34,7 @@ class Watch:
 def watch(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Watch]:
     gateway = stack.app("gateway")
     embedder, history = gateway.pipeline.planner.embedder, gateway.pipeline.history
-    real_embed, real_turns = embedder.embed, history.turns
+    real_embed, real_recent = embedder.embed, history.recent
     w = Watch()
 
     async def embed(texts, task="DOCUMENT", timeout=None):
@@ -42,12 +42,12 @@ def watch(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Watch]:
             w.asked.set()
         return await real_embed(texts, task, timeout)
 
-    def turns(conversation_id, limit=None):
+    def recent(conversation_id, keep):
         w.seen.append(w.asked.wait(WAIT_S) if w.question == QUESTION else w.asked.is_set())
-        return real_turns(conversation_id, limit)
+        return real_recent(conversation_id, keep)
 
     monkeypatch.setattr(embedder, "embed", embed)
-    monkeypatch.setattr(history, "turns", turns)
+    monkeypatch.setattr(history, "recent", recent)
     yield w
 
 

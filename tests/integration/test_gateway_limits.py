@@ -141,7 +141,7 @@ def test_a_server_fault_before_the_stream_is_500_with_a_request_id(stack: Stack,
     def broken(*args, **kwargs):
         raise ZeroDivisionError("secret internal detail")
 
-    monkeypatch.setattr(stack.app("gateway").pipeline.history, "own_turns", broken)
+    monkeypatch.setattr(stack.app("gateway").pipeline.history, "own_recent", broken)
     for path in ("/api/chat/ask", "/api/chat/ask/stream"):
         reply = httpx.post(stack.http_url + path, json={"question": QUESTION, "conversation_id": conversation},
                            headers={**stack.headers, "x-request-id": "trace-me-43"}, timeout=60)

@@ -270,6 +270,7 @@ def test_messages_keep_order_limit_and_edits(backend: Backend) -> None:
     assert [m.content for m in store.messages("c1", limit=2)] == ["m4", "edited"]
     assert len(store.messages("c1", limit=50)) == 6 and store.messages("c1", limit=0) == []
     assert store.messages("other") == []
+    assert store.answer_count("c1") == 3 and store.answer_count("other") == 0
     bare = store.messages("c1", with_meta=False)  # the history read before every answer
     assert [(m.message_id, m.role, m.content, m.created_at) for m in bare] == [
         (m.message_id, m.role, m.content, m.created_at) for m in messages]
