@@ -85,7 +85,7 @@ def _group(hits: list[Hit]) -> list[_Draft]:
     return drafts
 
 
-def _render(draft: _Draft, index: int, dedupe: list[tuple[frozenset[str], int]], seen_parents: set[str]) -> tuple[str, str]:
+def _render(draft: _Draft, index: int, dedupe: list[frozenset[str]], seen_parents: set[str]) -> tuple[str, str]:
     """(the block as the prompt shows it, its content alone for backends that quote it)."""
     first = draft.hits[0].chunk
     meta = first.metadata
@@ -109,7 +109,7 @@ def _render(draft: _Draft, index: int, dedupe: list[tuple[frozenset[str], int]],
         for sentence, words in _sentences(hit.chunk.text):
             if words and _said(words, dedupe):
                 continue  # said already by an earlier block
-            dedupe.append((words, len(words)))
+            dedupe.append(words)
             kept.append(sentence)
         if kept:
             contents.append(" ".join(kept))
@@ -128,11 +128,12 @@ def _sentences(text: str) -> tuple[tuple[str, frozenset[str]], ...]:
     return tuple((sentence, frozenset(tokenize(sentence))) for sentence in split_sentences(text))
 
 
-def _said(words: frozenset[str], earlier: list[tuple[frozenset[str], int]]) -> bool:
-    """Whether an earlier sentence's words (with their count) have Jaccard >= DEDUPE_JACCARD with these.
-    Sizes too far apart cannot reach it (|a & b| <= the smaller, |a | b| >= the larger): skipped."""
+def _said(words: frozenset[str], earlier: list[frozenset[str]]) -> bool:
+    """Whether an earlier sentence's words have Jaccard >= DEDUPE_JACCARD with these. Sizes too far
+    apart cannot reach it (|a & b| <= the smaller, |a | b| >= the larger): skipped."""
     m = len(words)
-    for other, n in earlier:
+    for other in earlier:
+        n = len(other)
         if min(m, n) / max(m, n) >= DEDUPE_JACCARD:
             shared = len(words & other)
             if shared / (m + n - shared) >= DEDUPE_JACCARD:
@@ -153,7 +154,7 @@ def build(hits: list[Hit], budget: int) -> Context:
     blocks: list[ContextBlock] = []
     rendered: list[RenderedBlock] = []
     used: list[Hit] = []
-    dedupe: list[tuple[frozenset[str], int]] = []
+    dedupe: list[frozenset[str]] = []
     seen_parents: set[str] = set()
     for draft in _group(hits):
         index = len(blocks) + 1

@@ -213,14 +213,12 @@ class AskPipeline:
     def _context(self, ask: AskInput, s: Strategy) -> context.Context:
         """The context of the strategy's hits. A question that reuses its scope mostly has the very hits
         the scope's last context was built from: that context is used again (it is never changed)."""
-        budget = self.settings.context_char_budget
         entry = self.cache.get(ask.tenant, ask.conversation_id) if s.hits else None
-        if entry is None or not _same_objects(s.hits, entry.hits[: len(s.hits)]):
-            return context.build(s.hits, budget)
-        if entry.context is not None and entry.context[1] == budget and _same_objects(entry.context[0], s.hits):
-            return entry.context[2]
-        built = context.build(s.hits, budget)
-        entry.context = (list(s.hits), budget, built)
+        if entry is not None and entry.context is not None and _same_objects(entry.context[0], s.hits):
+            return entry.context[1]
+        built = context.build(s.hits, self.settings.context_char_budget)
+        if entry is not None and _same_objects(s.hits, entry.hits[: len(s.hits)]):
+            entry.context = (list(s.hits), built)
         return built
 
     # -- generation -------------------------------------------------------------------------

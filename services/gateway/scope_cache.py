@@ -30,8 +30,8 @@ class ScopeEntry:
     hits: list[Hit]
     candidate_count: int
     created: float = field(default_factory=time.monotonic)
-    # The last context built from these hits: (the hits it was built from, its budget, the context).
-    context: tuple[list[Hit], int, Context] | None = None
+    # The last context built from these hits: (the hits it was built from, the context).
+    context: tuple[list[Hit], Context] | None = None
 
 
 class ScopeCache:
