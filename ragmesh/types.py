@@ -5,6 +5,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# Conversation memory: each message of a conversation, embedded, with its author in metadata
+# (MEMORY_AUTHOR). The collection is personal: its chunks are only ever read for their author, and
+# only the gateway (the service credential) writes it.
+MEMORY_COLLECTION = "conversations"
+MEMORY_AUTHOR = "user_id"
+
 
 @dataclass(slots=True)  # a million of them live in a retriever: no per-object __dict__
 class Chunk:

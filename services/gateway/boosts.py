@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from services.gateway.memory import MEMORY_COLLECTION
+from ragmesh.types import MEMORY_COLLECTION
 from services.gateway.router import FALLBACK_SIMILARITY
 
 RECENT_BOOST, RECENT_DAYS = 0.1, 7  # 001: recent results get +0.1

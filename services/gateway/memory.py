@@ -18,7 +18,7 @@ from ragmesh.errors import InvalidArgument, NotFound, RagmeshError, ResourceExha
 from ragmesh.identity import Identity
 from ragmesh.store import CorrectionRecord, Store
 from ragmesh.text import strip_citations, tokenize
-from ragmesh.types import ContextBlock, Document, SearchFilter
+from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION, ContextBlock, Document, SearchFilter
 from ragmesh.v1 import retriever_pb2
 from services.gateway.history import History
 from ragmesh.validation import check_text
@@ -26,7 +26,6 @@ from services.gateway.request import MAX_NAME_CHARS, MAX_QUESTION_CHARS
 
 log = logging.getLogger(__name__)
 
-MEMORY_COLLECTION = "conversations"
 SHORTLIST = 12  # corrections embedded per question, after a shared-word shortlist
 CORRECTIONS_EMBED_TIMEOUT_S = 1.0  # before every answer: past this, shared words decide
 CORRECTION_LIMITS = {"correction": 4000, "question": MAX_QUESTION_CHARS, "wrong_answer": 20_000,
@@ -101,7 +100,7 @@ class Memory:
                 if text.strip():
                     yield convert.document_to_proto(Document(
                         doc_id=message_id, collection=MEMORY_COLLECTION, text=strip_citations(text), tenant=tenant,
-                        date=today, metadata={"user_id": user_id, "conversation_id": conversation_id, "role": role},
+                        date=today, metadata={MEMORY_AUTHOR: user_id, "conversation_id": conversation_id, "role": role},
                     ))
 
         for attempt in range(REMEMBER_RETRIES + 1):

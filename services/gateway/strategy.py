@@ -20,7 +20,7 @@ from ragmesh.models import EXTRACTIVE
 from ragmesh.types import Chunk, Hit, SearchFilter
 from ragmesh.validation import MAX_VARIANTS
 from services.gateway import boosts, router
-from services.gateway.memory import MEMORY_COLLECTION
+from ragmesh.types import MEMORY_COLLECTION
 from services.gateway.quality import QualitySettings, QualityStack, QualityStep
 from services.gateway.query_analysis import mentioned_funds, time_hint, time_window
 from services.gateway.question_lookup import numbered_filter

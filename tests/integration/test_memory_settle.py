@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from ragmesh.store.sqlite import SqliteStore
-from services.gateway.memory import MEMORY_COLLECTION
+from ragmesh.types import MEMORY_COLLECTION
 from tests.stack import Stack
 
 SETTLE_S = 3.0  # far longer than the test takes between the answer and its first look

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from ragmesh.v1 import common_pb2, retriever_pb2, retriever_pb2_grpc
-from services.gateway.memory import MEMORY_COLLECTION
+from ragmesh.types import MEMORY_COLLECTION
 from tests.auth import bearer, channel
 from tests.stack import DEMO, Stack
 
