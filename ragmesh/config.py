@@ -231,6 +231,9 @@ class Settings:
     jwt_tenant_claim: str = field(default_factory=lambda: _env("JWT_TENANT_CLAIM", "tenant"))
     jwt_user_claim: str = field(default_factory=lambda: _env("JWT_USER_CLAIM", "sub"))
     jwt_role_claim: str = field(default_factory=lambda: _env("JWT_ROLE_CLAIM", "role"))
+    # Failed credentials per client address per minute; past it the address is refused (HTTP 429 /
+    # RESOURCE_EXHAUSTED) before its credential is checked, until the minute is over. 0 = no throttling.
+    auth_failures_per_minute: int = field(default_factory=lambda: _int("AUTH_FAILURES_PER_MINUTE", 20))
     # TLS on every gRPC port and on HTTP (files); with TLS_CA, internal services require client
     # certificates signed by it (mTLS) and clients verify servers against it.
     tls_cert: str = field(default_factory=lambda: _env("TLS_CERT", ""))

@@ -9,6 +9,7 @@ from ragmesh.config import Settings
 from ragmesh.errors import PermissionDenied, Unauthenticated
 from ragmesh.identity import Identity, keys
 from ragmesh.identity.secrets import read_or_create
+from ragmesh.identity.throttle import FailureThrottle
 from ragmesh.identity.tokens import JwtVerifier
 from ragmesh.store import quick_read
 from ragmesh.store.lazy import LazyStore
@@ -62,9 +63,19 @@ class Authenticator:
         self.pepper = pepper(settings)
         self.service_token = service_token(settings) if audience == "internal" else ""
         self.jwt = JwtVerifier(settings)
+        self.failures = FailureThrottle(settings.auth_failures_per_minute)
 
-    async def authenticate(self, metadata: Mapping[str, str], certified_peer: bool = False) -> Identity:
-        """`certified_peer`: the connection presented a client certificate TLS_CA signed (mTLS)."""
+    async def authenticate(self, metadata: Mapping[str, str], certified_peer: bool = False, peer: str = "") -> Identity:
+        """`certified_peer`: the connection presented a client certificate TLS_CA signed (mTLS). `peer`: the
+        client's address; one with too many failed credentials is refused before its credential is checked."""
+        self.failures.check(peer)
+        try:
+            return await self._authenticate(metadata, certified_peer)
+        except Unauthenticated:
+            self.failures.failed(peer)
+            raise
+
+    async def _authenticate(self, metadata: Mapping[str, str], certified_peer: bool) -> Identity:
         if self.audience == "internal" and certified_peer and not metadata.get("authorization"):
             return Identity.on_behalf_of(metadata, "certificate")
         token = bearer(metadata.get("authorization"))
