@@ -18,6 +18,9 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
   peers    ragmesh beside LanceDB and Milvus Lite on the same corpus, in one run: load rate, hybrid p50/p99
            without and with the 10% filter, ragmesh's ratio to each (bench/peers_bench.py; the `peers`
            extra: a peer that is not installed or cannot do a step is reported with its error)
+  fairness another tenant's small upload and ask, p50/p99, while a rival's decompression bombs parse, 300
+           anonymous half-open connections are held, or the largest allowed Embed runs, each as a ratio to the
+           same on an idle stack (bench/fairness_bench.py)
   pipeline the whole stack over 100k chunks, one question at a time per route (NEW_QUERY, REUSE, NO_RAG,
            DIRECT): time to the strategy and first content events, the gateway's own share (bench/pipeline_bench.py)
 
@@ -44,6 +47,7 @@ from bench import scifact_eval
 from bench.auth_bench import run_auth
 from bench.backends_bench import run_backends
 from bench.embed_bench import run_embed
+from bench.fairness_bench import run_fairness
 from bench.load_bench import run_load
 from bench.metrics_bench import run_metrics
 from bench.peers_bench import run_peers
@@ -54,9 +58,10 @@ from services.retriever.dense import IVF
 DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quality (issue 3), "
                "the cost of authentication (issue 10), the whole stack under load (issue 11), what metrics "
                "cost a search (issue 12), the search backends side by side (issue 17), the approximate dense "
-               "option at 1M chunks and the whole path from question to first token (issue 15).")
+               "option at 1M chunks, the whole path from question to first token (issue 15) and fairness between "
+               "tenants (issue 23).")
 PARTS = ("search", "bm25", "hnsw", "approx", "scifact", "embed", "auth", "backends", "load", "metrics", "peers",
-         "pipeline")
+         "pipeline", "fairness")
 METRICS_SIZE = {False: 100_000, True: 5_000}
 DEFAULT_SIZES = [100_000, 1_000_000]
 APPROX_SIZE = 1_000_000  # the size issue 15's approximate target is for
@@ -112,6 +117,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("peers", partial(run_peers, size, args.queries)))
     if "pipeline" in args.only:
         steps.append(("pipeline", partial(run_pipeline, quick)))
+    if "fairness" in args.only:
+        steps.append(("fairness", partial(run_fairness, quick)))
     return steps
 
 

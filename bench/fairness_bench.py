@@ -1,0 +1,269 @@
+"""Fairness between tenants (issue 23): what one tenant's heavy or hostile work costs another.
+
+The whole stack (`python -m deploy.run`, as `make run` starts it) on free ports and a temp DATA_DIR, and
+two tenants: `demo` (the victim, whose admin key the banner prints) and `rival` (an admin key made with
+`ragmesh keys create`). The victim measures, one request at a time:
+
+  upload   a small text document (32 bytes, new content each time) through `POST /api/documents`, until
+           its INDEXED progress event;
+  ask      a demo question through `POST /api/chat/ask`, until the whole answer is back;
+
+on an idle stack, then while the rival (or nobody in particular) does one thing at a time:
+
+  bombs    two decompression bombs (DOCX files of ~150 KB whose document.xml inflates to 50 MB) uploaded
+           by the rival, again as soon as one is answered;
+  halfopen 300 connections that send an /api request's headers and a few bytes of a JSON body, with no
+           credential, and hold still (reopened when the server closes them);
+  embed    the rival's operator key calling `Embedder/Embed` with the largest call the embedder allows
+           (the most texts at the longest text), back to back.
+
+Each figure is the victim's p50 and p99 under load divided by the same on the idle stack (target <= 2).
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+import httpx
+import numpy as np
+
+from bench.load_bench import QUESTIONS, Stack
+from bench.search_bench import REPO, Section, Target, log
+from ragmesh import config
+from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
+
+RIVAL = "rival"
+HALF_OPEN = 300
+BOMB_XML_BYTES = 50 * 2**20
+TARGET_RATIO = 2.0
+SETTLE_S = 2.0  # the load takes hold before the victim measures
+TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class FairnessPlan:
+    uploads: int
+    asks: int
+
+
+FULL = FairnessPlan(uploads=20, asks=30)
+QUICK = FairnessPlan(uploads=3, asks=5)
+
+
+def docx_bomb() -> bytes:
+    """A valid-looking DOCX whose document.xml is BOMB_XML_BYTES of one repeated paragraph."""
+    paragraph = b"<w:p><w:r><w:t>" + b"lorem ipsum dolor sit amet " * 8 + b"</w:t></w:r></w:p>"
+    body = paragraph * (BOMB_XML_BYTES // len(paragraph))
+    ns = b'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    xml = b'<?xml version="1.0" encoding="UTF-8"?><w:document ' + ns + b"><w:body>" + body + b"</w:body></w:document>"
+    types = (b'<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
+             b'content-types"><Default Extension="xml" ContentType="application/xml"/><Override PartName="/word/'
+             b'document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.'
+             b'main+xml"/></Types>')
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        z.writestr("[Content_Types].xml", types)
+        z.writestr("word/document.xml", xml)
+    return out.getvalue()
+
+
+def rival_key(stack: Stack) -> str:
+    """An admin key of the rival tenant, made as an operator would (`ragmesh keys create`)."""
+    env = {"DATA_DIR": str(stack.data_dir), "MONGODB_URI": "", "API_KEY_PEPPER": "", "RAGMESH_HOST": "127.0.0.1",
+           "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-m", "ragmesh.cli", "keys", "create", "--tenant", RIVAL, "--user", "eve",
+                          "--role", "admin"], env=env, cwd=REPO, capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+# ----------------------------------------------------------------------------- what the victim measures
+
+
+async def upload_once(client: httpx.AsyncClient, stack: Stack, n: int) -> float:
+    """Seconds from sending a 32-byte document to its INDEXED event."""
+    text = f"Fairness probe {n:06d} {time.time_ns() % 10**6:06d}."[:32]
+    body = {"collection": "documents", "documents": [{"doc_id": f"fairness-{n}", "text": text}]}
+    started = time.perf_counter()
+    async with client.stream("POST", stack.http_url + "/api/documents", json=body,
+                             headers={"authorization": f"Bearer {stack.key}"}) as reply:
+        if reply.status_code != 200:
+            raise RuntimeError(f"upload: HTTP {reply.status_code}: {(await reply.aread())[:200]!r}")
+        async for line in reply.aiter_lines():
+            if line.startswith("data: ") and '"INDEXED"' in line:
+                return time.perf_counter() - started
+            if line.startswith("data: ") and ('"FAILED"' in line or '"error"' in line):
+                raise RuntimeError(f"upload failed: {line[:200]}")
+    raise RuntimeError("upload: the stream ended without INDEXED")
+
+
+async def ask_once(client: httpx.AsyncClient, stack: Stack, n: int) -> float:
+    """Seconds from sending a demo question to its whole answer."""
+    started = time.perf_counter()
+    reply = await client.post(stack.http_url + "/api/chat/ask", json={"question": QUESTIONS[n % len(QUESTIONS)]},
+                              headers={"authorization": f"Bearer {stack.key}"})
+    if reply.status_code != 200:
+        raise RuntimeError(f"ask: HTTP {reply.status_code}: {reply.text[:200]}")
+    return time.perf_counter() - started
+
+
+async def victim(stack: Stack, plan: FairnessPlan, offset: int) -> dict[str, list[float]]:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT_S)) as client:
+        uploads = [await upload_once(client, stack, offset + i) for i in range(plan.uploads)]
+        asks = [await ask_once(client, stack, offset + i) for i in range(plan.asks)]
+    return {"upload": uploads, "ask": asks}
+
+
+# ----------------------------------------------------------------------------- what the load does
+
+
+async def bombs(stack: Stack, key: str, stop: asyncio.Event, seen: list[str]) -> None:
+    """Two uploaders of a decompression bomb each, again as soon as one is answered."""
+    bomb = docx_bomb()
+
+    async def uploader(i: int) -> None:
+        n = 0
+        async with httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT_S)) as client:
+            while not stop.is_set():
+                n += 1
+                files = {"files": (f"bomb-{i}-{n}.docx", bomb,
+                                   "application/vnd.openxmlformats-officedocument.wordprocessingml.document")}
+                try:
+                    async with client.stream("POST", stack.http_url + "/api/documents", files=files,
+                                             data={"collection": "documents"},
+                                             headers={"authorization": f"Bearer {key}"}) as reply:
+                        async for line in reply.aiter_lines():
+                            if '"FAILED"' in line or '"INDEXED"' in line:
+                                seen.append(line[6:200])
+                except httpx.HTTPError as exc:
+                    seen.append(f"{type(exc).__name__}: {exc}")
+
+    await asyncio.gather(uploader(1), uploader(2))
+
+
+async def half_open(stack: Stack, stop: asyncio.Event, seen: list[str]) -> None:
+    """HALF_OPEN anonymous connections, each with an /api request's headers and a few bytes of its body."""
+    request = (f"POST /api/chat/ask HTTP/1.1\r\nHost: 127.0.0.1:{stack.ports['http']}\r\n"
+               "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"quest").encode()
+
+    async def holder() -> None:
+        while not stop.is_set():
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", stack.ports["http"])
+            except OSError as exc:
+                seen.append(f"connect: {exc}")
+                await asyncio.sleep(0.5)
+                continue
+            writer.write(request)
+            try:
+                await writer.drain()
+                reply = await _until(reader, stop)
+                if reply:
+                    seen.append(reply.split(b"\r\n", 1)[0].decode(errors="replace"))
+            except (OSError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                writer.close()
+
+    await asyncio.gather(*(holder() for _ in range(HALF_OPEN)))
+
+
+async def _until(reader: asyncio.StreamReader, stop: asyncio.Event) -> bytes:
+    """What the server answers (when it closes or answers), or b"" once `stop` is set."""
+    read = asyncio.ensure_future(reader.read(200))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([read, stopped], return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not read.done():
+        read.cancel()
+        return b""
+    return read.result()
+
+
+def largest_embed() -> tuple[int, int]:
+    """(texts, characters per text) of the largest Embed call the embedder's settings allow."""
+    s = config.load()
+    per_text = getattr(s, "embed_max_text_chars", 20_000_000)
+    per_call = getattr(s, "embed_max_call_chars", per_text)
+    texts = max(1, min(getattr(s, "embed_max_texts", 256), per_call // per_text))
+    return texts, per_text
+
+
+async def big_embeds(stack: Stack, key: str, stop: asyncio.Event, seen: list[str]) -> None:
+    """The rival's operator key sends the largest allowed Embed call, back to back."""
+    texts, chars = largest_embed()
+    words = ("revenue exposure hedge duration spread volatility " * (chars // 50 + 1))[:chars]
+    request = embedder_pb2.EmbedRequest(texts=[words] * texts, task=embedder_pb2.DOCUMENT)
+    async with grpc.aio.insecure_channel(stack.address("embedder"), options=[
+            ("grpc.max_send_message_length", 256 * 2**20)]) as channel:
+        embed = embedder_pb2_grpc.EmbedderStub(channel).Embed
+        while not stop.is_set():
+            try:
+                await embed(request, metadata=(("authorization", f"Bearer {key}"),), timeout=TIMEOUT_S)
+                seen.append("ok")
+            except grpc.aio.AioRpcError as exc:
+                seen.append(f"{exc.code().name}: {exc.details()}")
+                await asyncio.sleep(0.2)
+
+
+# ----------------------------------------------------------------------------- the part
+
+
+async def measure(stack: Stack, plan: FairnessPlan, offset: int,
+                  load: Callable[[asyncio.Event, list[str]], Awaitable[None]] | None) -> tuple[dict, list[str]]:
+    stop, seen = asyncio.Event(), []
+    task = asyncio.ensure_future(load(stop, seen)) if load else None
+    try:
+        await asyncio.sleep(SETTLE_S if load else 0)
+        return await victim(stack, plan, offset), seen
+    finally:
+        stop.set()
+        if task is not None:
+            try:
+                await asyncio.wait_for(task, 60)
+            except asyncio.TimeoutError:
+                task.cancel()
+
+
+def p(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) * 1000
+
+
+def run_fairness(quick: bool = False) -> Section:
+    plan = QUICK if quick else FULL
+    section = Section("Fairness between tenants (victim's p50 / p99 under another's load, as a ratio to idle)")
+    with Stack() as stack:
+        key = rival_key(stack)
+        loads: dict[str, Callable[[asyncio.Event, list[str]], Awaitable[None]] | None] = {
+            "idle": None,
+            "two bombs parsing": lambda stop, seen: bombs(stack, key, stop, seen),
+            f"{HALF_OPEN} half-open connections": lambda stop, seen: half_open(stack, stop, seen),
+            "largest allowed Embed": lambda stop, seen: big_embeds(stack, key, stop, seen),
+        }
+        results: dict[str, tuple[dict, list[str]]] = {}
+        for i, (name, load) in enumerate(loads.items()):
+            log(f"fairness: {name}")
+            results[name] = asyncio.run(measure(stack, plan, 1000 * i, load))
+        idle = results.pop("idle")[0]
+        for name, (figures, seen) in results.items():
+            what = f"{len(seen)} load replies; first: {seen[0][:80]!r}" if seen else "no load reply"
+            for kind in ("upload", "ask"):
+                for q in (50, 99):
+                    base, now = p(idle[kind], q), p(figures[kind], q)
+                    section.add(f"{kind} p{q} during {name}", round(now / base, 2), "x",
+                                Target("<=", TARGET_RATIO) if not quick else None,
+                                f"{now:,.0f} ms vs {base:,.0f} ms idle" + (f"; {what}" if kind == "upload" and q == 50
+                                                                            else ""))
+        texts, chars = largest_embed()
+        section.notes.append(f"{plan.uploads} uploads and {plan.asks} asks per row, one at a time; the largest Embed: "
+                             f"{texts} texts of {chars:,} characters; the bombs: DOCX of {len(docx_bomb()):,} bytes "
+                             f"inflating to {BOMB_XML_BYTES // 2**20} MB.")
+    return section
