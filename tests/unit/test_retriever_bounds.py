@@ -117,7 +117,7 @@ def test_upsert_rejects_a_document_with_too_many_chunks_and_goes_on(tmp_path: Pa
 
     summary = asyncio.run(upserter.upsert(stream()))
     assert (summary.documents, summary.chunks, summary.rejected) == (1, 2, 2)
-    assert summary.errors[0] == "'big': chunk: more than 3 chunks in one document"
+    assert summary.errors[0] == "big: chunk: more than 3 chunks in one document"
     assert {s.chunk.doc_id for s in store.iter_chunks()} == {"small"}
 
 

@@ -109,6 +109,6 @@ def test_a_batch_is_bounded_in_bytes_as_well_as_chunks(tmp_path: Path) -> None:
            for i in range(10)]
     summary = asyncio.run(upserter.upsert(store.stream(chunks(10) + big + chunks(2))))
     assert (summary.documents, summary.rejected) == (12, 1), summary  # d0 and d1 come twice
-    assert summary.errors == ["'big': chunk: more than 1,000 bytes in one document"]
+    assert summary.errors == ["big: chunk: more than 1,000 bytes in one document"]
     assert store.writes >= 4, "batches of a few documents, not one of everything"
     assert "big" not in {s.chunk.doc_id for s in store.iter_chunks()}

@@ -23,6 +23,7 @@ from services.retriever.ingest.commit import Committer
 log = logging.getLogger(__name__)
 
 MAX_ERRORS = 100
+SHOWN_ID_CHARS = 40  # of a rejected document's id, in its error
 # Bounds on what one document may bring (the others are in ragmesh.validation); a document past
 # one is rejected (counted and reported), and the load goes on.
 MAX_CHUNK_CHARS = 100_000  # a searched chunk (its text is analysed for BM25)
@@ -83,7 +84,9 @@ class Upserter:
         def reject(doc_id: str, error: str) -> None:
             summary.rejected += 1
             if len(summary.errors) < MAX_ERRORS:
-                summary.errors.append(f"{shown(doc_id)}: {error}")
+                # the document's id as given (the caller reads the errors by it), cut short
+                name = doc_id if len(doc_id) <= SHOWN_ID_CHARS else doc_id[:SHOWN_ID_CHARS] + "..."
+                summary.errors.append(f"{name}: {error}")
 
         skipping: tuple[str, str, str] | None = None  # a document rejected for its length: its later chunks go
         try:
