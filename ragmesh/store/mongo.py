@@ -29,7 +29,8 @@ from pymongo.errors import DuplicateKeyError, InvalidURI, PyMongoError
 from ragmesh.config import redact_uri
 from ragmesh.identity.keys import ApiKeyRecord
 from ragmesh.store import Change, CollectionStats, ConversationInfo, CorrectionRecord, MessageRecord, StoreUnavailable
-from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, DocumentEntry, DocumentRecord, SectionOutline, StoredChunk
+from ragmesh.types import (MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, DocumentEntry, DocumentRecord, SectionOutline,
+                           StoredChunk)
 
 T = TypeVar("T")
 Session = ClientSession | None
@@ -196,7 +197,8 @@ class MongoStore:
                   author: str | None = None) -> list[DocumentEntry]:
         if limit <= 0:
             return []  # pymongo reads limit(0) as "no limit"
-        where: dict[str, Any] = {"tenant": tenant} if collection is None else {"tenant": tenant, "collection": collection}
+        where: dict[str, Any] = {"tenant": tenant} if collection is None else {"tenant": tenant,
+                                                                                 "collection": collection}
         if author is not None:
             mine = [{f"metadata.{MEMORY_AUTHOR}": author}] if author else []
             where["$or"] = [{"collection": {"$ne": MEMORY_COLLECTION}}, *mine]

@@ -16,7 +16,8 @@ import numpy as np
 from ragmesh.errors import InvalidArgument
 from ragmesh.identity.keys import ApiKeyRecord
 from ragmesh.store import Change, CollectionStats, ConversationInfo, CorrectionRecord, MessageRecord
-from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, DocumentEntry, DocumentRecord, SectionOutline, StoredChunk
+from ragmesh.types import (MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, DocumentEntry, DocumentRecord, SectionOutline,
+                           StoredChunk)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -198,7 +198,8 @@ def test_conversation_memory_is_read_only_by_its_author(keys: Keys) -> None:
 
 def test_a_tenants_collection_figures_are_its_own(keys: Keys) -> None:
     raven = keys.retriever(keys.raven)
-    figures = {c.name: c for c in raven.ListCollections(retriever_pb2.ListCollectionsRequest(own_tenant=True)).collections}
+    listed = raven.ListCollections(retriever_pb2.ListCollectionsRequest(own_tenant=True)).collections
+    figures = {c.name: c for c in listed}
     assert set(figures) == {COLLECTION}, "only the collections the tenant has documents in"
     own = figures[COLLECTION]
     assert own.indexed_chunks == own.chunks, "indexed chunks counted over other tenants' too"
