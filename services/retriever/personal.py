@@ -34,6 +34,12 @@ def scoped(collection: str, f: SearchFilter, reader_: str) -> SearchFilter | Non
     return dataclasses.replace(f, equals={**f.equals, MEMORY_AUTHOR: reader_})
 
 
+def listable(collections: list[str]) -> list[str]:
+    """The collections whose metadata values may be listed: never conversation memory, whose values
+    say whose conversations exist and when."""
+    return [c for c in collections if c != MEMORY_COLLECTION]
+
+
 def require_writer(who: Identity, collection: str) -> None:
     """Only the platform (the gateway's service credential) writes or deletes conversation memory."""
     if collection == MEMORY_COLLECTION and not who.is_service:

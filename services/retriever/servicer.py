@@ -12,7 +12,7 @@ import dataclasses
 from ragmesh import convert, identity
 from ragmesh.errors import InvalidArgument, NotFound
 from ragmesh.store import CollectionStats, Store
-from ragmesh.types import MEMORY_COLLECTION, ChunkContext
+from ragmesh.types import ChunkContext
 from ragmesh.validation import (MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, check_field_name, check_name, check_names,
                                 check_page, check_text, shown)
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
@@ -73,7 +73,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
                 prefer_authoritative=b.prefer_authoritative, min_similarity=b.min_similarity,
                 fallback_similarity=b.fallback_similarity, expand_parents=b.expand_parents, now=b.now,
             ),
-            reader=personal.reader(identity.current()),
+            reader=_reader(),
         )
         outcome = await self.engine.search(query)
         return retriever_pb2.SearchResponse(
@@ -186,9 +186,8 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
 
     async def FieldValues(self, request: retriever_pb2.FieldValuesRequest, context: grpc.aio.ServicerContext):
         check_field_name("field", request.field)
-        collections = check_names("collections", list(request.collections)) or self.engine.registry.names()
-        # conversation memory is never listed by its values (whose conversations, which roles)
-        collections = [c for c in collections if c != MEMORY_COLLECTION]
+        collections = personal.listable(check_names("collections", list(request.collections))
+                                        or self.engine.registry.names())
         values = await asyncio.to_thread(self.engine.registry.field_values, request.field, collections, _tenant()) \
             if collections else []
         return retriever_pb2.FieldValuesResponse(values=values)
