@@ -109,7 +109,7 @@ class CollectionIndex:
 
     def _reserve(self, slots: int) -> None:
         if slots > len(self.alive):
-            capacity = max(slots, 2 * len(self.alive), 1024)
+            capacity = max(slots, 2 * len(self.alive), 64)  # small: a tenant's partition may hold a few chunks
             grown = np.zeros(capacity, dtype=bool)
             grown[: len(self.alive)] = self.alive
             self.alive = grown
