@@ -24,7 +24,7 @@ from bson import ObjectId
 from bson.binary import Binary
 from pymongo import ASCENDING, DESCENDING, IndexModel, MongoClient, ReturnDocument
 from pymongo.client_session import ClientSession
-from pymongo.errors import DuplicateKeyError, InvalidURI, PyMongoError
+from pymongo.errors import DuplicateKeyError, InvalidURI, OperationFailure, PyMongoError
 
 from ragmesh.config import redact_uri
 from ragmesh.identity.keys import ApiKeyRecord
@@ -114,7 +114,10 @@ class MongoStore:
         """Idempotent: creating an index that exists with the same spec is a no-op. A database from
         before chunk ids were keys within a tenant loses its global (chunk_id, v) index first."""
         if "chunk_id" in self._chunks.index_information():
-            self._chunks.drop_index("chunk_id")
+            try:
+                self._chunks.drop_index("chunk_id")
+            except OperationFailure:  # another replica starting at the same time dropped it first
+                pass
         self._docs.create_indexes([
             IndexModel([("tenant", ASCENDING), ("collection", ASCENDING), ("doc_id", ASCENDING)],
                        unique=True, name="doc_key"),

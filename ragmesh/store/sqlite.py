@@ -143,16 +143,22 @@ class SqliteStore:
     def _migrate_chunk_keys(self) -> None:
         """A file whose chunk ids were one space for every tenant gets them keyed by (tenant, chunk_id):
         the rows are copied (rowids kept, so the order iter_chunks reads is the same) in one transaction."""
-        (sql,) = self._db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'chunks'").fetchone()
-        if "PRIMARY KEY (tenant, chunk_id)" in sql:
+        if self._chunks_keyed(self._db):
             return
         with self._tx() as db:
+            if self._chunks_keyed(db):  # another process opening the file migrated it meanwhile
+                return
             db.execute(_CHUNKS.format(table="chunks_keyed"))
             db.execute(f"INSERT INTO chunks_keyed (rowid, {_CHUNK_FIELDS}) SELECT rowid, {_CHUNK_FIELDS} FROM chunks")
             db.execute("DROP TABLE chunks")
             db.execute("ALTER TABLE chunks_keyed RENAME TO chunks")
             for statement in filter(str.strip, _CHUNK_INDEXES.split(";")):
                 db.execute(statement)
+
+    @staticmethod
+    def _chunks_keyed(db: sqlite3.Connection) -> bool:
+        (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'chunks'").fetchone()
+        return "PRIMARY KEY (tenant, chunk_id)" in sql
 
     # -- helpers ---------------------------------------------------------------------------
     def _tx(self) -> "_Transaction":
