@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from functools import partial
@@ -200,7 +201,7 @@ class CollectionIndex:
                 out.parents = self._parents(out.chunks.values())
             return out
 
-    def _parents(self, children) -> dict[str, str]:
+    def _parents(self, children: Iterable[Chunk]) -> dict[str, str]:
         """Parent id -> text for these children: a parent of the child's own document only (this
         partition is one tenant's), whatever a stored chunk names."""
         found = {}
