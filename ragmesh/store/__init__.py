@@ -97,12 +97,16 @@ class Store(Protocol):
     def collections(self, tenant: str | None = None) -> list[CollectionStats]:
         """Counts per collection: every tenant's, or one tenant's with tenant."""
 
-    def documents(self, tenant: str, collection: str | None, limit: int = 50, offset: int = 0) -> list[DocumentEntry]:
+    def documents(self, tenant: str, collection: str | None, limit: int = 50, offset: int = 0, *,
+                  author: str | None = None) -> list[DocumentEntry]:
         """The tenant's documents (of one collection, or all), most recently written first, then by
-        collection and id; `offset` skips that many (paging)."""
+        collection and id; `offset` skips that many (paging). With `author`, conversation memory
+        (MEMORY_COLLECTION) is personal: only the documents whose MEMORY_AUTHOR is `author` are
+        listed of it ("" lists none of it)."""
 
     def chunk(self, tenant: str, chunk_id: str) -> StoredChunk | None:
-        """One current chunk of the tenant by id (None when unknown or another tenant's)."""
+        """One current chunk of the tenant by id (None when unknown or another tenant's). Chunk ids
+        are keys within a tenant: the same id in two tenants is two chunks."""
 
     def document_chunks(self, tenant: str, collection: str, doc_id: str) -> list[StoredChunk]:
         """A document's current chunks in order (empty when it does not exist)."""

@@ -24,12 +24,13 @@ from bson import ObjectId
 from bson.binary import Binary
 from pymongo import ASCENDING, DESCENDING, IndexModel, MongoClient, ReturnDocument
 from pymongo.client_session import ClientSession
-from pymongo.errors import DuplicateKeyError, InvalidURI, PyMongoError
+from pymongo.errors import DuplicateKeyError, InvalidURI, OperationFailure, PyMongoError
 
 from ragmesh.config import redact_uri
 from ragmesh.identity.keys import ApiKeyRecord
 from ragmesh.store import Change, CollectionStats, ConversationInfo, CorrectionRecord, MessageRecord, StoreUnavailable
-from ragmesh.types import Chunk, DocumentEntry, DocumentRecord, SectionOutline, StoredChunk
+from ragmesh.types import (MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, DocumentEntry, DocumentRecord, SectionOutline,
+                           StoredChunk)
 
 T = TypeVar("T")
 Session = ClientSession | None
@@ -110,7 +111,13 @@ class MongoStore:
         return "setName" in hello or hello.get("msg") == "isdbgrid"
 
     def _create_indexes(self) -> None:
-        """Idempotent: creating an index that exists with the same spec is a no-op."""
+        """Idempotent: creating an index that exists with the same spec is a no-op. A database from
+        before chunk ids were keys within a tenant loses its global (chunk_id, v) index first."""
+        if "chunk_id" in self._chunks.index_information():
+            try:
+                self._chunks.drop_index("chunk_id")
+            except OperationFailure:  # another replica starting at the same time dropped it first
+                pass
         self._docs.create_indexes([
             IndexModel([("tenant", ASCENDING), ("collection", ASCENDING), ("doc_id", ASCENDING)],
                        unique=True, name="doc_key"),
@@ -118,8 +125,10 @@ class MongoStore:
                        name="content_hash"),
         ])
         self._chunks.create_indexes([
-            # Chunk ids repeat across versions of a document while a replacement is under way.
-            IndexModel([("chunk_id", ASCENDING), ("v", ASCENDING)], unique=True, name="chunk_id"),
+            # Chunk ids are keys within a tenant; they repeat across versions of a document while a
+            # replacement is under way.
+            IndexModel([("tenant", ASCENDING), ("chunk_id", ASCENDING), ("v", ASCENDING)], unique=True,
+                       name="tenant_chunk_id"),
             IndexModel([("tenant", ASCENDING), ("collection", ASCENDING), ("doc_id", ASCENDING),
                         ("v", ASCENDING)], name="doc_version"),
             IndexModel([("tenant", ASCENDING), ("collection", ASCENDING), ("date", ASCENDING)],
@@ -187,10 +196,15 @@ class MongoStore:
         d = self._docs.find_one({"tenant": tenant, "collection": collection, "doc_id": doc_id})
         return None if d is None else _document(d)
 
-    def documents(self, tenant: str, collection: str | None, limit: int = 50, offset: int = 0) -> list[DocumentEntry]:
+    def documents(self, tenant: str, collection: str | None, limit: int = 50, offset: int = 0, *,
+                  author: str | None = None) -> list[DocumentEntry]:
         if limit <= 0:
             return []  # pymongo reads limit(0) as "no limit"
-        where = {"tenant": tenant} if collection is None else {"tenant": tenant, "collection": collection}
+        where: dict[str, Any] = {"tenant": tenant} if collection is None else {"tenant": tenant,
+                                                                                 "collection": collection}
+        if author is not None:
+            mine = [{f"metadata.{MEMORY_AUTHOR}": author}] if author else []
+            where["$or"] = [{"collection": {"$ne": MEMORY_COLLECTION}}, *mine]
         order = [("updated_at", DESCENDING), ("collection", ASCENDING), ("doc_id", ASCENDING)]
         return [DocumentEntry(_document(d), _iso(d["updated_at"]), bool(d.get("summary")))
                 for d in self._docs.find(where).sort(order).skip(offset).limit(limit)]

@@ -16,7 +16,8 @@ import numpy as np
 from ragmesh.errors import InvalidArgument
 from ragmesh.identity.keys import ApiKeyRecord
 from ragmesh.store import Change, CollectionStats, ConversationInfo, CorrectionRecord, MessageRecord
-from ragmesh.types import Chunk, DocumentEntry, DocumentRecord, SectionOutline, StoredChunk
+from ragmesh.types import (MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, DocumentEntry, DocumentRecord, SectionOutline,
+                           StoredChunk)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -26,14 +27,7 @@ CREATE TABLE IF NOT EXISTS documents (
   date TEXT NOT NULL, chunk_count INTEGER NOT NULL, updated_at REAL NOT NULL,
   PRIMARY KEY (tenant, collection, doc_id)
 );
-CREATE TABLE IF NOT EXISTS chunks (
-  chunk_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, collection TEXT NOT NULL,
-  doc_id TEXT NOT NULL, chunk_index INTEGER NOT NULL, text TEXT NOT NULL,
-  metadata TEXT NOT NULL, date TEXT NOT NULL, parent_chunk_id TEXT NOT NULL,
-  vector BLOB
-);
-CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (tenant, collection, doc_id);
-CREATE INDEX IF NOT EXISTS chunks_by_collection ON chunks (collection);
+{chunks}
 CREATE TABLE IF NOT EXISTS outlines (
   tenant TEXT NOT NULL, collection TEXT NOT NULL, doc_id TEXT NOT NULL,
   summary TEXT NOT NULL, sections TEXT NOT NULL,
@@ -74,6 +68,22 @@ CREATE TABLE IF NOT EXISTS usage (
   messages INTEGER NOT NULL, tokens INTEGER NOT NULL, PRIMARY KEY (tenant, user_id, month)
 );
 """
+# A chunk id is a key within its tenant: the same id in two tenants is two chunks. Files written
+# before that had `chunk_id TEXT PRIMARY KEY` (one id space for every tenant): _migrate_chunk_keys.
+_CHUNKS = """
+CREATE TABLE IF NOT EXISTS {table} (
+  chunk_id TEXT NOT NULL, tenant TEXT NOT NULL, collection TEXT NOT NULL,
+  doc_id TEXT NOT NULL, chunk_index INTEGER NOT NULL, text TEXT NOT NULL,
+  metadata TEXT NOT NULL, date TEXT NOT NULL, parent_chunk_id TEXT NOT NULL,
+  vector BLOB, PRIMARY KEY (tenant, chunk_id)
+);
+"""
+_CHUNK_INDEXES = """
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (tenant, collection, doc_id);
+CREATE INDEX IF NOT EXISTS chunks_by_collection ON chunks (collection);
+"""
+_SCHEMA = _SCHEMA.format(chunks=_CHUNKS.format(table="chunks") + _CHUNK_INDEXES)
+_CHUNK_FIELDS = "chunk_id, tenant, collection, doc_id, chunk_index, text, metadata, date, parent_chunk_id, vector"
 
 
 def _iso(ts: float) -> str:
@@ -115,6 +125,7 @@ class SqliteStore:
         with self._lock:
             self._db.executescript(_SCHEMA)
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('version', '0')")
+            self._migrate_chunk_keys()
 
     def __repr__(self) -> str:
         return f"sqlite:{self.path}"
@@ -129,6 +140,26 @@ class SqliteStore:
             if free:
                 self._lock.release()
 
+    def _migrate_chunk_keys(self) -> None:
+        """A file whose chunk ids were one space for every tenant gets them keyed by (tenant, chunk_id):
+        the rows are copied (rowids kept, so the order iter_chunks reads is the same) in one transaction."""
+        if self._chunks_keyed(self._db):
+            return
+        with self._tx() as db:
+            if self._chunks_keyed(db):  # another process opening the file migrated it meanwhile
+                return
+            db.execute(_CHUNKS.format(table="chunks_keyed"))
+            db.execute(f"INSERT INTO chunks_keyed (rowid, {_CHUNK_FIELDS}) SELECT rowid, {_CHUNK_FIELDS} FROM chunks")
+            db.execute("DROP TABLE chunks")
+            db.execute("ALTER TABLE chunks_keyed RENAME TO chunks")
+            for statement in filter(str.strip, _CHUNK_INDEXES.split(";")):
+                db.execute(statement)
+
+    @staticmethod
+    def _chunks_keyed(db: sqlite3.Connection) -> bool:
+        (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'chunks'").fetchone()
+        return "PRIMARY KEY (tenant, chunk_id)" in sql
+
     # -- helpers ---------------------------------------------------------------------------
     def _tx(self) -> "_Transaction":
         return _Transaction(self._db, self._lock)
@@ -142,9 +173,13 @@ class SqliteStore:
         rows = self._documents("d.tenant = ? AND d.collection = ? AND d.doc_id = ?", (tenant, collection, doc_id))
         return rows[0].document if rows else None
 
-    def documents(self, tenant: str, collection: str | None, limit: int = 50, offset: int = 0) -> list[DocumentEntry]:
+    def documents(self, tenant: str, collection: str | None, limit: int = 50, offset: int = 0, *,
+                  author: str | None = None) -> list[DocumentEntry]:
         where, args = ("d.tenant = ?", (tenant,)) if collection is None else \
             ("d.tenant = ? AND d.collection = ?", (tenant, collection))
+        if author is not None:
+            where += f" AND (d.collection != ? OR (? != '' AND json_extract(d.metadata, '$.{MEMORY_AUTHOR}') = ?))"
+            args += (MEMORY_COLLECTION, author, author)
         return self._documents(f"{where} ORDER BY d.updated_at DESC, d.collection, d.doc_id LIMIT ? OFFSET ?",
                                (*args, limit, offset))
 
@@ -163,7 +198,7 @@ class SqliteStore:
 
     def chunk(self, tenant: str, chunk_id: str) -> StoredChunk | None:
         with self._lock:
-            row = self._db.execute(f"{_CHUNK_COLUMNS} WHERE chunk_id = ? AND tenant = ?", (chunk_id, tenant)).fetchone()
+            row = self._db.execute(f"{_CHUNK_COLUMNS} WHERE tenant = ? AND chunk_id = ?", (tenant, chunk_id)).fetchone()
         return None if row is None else _stored_chunk(row)
 
     def replace_document(self, doc: DocumentRecord, chunks: list[StoredChunk]) -> int:
@@ -172,8 +207,8 @@ class SqliteStore:
     def replace_documents(self, items: list[tuple[DocumentRecord, list[StoredChunk]]]) -> int:
         try:
             return self._replace_documents(items)
-        except sqlite3.IntegrityError as exc:
-            raise InvalidArgument("chunk_id", f"a chunk id is already used by another document ({exc})") from exc
+        except sqlite3.IntegrityError:  # within the tenant: another tenant's ids are never in the way
+            raise InvalidArgument("chunk_id", "a chunk id is already used by another document") from None
 
     def _replace_documents(self, items: list[tuple[DocumentRecord, list[StoredChunk]]]) -> int:
         with self._tx() as db:

@@ -5,6 +5,9 @@ replica) and `milvus` (services.retriever.milvus: one shared Milvus collection p
 collection). Everything above this seam (fusion, explanation fields, boosters, thresholds,
 parent expansion, the servicer) sees only `Retrieved` lists, so both backends answer alike.
 The store stays the system of record: a backend's index is derived and rebuildable from it.
+
+Tenants are partitions: ids (chunk, document, parent) are keys within a tenant, lexical statistics
+are per tenant, and a search, a parent lookup or a count of one tenant never reads another's.
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ class Retrieved:
     admitted: int
     chunks: dict[int, Chunk] = field(default_factory=dict)
     similarity: dict[int, float] = field(default_factory=dict)  # cosine to the first query vector
-    parents: dict[str, str] = field(default_factory=dict)  # parent chunk id -> text
+    parents: dict[str, str] = field(default_factory=dict)  # parent chunk id -> text (the child's own document's)
     dense_ms: float = 0.0
     sparse_ms: float = 0.0
 
@@ -55,11 +58,12 @@ class SearchBackend(Protocol):
     def names(self) -> list[str]:
         """Collections holding indexed chunks."""
 
-    def searchable(self, names: list[str]) -> list[str]:
-        """Those of the names that may hold chunks to search (cheap: asked on every search)."""
+    def searchable(self, names: list[str], tenant: str) -> list[str]:
+        """Those of the names that may hold chunks of the tenant to search (cheap: asked on every search)."""
 
-    def indexed(self, name: str) -> int:
-        """Searchable chunks of a collection (0 for an unknown one)."""
+    def indexed(self, name: str, tenant: str | None = None) -> int:
+        """Searchable chunks of a collection in one tenant's partition (0 for an unknown one); None
+        counts every tenant's, a platform figure only the service credential is shown."""
 
     def analyzer(self, name: str) -> Analyzer:
         """The collection's BM25 text analysis (boosters match tags with it too)."""

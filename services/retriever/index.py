@@ -1,6 +1,11 @@
 """In-memory search indexes, derived from the store (the system of record).
 
-Each collection keeps its chunks in slots: a FAISS index and a BM25 inverted index
+Tenants are partitions, not a filter column: each (collection, tenant) has an index of its own,
+so BM25's document counts, document frequencies and average lengths are the tenant's alone (one
+tenant's writes never move another's scores), and a parent chunk is looked up among the tenant's
+own. Index options stay per collection: every tenant's partition of a collection has them.
+
+Each partition keeps its chunks in slots: a FAISS index and a BM25 inverted index
 over the same slot numbers, dictionary-encoded filter columns, and an `alive` mask.
 Writes never rebuild: a replaced document's old slots are tombstoned and its new
 chunks appended, all under the collection's write lock, so a search (under the read
@@ -9,6 +14,7 @@ up the collection is rebuilt compactly off to the side and swapped in.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -17,6 +23,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from functools import partial
@@ -42,9 +49,11 @@ COMPACT_MIN_DEAD = 1000
 COMPACT_DEAD_SHARE = 0.25
 # Bumped whenever the pickled classes change shape: a snapshot in another format is rebuilt
 # from the store, never unpickled into objects the code no longer matches.
-SNAPSHOT_FORMAT = 5  # 5: BM25 postings sorted by doc id, per-term bounds (pruned top-k)
+SNAPSHOT_FORMAT = 6  # 6: one index per (collection, tenant), files named by a hash of both
 _SNAPSHOT_BLOCK = 8192  # chunks per pickle block
-_IVF_SUFFIX = ".ivf.faiss"  # an ivf collection's trained IVF, beside its exact vectors
+_IVF_SUFFIX = ".ivf.faiss"  # an ivf partition's trained IVF, beside its exact vectors
+_SNAPSHOT_SUFFIXES = (".pkl", ".faiss")  # a partition's files (the IVF's ends in .faiss too)
+Partition = tuple[str, str]  # (collection, tenant)
 # One FAISS thread per search (set per thread: OpenMP settings are thread-local): a single query
 # is faster that way, and BM25 runs on the other core. Measured: 1M p50 95 -> 63 ms.
 _DENSE_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="dense",
@@ -72,8 +81,12 @@ def _timed(fn, *args) -> tuple[object, float]:
 
 
 class CollectionIndex:
-    def __init__(self, name: str, dimensions: int, options: CollectionOptions | None = None) -> None:
+    """One tenant's chunks of one collection (a partition)."""
+
+    def __init__(self, name: str, dimensions: int, options: CollectionOptions | None = None,
+                 tenant: str = "") -> None:
         self.name = name
+        self.tenant = tenant
         self.dimensions = dimensions
         self.options = options or CollectionOptions()
         self.analyzer = Analyzer.from_options(self.options.analyzer)
@@ -97,7 +110,7 @@ class CollectionIndex:
 
     def _reserve(self, slots: int) -> None:
         if slots > len(self.alive):
-            capacity = max(slots, 2 * len(self.alive), 1024)
+            capacity = max(slots, 2 * len(self.alive), 64)  # small: a tenant's partition may hold a few chunks
             grown = np.zeros(capacity, dtype=bool)
             grown[: len(self.alive)] = self.alive
             self.alive = grown
@@ -153,7 +166,7 @@ class CollectionIndex:
     def compacted(self, options: CollectionOptions | None = None) -> "CollectionIndex":
         """A copy holding only live slots (with other options, if given); built under the read
         lock, so searches go on meanwhile."""
-        fresh = CollectionIndex(self.name, self.dimensions, options or self.options)
+        fresh = CollectionIndex(self.name, self.dimensions, options or self.options, self.tenant)
         with self.lock.read():
             fresh.apply([(key, self.stored_chunks(key)) for key in self.by_doc.keys() | self.parents_by_doc.keys()])
         return fresh
@@ -185,9 +198,18 @@ class CollectionIndex:
             if vectors is not None and len(slots):
                 out.similarity = dict(zip(slots.tolist(), (self.dense.vectors()[slots] @ vectors[0]).tolist()))
             if with_parents:
-                ids = {c.parent_chunk_id for c in out.chunks.values() if c.parent_chunk_id}
-                out.parents = {pid: self.parents[pid].text for pid in ids if pid in self.parents}
+                out.parents = self._parents(out.chunks.values())
             return out
+
+    def _parents(self, children: Iterable[Chunk]) -> dict[str, str]:
+        """Parent id -> text for these children: a parent of the child's own document only (this
+        partition is one tenant's), whatever a stored chunk names."""
+        found = {}
+        for c in children:
+            parent = self.parents.get(c.parent_chunk_id) if c.parent_chunk_id else None
+            if parent is not None and parent.doc_id == c.doc_id:
+                found[c.parent_chunk_id] = parent.text
+        return found
 
     def chunk(self, slot: int) -> Chunk:
         chunk = self.chunks[slot]
@@ -234,44 +256,56 @@ class CollectionIndex:
 
 
 class IndexRegistry:
-    """The memory search backend: collection name -> index. Writers serialise on one lock;
-    readers take only a collection's read lock."""
+    """The memory search backend: (collection, tenant) -> index. Writers serialise on one lock;
+    readers take only a partition's read lock. The map is replaced, never changed in place, so
+    readers go through it without a lock."""
 
     follows_store = True  # each replica holds its own copy
 
     def __init__(self, dimensions: int) -> None:
         self.dimensions = dimensions
-        self._indexes: dict[str, CollectionIndex] = {}
+        self._indexes: dict[Partition, CollectionIndex] = {}
         self._options: dict[str, CollectionOptions] = {}
+        self._analyzers: dict[str, Analyzer] = {}
         self._writer = threading.Lock()
 
-    def get(self, name: str) -> CollectionIndex | None:
-        return self._indexes.get(name)
+    def get(self, name: str, tenant: str = "") -> CollectionIndex | None:
+        """The tenant's partition of a collection."""
+        return self._indexes.get((name, tenant))
+
+    def partitions(self, name: str) -> list[CollectionIndex]:
+        """Every tenant's partition of a collection."""
+        return [index for (collection, _), index in self._indexes.items() if collection == name]
 
     def names(self) -> list[str]:
-        return sorted(self._indexes)
+        return sorted({name for name, _ in self._indexes})
 
-    def searchable(self, names: list[str]) -> list[str]:
-        return [n for n in names if n in self._indexes and len(self._indexes[n])]
+    def searchable(self, names: list[str], tenant: str) -> list[str]:
+        return [n for n in names if len(self._indexes.get((n, tenant)) or ())]
 
-    def indexed(self, name: str) -> int:
-        index = self._indexes.get(name)
-        return index.live if index else 0
+    def indexed(self, name: str, tenant: str | None = None) -> int:
+        """Live chunks of the tenant's partition, or (None) of every tenant's: a platform figure."""
+        if tenant is not None:
+            index = self._indexes.get((name, tenant))
+            return index.live if index else 0
+        return sum(index.live for index in self.partitions(name))
 
     def analyzer(self, name: str) -> Analyzer:
-        index = self._indexes.get(name)
-        return index.analyzer if index else Analyzer.from_options(self.options(name).analyzer)
+        analyzer = self._analyzers.get(name)
+        if analyzer is None:
+            analyzer = self._analyzers[name] = Analyzer.from_options(self.options(name).analyzer)
+        return analyzer
 
     def search(self, name: str, queries: list[str], vectors: np.ndarray | None, depth: int, f: SearchFilter,
                with_parents: bool = False) -> Retrieved | None:
-        index = self._indexes.get(name)
+        index = self._indexes.get((name, f.tenant))
         if index is None or not len(index):
             return None
         return index.search(queries, vectors, depth, f, with_parents)
 
     def matching_doc_ids(self, collection: str, where: SearchFilter) -> list[str]:
-        """From the index's filter columns: the same compiled mask a search uses."""
-        index = self.get(collection)
+        """From the partition's filter columns: the same compiled mask a search uses."""
+        index = self.get(collection, where.tenant)
         if index is None:
             return []
         with index.lock.read():
@@ -281,7 +315,7 @@ class IndexRegistry:
     def field_values(self, field_name: str, collections: list[str], tenant: str) -> list[str]:
         values: set[str] = set()
         for name in collections or self.names():
-            index = self.get(name)
+            index = self.get(name, tenant)
             if index is not None:
                 values |= index.values(field_name, tenant)
         return sorted(values)
@@ -289,23 +323,27 @@ class IndexRegistry:
     def warm_up(self, store: Store, snapshot_dir: Path, version: int) -> str:
         """The snapshot when it matches the store's version, else a rebuild from the store."""
         if self.load_snapshot(snapshot_dir, version):
-            return f"indexes loaded from snapshot at version {version}: {', '.join(self.names()) or 'none'}"
+            return (f"indexes loaded from snapshot at version {version}: {', '.join(self.names()) or 'none'} "
+                    f"({len(self._indexes)} partitions)")
         chunks = self.rebuild(store)
-        return f"indexes rebuilt from the store: {chunks:,} chunks in {', '.join(self.names()) or 'no collections'}"
+        return (f"indexes rebuilt from the store: {chunks:,} chunks in {', '.join(self.names()) or 'no collections'} "
+                f"({len(self._indexes)} partitions)")
 
     def close(self, snapshot_dir: Path, version: int) -> None:
         """A snapshot for a fast restart."""
         self.save_snapshot(snapshot_dir, version)
 
     def configure(self, name: str, options: CollectionOptions) -> None:
-        """Options for a collection: an existing index is rebuilt with them (from memory), a new one starts so."""
+        """Options for a collection: its existing partitions are rebuilt with them (from memory), new ones start so."""
         Analyzer.from_options(options.analyzer)  # raises ValueError on unknown options
         DenseIndex(self.dimensions, options.dense)  # raises ValueError on an unknown kind
         with self._writer:
             self._options[name] = options
-            index = self._indexes.get(name)
-            if index is not None and index.options != options:
-                self._indexes = {**self._indexes, name: index.compacted(options)}
+            self._analyzers.pop(name, None)
+            rebuilt = {key: index.compacted(options) for key, index in self._indexes.items()
+                       if key[0] == name and index.options != options}
+            if rebuilt:
+                self._indexes = {**self._indexes, **rebuilt}
 
     def options(self, name: str) -> CollectionOptions:
         return self._options.get(name) or CollectionOptions()
@@ -313,39 +351,45 @@ class IndexRegistry:
     def configured(self) -> list[str]:
         return sorted(self._options)
 
-    def _collection(self, name: str) -> CollectionIndex:
-        index = self._indexes.get(name)
+    def _partition(self, name: str, tenant: str) -> CollectionIndex:
+        index = self._indexes.get((name, tenant))
         if index is None:
-            index = CollectionIndex(name, self.dimensions, self._options.get(name))
-            self._indexes = {**self._indexes, name: index}
+            index = CollectionIndex(name, self.dimensions, self._options.get(name), tenant)
+            self._indexes = {**self._indexes, (name, tenant): index}
         return index
 
     def apply(self, collection: str, changes: list[tuple[DocKey, list[StoredChunk]]]) -> None:
+        by_tenant: dict[str, list[tuple[DocKey, list[StoredChunk]]]] = defaultdict(list)
+        for key, chunks in changes:
+            by_tenant[key[0]].append((key, chunks))
         with self._writer:
-            index = self._collection(collection)
-            index.apply(changes)
-            if index.needs_compaction():
-                self._indexes = {**self._indexes, collection: index.compacted()}
+            for tenant, part in by_tenant.items():
+                if (collection, tenant) not in self._indexes and not any(chunks for _, chunks in part):
+                    continue  # deletes in a tenant with nothing indexed: no partition for them
+                index = self._partition(collection, tenant)
+                index.apply(part)
+                if index.needs_compaction():
+                    self._indexes = {**self._indexes, (collection, tenant): index.compacted()}
 
     def rebuild(self, store: Store, batch: int = 2048) -> int:
-        """Builds every collection's index from the store; returns the chunks read."""
+        """Builds every partition's index from the store; returns the chunks read."""
         with self._writer:
             self._indexes = {}
-            pending: dict[str, dict[DocKey, list[StoredChunk]]] = defaultdict(lambda: defaultdict(list))
+            pending: dict[Partition, dict[DocKey, list[StoredChunk]]] = defaultdict(lambda: defaultdict(list))
             count = 0
             for stored in store.iter_chunks():
                 self._check_dimensions(stored)
                 c = stored.chunk
-                pending[c.collection][(c.tenant, c.doc_id)].append(stored)
+                pending[(c.collection, c.tenant)][(c.tenant, c.doc_id)].append(stored)
                 count += 1
                 if count % batch == 0:
                     self._flush(pending)
             self._flush(pending)
             return count
 
-    def _flush(self, pending: dict[str, dict[DocKey, list[StoredChunk]]]) -> None:
-        for name, docs in pending.items():
-            index = self._collection(name)
+    def _flush(self, pending: dict[Partition, dict[DocKey, list[StoredChunk]]]) -> None:
+        for (name, tenant), docs in pending.items():
+            index = self._partition(name, tenant)
             changes = []
             for key, chunks in docs.items():
                 if key in index.by_doc or key in index.parents_by_doc:  # chunks the store returned apart
@@ -363,23 +407,29 @@ class IndexRegistry:
 
     # -- snapshots --------------------------------------------------------------------------
     def save_snapshot(self, directory: Path, version: int) -> None:
-        """Writes every collection, then the manifest naming the store version they match."""
+        """Writes every partition, then the manifest naming the store version they match; files of
+        partitions (or formats) the manifest does not name are removed."""
         directory.mkdir(parents=True, exist_ok=True)
         with self._writer:
-            names = self.names()
-            for name in names:
-                index = self._indexes[name]
+            keys = sorted(self._indexes)
+            for key in keys:
+                index = self._indexes[key]
+                stem = _stem(key)
                 with index.lock.read():
-                    _atomic_write(directory / f"{name}.pkl", index.write_snapshot)
-                    _atomic_write(directory / f"{name}.faiss", partial(_write_faiss, index.dense.index))
-                    ivf_path = directory / f"{name}{_IVF_SUFFIX}"
+                    _atomic_write(directory / f"{stem}.pkl", index.write_snapshot)
+                    _atomic_write(directory / f"{stem}.faiss", partial(_write_faiss, index.dense.index))
+                    ivf_path = directory / f"{stem}{_IVF_SUFFIX}"
                     if index.dense.ivf is not None:
                         _atomic_write(ivf_path, partial(_write_faiss, index.dense.ivf.index))
                     else:  # never read back beside vectors it was not built on
                         ivf_path.unlink(missing_ok=True)
             manifest = {"format": SNAPSHOT_FORMAT, "version": version, "dimensions": self.dimensions,
-                        "analysis": ANALYSIS, "collections": names}
+                        "analysis": ANALYSIS, "partitions": [list(key) for key in keys]}
             _atomic_write(directory / "manifest.json", lambda fh: fh.write(json.dumps(manifest).encode()))
+            named = {_stem(key) for key in keys}
+            for path in directory.iterdir():
+                if path.name.endswith(_SNAPSHOT_SUFFIXES) and path.name.split(".")[0] not in named:
+                    path.unlink(missing_ok=True)
 
     def load_snapshot(self, directory: Path, version: int) -> bool:
         """Loads the snapshot if it matches the store's version, this code's snapshot format
@@ -392,24 +442,33 @@ class IndexRegistry:
         wanted = {"format": SNAPSHOT_FORMAT, "version": version, "dimensions": self.dimensions, "analysis": ANALYSIS}
         if {key: manifest.get(key) for key in wanted} != wanted:
             return False
-        loaded = {}
+        loaded: dict[Partition, CollectionIndex] = {}
         try:
-            for name in manifest["collections"]:
-                with open(directory / f"{name}.pkl", "rb") as fh:
-                    loaded[name] = CollectionIndex.read_snapshot(fh)
-                dense = loaded[name].dense
-                dense.index = faiss.read_index(str(directory / f"{name}.faiss"))
-                ivf_path = directory / f"{name}{_IVF_SUFFIX}"
+            for name, tenant in manifest["partitions"]:
+                stem = _stem((name, tenant))
+                with open(directory / f"{stem}.pkl", "rb") as fh:
+                    index = CollectionIndex.read_snapshot(fh)
+                if (index.name, index.tenant) != (name, tenant):
+                    raise ValueError(f"{stem}.pkl holds another partition")
+                dense = index.dense
+                dense.index = faiss.read_index(str(directory / f"{stem}.faiss"))
+                ivf_path = directory / f"{stem}{_IVF_SUFFIX}"
                 if dense.kind == IVF and ivf_path.exists():
                     dense.ivf = IVFCodes(faiss.read_index(str(ivf_path)))
                     if len(dense.ivf) != len(dense):
                         raise ValueError(f"{ivf_path.name} holds {len(dense.ivf)} vectors, the index {len(dense)}")
+                loaded[(name, tenant)] = index
         except Exception as exc:  # truncated, corrupt or foreign files
             log.warning("index snapshot unreadable; rebuilding from the store", extra={"error": repr(exc)})
             return False
         with self._writer:
             self._indexes = loaded
         return True
+
+
+def _stem(key: Partition) -> str:
+    """A partition's snapshot file name: a hash, so any collection and tenant string is a safe name."""
+    return hashlib.sha256("\x1f".join(key).encode()).hexdigest()[:32]
 
 
 def _write_faiss(index: faiss.Index, fh: BinaryIO) -> None:

@@ -18,7 +18,7 @@ from ragmesh.types import Hit, SearchFilter
 from ragmesh.validation import (
     MAX_QUERY_CHARS, MAX_VARIANTS, check_list, check_names, check_number, check_text, check_top_k, shown,
 )
-from services.retriever import filters
+from services.retriever import filters, personal
 from services.retriever import fusion as ranking
 from services.retriever.backend import SearchBackend
 from services.retriever.fusion import DEFAULT_RRF_K, LINEAR, LINEAR_DEFAULTS, RRF, Boosters, Candidate
@@ -44,6 +44,7 @@ class SearchQuery:
     variants: list[str] = field(default_factory=list)
     fusion: str = RRF
     boosters: Boosters = field(default_factory=Boosters)
+    reader: str = ""  # whose conversation memory may be searched ("" nobody's): see personal.reader
 
     def validate(self, dimensions: int) -> None:
         """Every field within its bounds (the limits live in ragmesh.validation); repeated
@@ -99,7 +100,16 @@ class SearchEngine:
         self.searches += 1
         started = time.perf_counter()
         names = q.collections or self.registry.names()
-        indexes = self.registry.searchable(names)
+        search_filter = q.filter
+        start, end = q.boosters.window()
+        if start:  # narrow the caller's date range to the window, never widen it
+            search_filter = dataclasses.replace(
+                search_filter, start_date=max(start, search_filter.start_date),
+                end_date=min(end, search_filter.end_date or end),
+            )
+        scoped = {name: personal.scoped(name, search_filter, q.reader)
+                  for name in self.registry.searchable(names, q.filter.tenant)}
+        indexes = [name for name, f in scoped.items() if f is not None]
         timings = {"embed_ms": 0.0, "dense_ms": 0.0, "sparse_ms": 0.0, "fusion_ms": 0.0}
         queries = [q.query] + [v for v in dict.fromkeys(q.variants) if v.strip() and v != q.query]
         vectors, dense_skipped = None, False
@@ -113,20 +123,13 @@ class SearchEngine:
                 dense_skipped = True
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
 
-        search_filter = q.filter
-        start, end = q.boosters.window()
-        if start:  # narrow the caller's date range to the window, never widen it
-            search_filter = dataclasses.replace(
-                search_filter, start_date=max(start, search_filter.start_date),
-                end_date=min(end, search_filter.end_date or end),
-            )
         candidates: list[Candidate] = []
         parents: dict[str, str] = {}
         admitted = 0
         depth = max(q.top_k * 2, 100)
         for name in indexes:
             retrieved = await asyncio.to_thread(
-                self.registry.search, name, queries, vectors, depth, search_filter, q.boosters.expand_parents
+                self.registry.search, name, queries, vectors, depth, scoped[name], q.boosters.expand_parents
             )
             if retrieved is None:  # emptied since it was counted
                 continue

@@ -16,6 +16,7 @@ from ragmesh.types import ChunkContext
 from ragmesh.validation import (MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, check_field_name, check_name, check_names,
                                 check_page, check_text, shown)
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
+from services.retriever import personal
 from services.retriever.fusion import DEFAULT_RRF_K, Boosters
 from services.retriever.ingest.pipeline import Ingestor
 from services.retriever.ingest.upsert import Upserter
@@ -33,6 +34,11 @@ def _tenant() -> str:
     """The caller's tenant: from its key, or from the gateway's service call on a user's behalf.
     Tenant fields in requests are ignored (kept in the contract for old clients)."""
     return identity.current().require_tenant()
+
+
+def _reader() -> str:
+    """Whose conversation memory the caller may read (see services.retriever.personal)."""
+    return personal.reader(identity.current())
 
 
 class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
@@ -67,6 +73,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
                 prefer_authoritative=b.prefer_authoritative, min_similarity=b.min_similarity,
                 fallback_similarity=b.fallback_similarity, expand_parents=b.expand_parents, now=b.now,
             ),
+            reader=_reader(),
         )
         outcome = await self.engine.search(query)
         return retriever_pb2.SearchResponse(
@@ -80,10 +87,11 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Ingest(
         self, request_iterator: AsyncIterator[retriever_pb2.Document], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
-        tenant = _tenant()
+        tenant, who = _tenant(), identity.current()
 
         async def documents():
             async for doc in request_iterator:
+                personal.require_writer(who, doc.collection)
                 doc.tenant = tenant
                 yield convert.document_from_proto(doc)
 
@@ -98,10 +106,11 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Upsert(
         self, request_iterator: AsyncIterator[retriever_pb2.UpsertRequest], context: grpc.aio.ServicerContext
     ) -> retriever_pb2.UpsertResponse:
-        tenant = _tenant()
+        tenant, who = _tenant(), identity.current()
 
         async def chunks():
             async for r in request_iterator:
+                personal.require_writer(who, r.chunk.collection)
                 r.chunk.tenant = tenant
                 yield convert.chunk_from_proto(r.chunk), np.asarray(r.vector, np.float32) if r.vector else None
 
@@ -111,6 +120,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
 
     async def Delete(self, request: retriever_pb2.DeleteRequest, context: grpc.aio.ServicerContext):
         where = convert.filter_from_proto(request.filter) if request.HasField("filter") else None
+        personal.require_writer(identity.current(), request.collection)
         docs, chunks = await self.ingestor.delete(_tenant(), request.collection, list(request.doc_ids), where)
         return retriever_pb2.DeleteResponse(documents=docs, chunks=chunks)
 
@@ -118,8 +128,8 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         check_name("collection", request.collection)
         check_text("doc_id", request.doc_id, MAX_ID_CHARS, required=True)
         record = await asyncio.to_thread(self.store.get_document, _tenant(), request.collection, request.doc_id)
-        if record is None:
-            raise NotFound(f"document {shown(request.doc_id, 200)} not found in collection {request.collection!r}")
+        if record is None or not personal.readable(record.collection, record.metadata, _reader()):
+            raise NotFound(f"document {shown(request.doc_id)} not found in collection {request.collection!r}")
         return convert.document_info_to_proto(record)
 
     async def ListDocuments(self, request: retriever_pb2.ListDocumentsRequest, context: grpc.aio.ServicerContext):
@@ -128,22 +138,26 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         limit = request.limit or DEFAULT_LIST
         check_page(limit, request.offset)
         entries = await asyncio.to_thread(self.store.documents, _tenant(), request.collection or None, limit,
-                                          request.offset)
+                                          request.offset, author=_reader())
         return retriever_pb2.ListDocumentsResponse(documents=[convert.document_entry_to_proto(e) for e in entries])
 
     async def GetChunk(self, request: retriever_pb2.GetChunkRequest, context: grpc.aio.ServicerContext):
         check_text("chunk_id", request.chunk_id, MAX_CHUNK_ID_CHARS, required=True)
         tenant = _tenant()
         found = await asyncio.to_thread(self.store.chunk, tenant, request.chunk_id)
-        if found is None:  # another tenant's answers exactly as an unknown id
-            raise NotFound(f"chunk {shown(request.chunk_id, 200)} not found")
+        # another tenant's, or another user's conversation memory, answers exactly as an unknown id
+        if found is None or not personal.readable(found.chunk.collection, found.chunk.metadata, _reader()):
+            raise NotFound(f"chunk {shown(request.chunk_id)} not found")
         chunk = found.chunk
         parent = await asyncio.to_thread(self.store.chunk, tenant, chunk.parent_chunk_id) \
             if chunk.parent_chunk_id else None
+        if parent is not None and (parent.chunk.collection, parent.chunk.doc_id) != (chunk.collection, chunk.doc_id):
+            parent = None  # a parent is a chunk of the child's own document, whatever a stored chunk names
         document = await asyncio.to_thread(self.store.get_document, tenant, chunk.collection, chunk.doc_id)
         return convert.chunk_context_to_proto(ChunkContext(chunk, parent.chunk.text if parent else "", document))
 
     def _collections(self, all_configured: bool = False, tenant: str | None = None) -> list[retriever_pb2.CollectionInfo]:
+        """Counts of one tenant's partitions, or (None, the service credential only) of every tenant's."""
         infos = []
         stats = self.store.collections(tenant)
         if all_configured:  # a configured collection may hold no documents yet
@@ -152,7 +166,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         for c in stats:
             infos.append(retriever_pb2.CollectionInfo(
                 name=c.name, documents=c.documents, chunks=c.chunks,
-                indexed_chunks=self.engine.registry.indexed(c.name),
+                indexed_chunks=self.engine.registry.indexed(c.name, tenant),
                 dense_index=self.engine.registry.options(c.name).dense,
             ))
         return infos
@@ -172,8 +186,10 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
 
     async def FieldValues(self, request: retriever_pb2.FieldValuesRequest, context: grpc.aio.ServicerContext):
         check_field_name("field", request.field)
-        collections = check_names("collections", list(request.collections))
-        values = await asyncio.to_thread(self.engine.registry.field_values, request.field, collections, _tenant())
+        collections = personal.listable(check_names("collections", list(request.collections))
+                                        or self.engine.registry.names())
+        values = await asyncio.to_thread(self.engine.registry.field_values, request.field, collections, _tenant()) \
+            if collections else []
         return retriever_pb2.FieldValuesResponse(values=values)
 
     async def ConfigureCollection(self, request: retriever_pb2.ConfigureCollectionRequest, context):

@@ -149,8 +149,10 @@ def test_background_summary_and_memory_embedding(stack: Stack) -> None:
         gw.memory.summary_after_turns = saved
     summary = gw.store.conversation_summary(conv)
     assert "Brazil" in summary or "Lindgren" in summary
-    mine = retriever(stack).Search(retriever_pb2.SearchRequest(query="Brazil exposure", collections=["conversations"],
-                                                   filter=common_pb2.Filter(equals={"user_id": user})), timeout=10)
+    # conversation memory is read for its author only: as the gateway reads it, for the user
+    as_user = retriever_pb2_grpc.RetrieverStub(channel(stack.address("retriever"), stack.service_metadata(DEMO, user)))
+    mine = as_user.Search(retriever_pb2.SearchRequest(query="Brazil exposure", collections=["conversations"],
+                                                      filter=common_pb2.Filter(equals={"user_id": user})), timeout=10)
     assert {h.chunk.metadata["role"] for h in mine.hits} == {"user", "assistant"}
     events = ask(stack, "What did I ask about Brazil?", data_sources=["Conversation memory"], user_id=user)
     assert one(events, "strategy")["collections"] == ["conversations"]

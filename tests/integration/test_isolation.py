@@ -396,9 +396,12 @@ def test_the_retriever_takes_the_tenant_from_the_credential_never_the_request(se
         collection="documents", doc_id="nightingale-missing", tenant=searched.acme)), grpc.StatusCode.NOT_FOUND)
     assert umbra.GetDocument(retriever_pb2.GetDocumentRequest(collection="documents", doc_id="nightingale",
                                                               tenant=searched.acme)).tenant == searched.umbra
-    gone = umbra.Delete(retriever_pb2.DeleteRequest(collection="conversations", tenant=searched.acme,
-                                                    filter=common_pb2.Filter(equals={"user_id": "alice"})))
+    gone = umbra.Delete(retriever_pb2.DeleteRequest(collection="documents", tenant=searched.acme,
+                                                    filter=common_pb2.Filter(equals={"fund_name": "Acme Secret Fund"})))
     assert gone.documents == 0
+    _rpc_refused(lambda: umbra.Delete(retriever_pb2.DeleteRequest(  # conversation memory: the platform's to delete
+        collection="conversations", tenant=searched.acme, filter=common_pb2.Filter(equals={"user_id": "alice"}))),
+        grpc.StatusCode.PERMISSION_DENIED)
     list(umbra.Ingest(iter([retriever_pb2.Document(doc_id="planted", collection="documents", tenant=searched.acme,
                                                    text="Planted by umbra into acme? Nightingale is cancelled.")])))
     umbra.Upsert(iter([retriever_pb2.UpsertRequest(chunk=common_pb2.Chunk(
@@ -476,7 +479,9 @@ def test_deleting_a_conversation_deletes_its_memory_summary_and_corrections(sear
         store.set_conversation_summary(conv, "a summary")
     finally:
         store.close()
-    acme = searched.retriever(searched.acme_admin)
+    # conversation memory is read for its author only: as the gateway reads it, for alice
+    acme = retriever_pb2_grpc.RetrieverStub(channel(searched.retriever_address,
+                                                    searched.stack.service_metadata(searched.acme, "alice")))
     memory = lambda: [h for h in acme.Search(retriever_pb2.SearchRequest(  # noqa: E731
         query=ALICE_PHRASE, collections=["conversations"], top_k=50)).hits
         if h.chunk.metadata["conversation_id"] == conv]

@@ -56,12 +56,12 @@ def test_search_during_replace_never_returns_a_mix() -> None:
 
 def test_deletes_tombstone_and_compaction_keeps_results() -> None:
     registry = IndexRegistry(DIM)
-    registry.apply("c", [document(f"d{i}", "v", 2) for i in range(COMPACT_MIN_DEAD)])
+    registry.apply("c", [document(f"d{i}", "v", 2, tenant="t1") for i in range(COMPACT_MIN_DEAD)])
     registry.apply("c", [document("keep", "kept", 3, tenant="t1")])
-    before = registry.get("c")
+    before = registry.get("c", "t1")
     query = before.stored_chunks(("t1", "keep"))[0].vector
-    registry.apply("c", [((  "", f"d{i}"), []) for i in range(COMPACT_MIN_DEAD)])
-    after = registry.get("c")
+    registry.apply("c", [(("t1", f"d{i}"), []) for i in range(COMPACT_MIN_DEAD)])
+    after = registry.get("c", "t1")
     assert after is not before, "mostly-dead collection should have been compacted"
     assert len(after) == after.live == 3
     found = after.search(["kept"], query.reshape(1, -1), 10, SearchFilter(tenant="t1"))

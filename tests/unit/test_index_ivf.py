@@ -91,11 +91,11 @@ def test_an_ivf_collection_filters_exactly_and_survives_a_snapshot(tmp_path: Pat
     registry = IndexRegistry(DIM)
     registry.configure("big", CollectionOptions(dense=IVF))
     registry.apply("big", _documents(vectors))
-    assert registry.get("big").dense.ivf is not None
+    assert registry.get("big", "t").dense.ivf is not None
     registry.save_snapshot(tmp_path, version=1)
     loaded = IndexRegistry(DIM)
     assert loaded.load_snapshot(tmp_path, version=1)
-    assert loaded.get("big").dense.ivf is not None, "the trained IVF is read back, not retrained"
+    assert loaded.get("big", "t").dense.ivf is not None, "the trained IVF is read back, not retrained"
     group = SearchFilter(tenant="t", any_of={"group": ["g3"]})
     for r in (registry, loaded):
         for q in clustered(20, seed=5):
@@ -105,6 +105,6 @@ def test_an_ivf_collection_filters_exactly_and_survives_a_snapshot(tmp_path: Pat
 
     registry.configure("big", CollectionOptions(dense=FLAT))  # back to exact: no IVF left behind
     registry.save_snapshot(tmp_path, version=2)
-    assert not (tmp_path / "big.ivf.faiss").exists()
+    assert not list(tmp_path.glob("*.ivf.faiss"))
     again = IndexRegistry(DIM)
-    assert again.load_snapshot(tmp_path, version=2) and again.get("big").dense.ivf is None
+    assert again.load_snapshot(tmp_path, version=2) and again.get("big", "t").dense.ivf is None

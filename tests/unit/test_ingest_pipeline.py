@@ -260,7 +260,7 @@ def test_delete_by_id_and_by_filter(tmp_path: Path) -> None:
     assert asyncio.run(delete("", "c", [], SearchFilter(equals={"fund": "A"}))) == (3, 3)
     assert sorted({s.chunk.doc_id for s in stored(ingestor) if not s.chunk.tenant}) == ["d3"]
     assert [s.chunk.tenant for s in stored(ingestor, "d0")] == ["acme"]  # the tenant scope holds
-    assert ingestor.registry.get("c").live == 2
+    assert ingestor.registry.indexed("c") == 2
     assert asyncio.run(delete("", "c", [], SearchFilter(equals={"fund": "none"}))) == (0, 0)
     with pytest.raises(InvalidArgument, match="at least one condition"):
         asyncio.run(delete("", "c", [], SearchFilter()))

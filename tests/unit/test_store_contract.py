@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import sqlite3
 import threading
 import time
 import uuid
@@ -37,7 +38,7 @@ from ragmesh.identity.keys import ApiKeyRecord, new_key
 from ragmesh.store import CorrectionRecord, Store, StoreUnavailable, open_store, quick_read
 from ragmesh.store.mongo import MongoStore, _chunk_doc
 from ragmesh.store.sqlite import SqliteStore
-from ragmesh.types import Chunk, DocumentRecord, SectionOutline, StoredChunk
+from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, DocumentRecord, SectionOutline, StoredChunk
 
 REAL_URI = os.environ.get("MONGODB_URI", "")
 MONGO = "mongodb" if REAL_URI else "mongomock"
@@ -716,3 +717,78 @@ def test_a_quick_read_while_another_thread_writes_goes_to_a_worker_and_the_loop_
 
     assert asyncio.run(read()) == (made, True)
     writer.join(10)
+
+
+# -- ids are keys within a tenant -----------------------------------------------------------------
+def test_the_same_chunk_id_in_two_tenants_is_two_chunks(backend: Backend) -> None:
+    store = backend.open()
+    mine, chunks = doc("d1", n=1, h="mine", tenant="acme")
+    theirs, squatted = doc("other", n=1, h="theirs", tenant="umbra")
+    squatted[0].chunk.chunk_id = chunks[0].chunk.chunk_id  # claimed ahead, in another tenant
+    store.replace_document(theirs, squatted)
+    store.replace_document(mine, chunks)  # the owner's own upload is not in the way
+    store.replace_document(mine, chunks)  # nor is its replacement
+    assert store.chunk("acme", "acme/notes/d1#0").chunk.text == "mine text 0"
+    assert store.chunk("umbra", "acme/notes/d1#0").chunk.text == "theirs text 0"
+    assert sorted((s.chunk.tenant, s.chunk.chunk_id) for s in store.iter_chunks()) == [
+        ("acme", "acme/notes/d1#0"), ("umbra", "acme/notes/d1#0")]
+    assert store.delete_documents("umbra", "notes", ["other"]) == (1, 1)
+    assert store.chunk("acme", "acme/notes/d1#0").chunk.text == "mine text 0"
+    assert store.chunk("umbra", "acme/notes/d1#0") is None
+
+
+def test_conversation_memory_is_listed_for_its_author_only(backend: Backend) -> None:
+    store = backend.open()
+    for user in ("alice", "bob"):
+        record, chunks = doc(f"msg-{user}", n=1, tenant="acme", collection=MEMORY_COLLECTION)
+        record.metadata = {MEMORY_AUTHOR: user, "conversation_id": f"conv-{user}"}
+        store.replace_document(record, chunks)
+    store.replace_document(*doc("d1", n=1, tenant="acme"))
+    listed = lambda collection, author: sorted(  # noqa: E731
+        e.document.doc_id for e in store.documents("acme", collection, author=author))
+    assert listed(MEMORY_COLLECTION, "alice") == ["msg-alice"]
+    assert listed(None, "bob") == ["d1", "msg-bob"]
+    assert listed(None, "") == listed(MEMORY_COLLECTION, "") + ["d1"] == ["d1"]
+    assert listed(None, None) == ["d1", "msg-alice", "msg-bob"], "internal reads see every document"
+
+
+def test_an_old_sqlite_file_gets_its_chunk_ids_keyed_by_tenant(tmp_path: Path) -> None:
+    """A file written when chunk ids were one space for every tenant: its chunks survive the
+    migration in their order, and the same id can then be used by another tenant."""
+    path = tmp_path / "old.sqlite3"
+    old = sqlite3.connect(path)
+    old.executescript("""
+        CREATE TABLE chunks (chunk_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, collection TEXT NOT NULL,
+          doc_id TEXT NOT NULL, chunk_index INTEGER NOT NULL, text TEXT NOT NULL, metadata TEXT NOT NULL,
+          date TEXT NOT NULL, parent_chunk_id TEXT NOT NULL, vector BLOB);
+        CREATE INDEX chunks_by_doc ON chunks (tenant, collection, doc_id);
+        CREATE INDEX chunks_by_collection ON chunks (collection);""")
+    old.executemany("INSERT INTO chunks VALUES (?,?,?,?,?,?,?,?,?,?)", [
+        (f"acme/notes/d1#{i}", "acme", "notes", "d1", i, f"old {i}", "{}", "", "", None) for i in (1, 0)])
+    old.commit()
+    old.close()
+    store = SqliteStore(path)
+    assert [s.chunk.text for s in store.iter_chunks()] == ["old 1", "old 0"], "rows kept, in their order"
+    record, chunks = doc("d1", n=1, h="umbra", tenant="umbra")
+    chunks[0].chunk.chunk_id = "acme/notes/d1#0"
+    store.replace_document(record, chunks)
+    store.close()
+    store = SqliteStore(path)  # reopening a migrated file changes nothing
+    assert store.chunk("acme", "acme/notes/d1#0").chunk.text == "old 0"
+    assert store.chunk("umbra", "acme/notes/d1#0").chunk.text == "umbra text 0"
+    indexes = {r[0] for r in store._db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"chunks_by_doc", "chunks_by_collection"} <= indexes
+
+
+def test_an_old_mongo_database_loses_its_global_chunk_id_index(mongo: Backend) -> None:
+    store = mongo.open()
+    store._chunks.drop_index("tenant_chunk_id")
+    store._chunks.create_index([("chunk_id", 1), ("v", 1)], unique=True, name="chunk_id")
+    store.close()
+    store = mongo.open()
+    assert "chunk_id" not in store._chunks.index_information()
+    mine, chunks = doc("d1", n=1, tenant="acme")
+    theirs, same_ids = doc("d1", n=1, tenant="umbra")
+    same_ids[0].chunk.chunk_id = chunks[0].chunk.chunk_id
+    store.replace_documents([(mine, chunks), (theirs, same_ids)])  # one write: one version tag for both
+    assert store.chunk("umbra", chunks[0].chunk.chunk_id).chunk.tenant == "umbra"

@@ -98,3 +98,17 @@ def test_a_cancelled_load_returns_only_after_the_batch_in_flight_is_written(tmp_
     at_cancel, later = asyncio.run(cancel_mid_write())
     assert at_cancel == later, "the batch in flight finished before the load returned"
     assert at_cancel >= 24 and at_cancel % 12 == 0, "whole batches only"
+
+
+def test_a_batch_is_bounded_in_bytes_as_well_as_chunks(tmp_path: Path) -> None:
+    """Chunks of 8 floats and ~30 characters (~70 bytes): a batch is written once it holds 500 bytes,
+    long before its 4096 chunks; a document past its byte bound is rejected and the load goes on."""
+    store = SlowStore(tmp_path / "s.db")
+    upserter = Upserter(Committer(store, IndexRegistry(DIM)), batch_bytes=500, document_bytes=1000)
+    big = [(Chunk(f"c/big#{i}", "big", "c", "x" * 100, {}, "", "", "", i), np.ones(DIM, np.float32))
+           for i in range(10)]
+    summary = asyncio.run(upserter.upsert(store.stream(chunks(10) + big + chunks(2))))
+    assert (summary.documents, summary.rejected) == (12, 1), summary  # d0 and d1 come twice
+    assert summary.errors == ["big: chunk: more than 1,000 bytes in one document"]
+    assert store.writes >= 4, "batches of a few documents, not one of everything"
+    assert "big" not in {s.chunk.doc_id for s in store.iter_chunks()}
