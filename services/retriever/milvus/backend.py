@@ -4,6 +4,41 @@ Retriever replicas hold no index of their own: every replica searches the same M
 collections, so they start in seconds whatever the corpus size. Writes come through the
 Committer after the store write (upsert by primary key, then delete the rows the new version
 dropped); sync.py repairs what a crash between the two left behind, at the next start.
+
+Layout: one Milvus collection per (tenant, ragmesh collection), named by rows.milvus_name (the
+prefix, the escaped ragmesh name, a digest of the tenant), made at the tenant's first write.
+Tenants are partitions here because BM25's statistics (document count, document frequencies,
+average length) are those of what Milvus searches over, and that is more than a partition:
+- a Milvus server computes them per shard of a collection (the shard delegator's IDF oracle
+  merges the statistics of every sealed and growing segment it serves, whatever their
+  partition: internal/querynodev2/delegator/idf_oracle.go), so with one shared collection and
+  the tenant as partition key, or a partition per tenant, every tenant's writes move every
+  other tenant's scores;
+- milvus-lite (3.x, pure Python) computes them per segment: a sealed segment's over all its rows
+  (every tenant the partition key hashed into that partition, deleted rows too), the memtable's
+  over the rows the search filter admits. Measured on the layout before this one: a chunk of
+  tenant B holding a guessed word and an unused one once each scored 0.900 for both; once
+  tenant A had written five documents with the guessed word and they were sealed, 0.316 for
+  the guess and 1.740 for the unused word (tests/security/test_partitions_milvus.py).
+So the only unit whose statistics are one tenant's is a Milvus collection.
+
+Where each layout pays (Milvus defaults): a collection counts shards x partitions against
+rootCoord.maxGeneralCapacity (65,536 "collection units"), and collections against
+quotaAndLimits.limits.maxCollectionNum and maxCollectionNumPerDB (65,536 each). Ours are 1 shard x
+1 partition, so an instance holds up to 65,536 (tenant, collection) pairs; Milvus's maintainers
+advise far fewer (about 1,000 to 10,000): each collection is loaded on its own, with a shard
+delegator, segments and metadata of its own (pymilvus's create_collection with indexes loads it,
+once, at the tenant's first write: about 40 ms in milvus-lite), and every replica lists them
+every NAMES_TTL_S. Past that, split tenants over Milvus databases (64 by default) or instances.
+The shared collection with the tenant as partition key (16 partitions a collection by default)
+holds millions of tenants, and a partition per tenant 1,024 a collection
+(rootCoord.maxPartitionNum), but both share BM25 statistics, so neither is offered.
+
+Still shared (residue): the Milvus instance (memory, query nodes, DML channels: one tenant's load
+is another's latency), the `_state` collection (the store version Milvus holds), and each ragmesh
+collection's analyzer and index options. Within a tenant's collection, statistics still count
+its own deleted rows until compaction, and milvus-lite's memtable statistics follow the search
+filter (a date range changes scores): a tenant's scores depend on its own history only.
 """
 from __future__ import annotations
 
