@@ -30,9 +30,10 @@ advise far fewer (about 1,000 to 10,000): each collection is loaded on its own, 
 delegator, segments and metadata of its own (pymilvus's create_collection with indexes loads it,
 once, at the tenant's first write: about 40 ms in milvus-lite), and every replica lists them
 every NAMES_TTL_S. Past that, split tenants over Milvus databases (64 by default) or instances.
-The shared collection with the tenant as partition key (16 partitions a collection by default)
-holds millions of tenants, and a partition per tenant 1,024 a collection
-(rootCoord.maxPartitionNum), but both share BM25 statistics, so neither is offered.
+The shared collection with the tenant as partition key (num_partitions: 64 by default in Milvus
+2.4's docs, 16 in milvus-lite; so 1,024 ragmesh collections an instance) holds millions of tenants,
+and a partition per tenant 1,024 a collection (rootCoord.maxPartitionNum), but both share BM25
+statistics, so neither is offered.
 
 Still shared (residue): the Milvus instance (memory, query nodes, DML channels: one tenant's load
 is another's latency), the `_state` collection (the store version Milvus holds), and each ragmesh
@@ -230,7 +231,7 @@ class MilvusBackend:
             except MilvusException as exc:  # milvus-lite does not: its filters scan
                 log.info("metadata filters unindexed: Milvus refused an index on the pairs",
                          extra={"collection": name, "error": exc.message[:200]})
-        self._tables()[name, rows.tenant_key(tenant)] = table
+        self._listed = {**self._tables(), (name, rows.tenant_key(tenant)): table}  # searches read it meanwhile
 
     def outdated(self) -> list[str]:
         """Collections laid out otherwise than now: in the shared layout (one Milvus collection for
