@@ -24,6 +24,7 @@ from services.retriever.app import make_backend
 from services.retriever.ingest.commit import Committer
 from services.retriever.milvus import MilvusBackend, MilvusConfig, sync
 from services.retriever.milvus import backend as milvus_backend
+from services.retriever.milvus import rows
 
 DIM = 4
 
@@ -162,9 +163,13 @@ def test_an_interrupted_rebuild_continues_where_it_stopped(uri: str, tmp_path: P
     assert found(b) == expected
 
 
-def test_a_collection_in_an_older_row_layout_is_rebuilt_at_start(uri: str, store) -> None:
-    store.replace_documents([document("a", "alpha", 2)])
-    b = backend(uri, "layout_")
+@pytest.mark.parametrize("layout", ["shared by every tenant", "older fields"])
+def test_a_collection_in_an_older_layout_is_rebuilt_at_start(uri: str, store, layout: str) -> None:
+    """A Milvus collection of the layout before per-tenant collections (named for the ragmesh
+    collection alone), or a tenant's one with other fields, is rebuilt per tenant and dropped."""
+    store.replace_documents([document("a", "alpha", 2), document("a", "alpha", 1, "u")])
+    prefix = "layout_" + layout.split()[0] + "_"
+    b = backend(uri, prefix)
     b.warm_up(store, Path(), store.version())
     b.drop("c")
     old = MilvusClient.create_schema(auto_id=False)
@@ -172,16 +177,21 @@ def test_a_collection_in_an_older_row_layout_is_rebuilt_at_start(uri: str, store
     old.add_field("dense", DataType.FLOAT_VECTOR, dim=DIM)
     params = b.client.prepare_index_params()
     params.add_index("dense", index_type="FLAT", metric_type="IP")
-    b.client.create_collection(rows_name(b), schema=old, index_params=params)
-    restarted = backend(uri, "layout_")
+    table = prefix + "c" if layout.startswith("shared") else rows_name(b)
+    b.client.create_collection(table, schema=old, index_params=params)
+    restarted = backend(uri, prefix)
     done = restarted.warm_up(store, Path(), store.version())
     assert done.startswith("c rebuilt (an older row layout)")
     assert found(restarted) == ["alpha lantern rules 0", "alpha lantern rules 1"]
+    assert found(restarted, "u") == ["alpha lantern rules 0"]
     assert restarted.outdated() == []
+    assert sorted(t for t in restarted.client.list_collections() if t.startswith(prefix + "c")) == sorted(
+        [rows_name(restarted), rows_name(restarted, "u")]), "the shared collection is gone"
 
 
-def rows_name(b: MilvusBackend) -> str:
-    return b.config.prefix + "c"
+def rows_name(b: MilvusBackend, tenant: str = "t") -> str:
+    """The Milvus collection of the tenant's chunks of collection "c"."""
+    return rows.milvus_name(b.config.prefix, "c", tenant)
 
 
 @pytest.mark.parametrize("overrides, says", [
@@ -194,6 +204,7 @@ def rows_name(b: MilvusBackend) -> str:
     ({"milvus_index_params": "[1]"}, "MILVUS_INDEX_PARAMS must be a JSON object"),
     ({"milvus_search_params": "{"}, "MILVUS_SEARCH_PARAMS must be a JSON object"),
     ({"milvus_consistency": "Sometimes"}, "MILVUS_CONSISTENCY must be one of"),
+    ({"milvus_prefix": "p" * 40}, "MILVUS_PREFIX must be letters, digits and '_' \\(at most 31\\)"),
 ])
 def test_bad_settings_are_refused_before_anything_starts(tmp_path: Path, overrides: dict, says: str) -> None:
     settings = dataclasses.replace(config.load(), retriever_backend="milvus", milvus_uri=str(tmp_path / "i.db"))

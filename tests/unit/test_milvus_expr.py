@@ -70,16 +70,20 @@ def test_hex_keeps_the_order_of_text(pair: list[str]) -> None:
     assert rows.unhexed(rows.hexed(a)) == a
 
 
-@given(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}", fullmatch=True))
-def test_collection_names_map_one_to_one(name: str) -> None:
-    encoded = rows.milvus_name("ragmesh_", name)
-    assert re.fullmatch(r"[A-Za-z0-9_]+", encoded)
-    assert rows.ragmesh_name("ragmesh_", encoded) == name
+@given(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}", fullmatch=True), text)
+def test_collection_names_map_one_to_one_and_hold_no_tenant_text(name: str, tenant: str) -> None:
+    """Any tenant text: the name is Milvus's alphabet, within its 255 characters, and says which
+    ragmesh collection and which tenant (by digest) it holds."""
+    encoded = rows.milvus_name("p" * rows.MAX_PREFIX, name, tenant)
+    assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,254}", encoded)
+    assert rows.parse("p" * rows.MAX_PREFIX, encoded) == (name, rows.tenant_key(tenant))
+    assert rows.milvus_name("ragmesh_", name, tenant) != rows.milvus_name("ragmesh_", name, tenant + "x")
 
 
-def test_the_state_collection_is_no_ragmesh_collection() -> None:
-    assert rows.ragmesh_name("ragmesh_", "ragmesh__state") is None
-    assert rows.ragmesh_name("ragmesh_", "other_thing") is None
+def test_the_state_collection_is_no_ragmesh_collection_and_a_shared_one_is_known() -> None:
+    assert rows.parse("ragmesh_", "ragmesh__state") is None
+    assert rows.parse("ragmesh_", "other_thing") is None
+    assert rows.parse("ragmesh_", "ragmesh_docs_2dv1") == ("docs-v1", rows.SHARED)
 
 
 def test_dates_become_sortable_numbers() -> None:

@@ -1,5 +1,6 @@
-"""The Milvus search backend: one Milvus collection per ragmesh collection, shared by every
-retriever replica (a Milvus server or cluster in production, a milvus-lite file in tests)."""
+"""The Milvus search backend: one Milvus collection per tenant and ragmesh collection (so BM25
+statistics are the tenant's), shared by every retriever replica (a Milvus server or cluster in
+production, a milvus-lite file in tests)."""
 import os
 
 # pymilvus parses MILVUS_URI from the environment when it is imported and refuses a milvus-lite

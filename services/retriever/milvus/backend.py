@@ -4,6 +4,42 @@ Retriever replicas hold no index of their own: every replica searches the same M
 collections, so they start in seconds whatever the corpus size. Writes come through the
 Committer after the store write (upsert by primary key, then delete the rows the new version
 dropped); sync.py repairs what a crash between the two left behind, at the next start.
+
+Layout: one Milvus collection per (tenant, ragmesh collection), named by rows.milvus_name (the
+prefix, the escaped ragmesh name, a digest of the tenant), made at the tenant's first write.
+Tenants are partitions here because BM25's statistics (document count, document frequencies,
+average length) are those of what Milvus searches over, and that is more than a partition:
+- a Milvus server computes them per shard of a collection (the shard delegator's IDF oracle
+  merges the statistics of every sealed and growing segment it serves, whatever their
+  partition: internal/querynodev2/delegator/idf_oracle.go), so with one shared collection and
+  the tenant as partition key, or a partition per tenant, every tenant's writes move every
+  other tenant's scores;
+- milvus-lite (3.x, pure Python) computes them per segment: a sealed segment's over all its rows
+  (every tenant the partition key hashed into that partition, deleted rows too), the memtable's
+  over the rows the search filter admits. Measured on the layout before this one: a chunk of
+  tenant B holding a guessed word and an unused one once each scored 0.900 for both; once
+  tenant A had written five documents with the guessed word and they were sealed, 0.316 for
+  the guess and 1.740 for the unused word (tests/security/test_partitions_milvus.py).
+So the only unit whose statistics are one tenant's is a Milvus collection.
+
+Where each layout pays (Milvus defaults): a collection counts shards x partitions against
+rootCoord.maxGeneralCapacity (65,536 "collection units"), and collections against
+quotaAndLimits.limits.maxCollectionNum and maxCollectionNumPerDB (65,536 each). Ours are 1 shard x
+1 partition, so an instance holds up to 65,536 (tenant, collection) pairs; Milvus's maintainers
+advise far fewer (about 1,000 to 10,000): each collection is loaded on its own, with a shard
+delegator, segments and metadata of its own (pymilvus's create_collection with indexes loads it,
+once, at the tenant's first write: about 40 ms in milvus-lite), and every replica lists them
+every NAMES_TTL_S. Past that, split tenants over Milvus databases (64 by default) or instances.
+The shared collection with the tenant as partition key (num_partitions: 64 by default in Milvus
+2.4's docs, 16 in milvus-lite; so 1,024 ragmesh collections an instance) holds millions of tenants,
+and a partition per tenant 1,024 a collection (rootCoord.maxPartitionNum), but both share BM25
+statistics, so neither is offered.
+
+Still shared (residue): the Milvus instance (memory, query nodes, DML channels: one tenant's load
+is another's latency), the `_state` collection (the store version Milvus holds), and each ragmesh
+collection's analyzer and index options. Within a tenant's collection, statistics still count
+its own deleted rows until compaction, and milvus-lite's memtable statistics follow the search
+filter (a date range changes scores): a tenant's scores depend on its own history only.
 """
 from __future__ import annotations
 
@@ -97,8 +133,9 @@ class MilvusConfig:
         if consistency is None:
             raise ConfigError(f"MILVUS_CONSISTENCY must be one of {', '.join(CONSISTENCY)}, "
                               f"got {s.milvus_consistency!r}")
-        if not s.milvus_prefix.isidentifier():
-            raise ConfigError(f"MILVUS_PREFIX must be letters, digits and '_', got {s.milvus_prefix!r}")
+        if not s.milvus_prefix.isidentifier() or len(s.milvus_prefix) > rows.MAX_PREFIX:
+            raise ConfigError(f"MILVUS_PREFIX must be letters, digits and '_' (at most {rows.MAX_PREFIX}), "
+                              f"got {s.milvus_prefix!r}")
         return cls(uri, s.milvus_token, s.milvus_db, index_type,
                    _json_object("MILVUS_INDEX_PARAMS", s.milvus_index_params),
                    _json_object("MILVUS_SEARCH_PARAMS", s.milvus_search_params), consistency, s.milvus_prefix)
@@ -113,7 +150,7 @@ class MilvusBackend:
         self.store: Store | None = None  # parents and over-long texts are read from it
         self._client: MilvusClient | None = None
         self._options: dict[str, CollectionOptions] = {}
-        self._names: set[str] = set()  # Milvus collections of ours, listed at _listed_at
+        self._listed: dict[tuple[str, str], str] = {}  # Milvus collections of ours, listed at _listed_at
         self._listed_at = -NAMES_TTL_S
         self._write = threading.Lock()
 
@@ -135,12 +172,12 @@ class MilvusBackend:
         except Exception as exc:  # pymilvus raises several kinds for a bad address, database or credential
             reason = getattr(exc, "message", "") or str(exc) or type(exc).__name__
             raise ConfigError(f"MILVUS_URI {where}: cannot use Milvus there: {reason.splitlines()[0][:300]}") from None
-        for name in listed:
+        for table in listed:
             # A Milvus server keeps collections loaded across restarts; a milvus-lite file opened by
             # another process than the one that wrote it has them all released (no search, no get).
-            if name.startswith(self.config.prefix) and \
-                    self._call(self._client.get_load_state, name)["state"] != LoadState.Loaded:
-                self._call(self._client.load_collection, name)
+            if table.startswith(self.config.prefix) and \
+                    self._call(self._client.get_load_state, table)["state"] != LoadState.Loaded:
+                self._call(self._client.load_collection, table)
 
     def _call(self, fn, *args, **kwargs):
         """A Milvus call; a failing server is Unavailable (a retriable gRPC status), never INTERNAL."""
@@ -149,19 +186,28 @@ class MilvusBackend:
         except MilvusException as exc:
             raise Unavailable(f"Milvus: {exc.message[:300]}") from exc
 
-    # -- collections -----------------------------------------------------------------------
-    def _milvus(self, name: str) -> str:
-        return rows.milvus_name(self.config.prefix, name)
+    # -- collections: one Milvus collection ("table") per tenant and ragmesh collection -----------
+    def _table(self, name: str, tenant: str) -> str:
+        return rows.milvus_name(self.config.prefix, name, tenant)
 
-    def _existing(self) -> set[str]:
+    def _tables(self) -> dict[tuple[str, str], str]:
+        """(ragmesh collection, tenant key) -> Milvus collection, for every one of ours."""
         if time.monotonic() - self._listed_at > NAMES_TTL_S:
             listed = self._call(self.client.list_collections)
-            self._names = {n for n in (rows.ragmesh_name(self.config.prefix, m) for m in listed) if n}
+            self._listed = {key: table for key, table in
+                            ((rows.parse(self.config.prefix, t), t) for t in listed) if key}
             self._listed_at = time.monotonic()
-        return self._names
+        return self._listed
+
+    def _of(self, name: str) -> list[str]:
+        """Every Milvus collection of a ragmesh collection (each tenant's, and a shared-layout one)."""
+        return [table for (n, _), table in self._tables().items() if n == name]
+
+    def _holds(self, name: str, tenant: str) -> bool:
+        return (name, rows.tenant_key(tenant)) in self._tables()
 
     def names(self) -> list[str]:
-        return sorted(self._existing())
+        return sorted({name for name, _ in self._tables()})
 
     def _index_params(self, options: CollectionOptions):
         params = self.client.prepare_index_params()
@@ -172,46 +218,49 @@ class MilvusBackend:
         params.add_index("date", index_type="INVERTED")
         return params
 
-    def create(self, name: str) -> None:
-        """An empty collection with this retriever's dimensions and the collection's options."""
-        if self._call(self.client.has_collection, self._milvus(name)):  # made by another replica meanwhile
-            self._existing().add(name)
-            return
-        self._call(self.client.create_collection, self._milvus(name), schema=rows.schema(self.dimensions),
-                   index_params=self._index_params(self.options(name)), consistency_level=self.config.consistency)
-        self._existing().add(name)
-        pairs = self.client.prepare_index_params()
-        pairs.add_index("kv", index_type="INVERTED")  # `in` and `equals` filters (Milvus 2.5 indexes arrays)
-        try:
-            self.client.create_index(self._milvus(name), pairs)
-        except MilvusException as exc:  # milvus-lite does not: its filters scan
-            log.info("metadata filters unindexed: Milvus refused an index on the pairs",
-                     extra={"collection": name, "error": exc.message[:200]})
+    def create(self, name: str, tenant: str) -> None:
+        """The tenant's empty collection with this retriever's dimensions and the collection's options."""
+        table = self._table(name, tenant)
+        if not self._call(self.client.has_collection, table):  # else made by another replica meanwhile
+            self._call(self.client.create_collection, table, schema=rows.schema(self.dimensions),
+                       index_params=self._index_params(self.options(name)), consistency_level=self.config.consistency)
+            pairs = self.client.prepare_index_params()
+            pairs.add_index("kv", index_type="INVERTED")  # `in` and `equals` filters (Milvus 2.5 indexes arrays)
+            try:
+                self.client.create_index(table, pairs)
+            except MilvusException as exc:  # milvus-lite does not: its filters scan
+                log.info("metadata filters unindexed: Milvus refused an index on the pairs",
+                         extra={"collection": name, "error": exc.message[:200]})
+        self._listed = {**self._tables(), (name, rows.tenant_key(tenant)): table}  # searches read it meanwhile
 
     def outdated(self) -> list[str]:
-        """Collections whose fields are not those rows.schema lays out now (made by an older version)."""
+        """Collections laid out otherwise than now: in the shared layout (one Milvus collection for
+        every tenant), or with fields other than rows.schema's (made by an older version)."""
         wanted = [f.name for f in rows.schema(self.dimensions).fields]
-        return [name for name in self.names()
-                if [f["name"] for f in self._call(self.client.describe_collection, self._milvus(name))["fields"]]
-                != wanted]
+        return sorted({name for (name, key), table in self._tables().items()
+                       if key == rows.SHARED or [f["name"] for f in self._call(self.client.describe_collection, table)
+                                                 ["fields"]] != wanted})
 
     def seal(self, name: str) -> None:
         """Seals what was written so far into indexed segments: after a bulk load, not per write
         (Milvus seals growing segments by itself; a search scans a growing one without its index)."""
-        if name in self._existing():
-            self._call(self.client.flush, self._milvus(name))
+        for table in self._of(name):
+            self._call(self.client.flush, table)
 
     def drop(self, name: str) -> None:
-        self._call(self.client.drop_collection, self._milvus(name))
-        self._existing().discard(name)
+        """Every tenant's collection of it."""
+        for table in self._of(name):
+            self._call(self.client.drop_collection, table)
+        self._listed = {key: table for key, table in self._tables().items() if key[0] != name}
 
-    def indexed(self, name: str) -> int:
-        if name not in self._existing():
-            return 0
-        return self._count(name, "")
+    def indexed(self, name: str, tenant: str | None = None) -> int:
+        """The tenant's searchable chunks of the collection (None: every tenant's)."""
+        if tenant is not None:
+            return self._count(self._table(name, tenant), "") if self._holds(name, tenant) else 0
+        return sum(self._count(table, "") for table in self._of(name))
 
-    def _count(self, name: str, where: str) -> int:
-        found = self._call(self.client.query, self._milvus(name), filter=where, output_fields=["count(*)"],
+    def _count(self, table: str, where: str) -> int:
+        found = self._call(self.client.query, table, filter=where, output_fields=["count(*)"],
                            consistency_level=self.config.consistency)
         return int(found[0]["count(*)"]) if found else 0
 
@@ -227,7 +276,7 @@ class MilvusBackend:
                              f"MILVUS_INDEX_TYPE), got {options.dense!r}")
         changed = self.options(name) != options
         self._options[name] = options
-        if changed and self.store is not None and name in self._existing():
+        if changed and self.store is not None and name in self.names():
             sync.rebuild(self, self.store, [name])
 
     def options(self, name: str) -> CollectionOptions:
@@ -237,23 +286,25 @@ class MilvusBackend:
         return sorted(self._options)
 
     # -- search ----------------------------------------------------------------------------
-    def searchable(self, names: list[str]) -> list[str]:
-        existing = self._existing()
-        return [n for n in names if n in existing]
+    def searchable(self, names: list[str], tenant: str) -> list[str]:
+        """Those of the names the tenant has a Milvus collection of."""
+        return [n for n in names if self._holds(n, tenant)]
 
     def search(self, name: str, queries: list[str], vectors: np.ndarray | None, depth: int, f: SearchFilter,
                with_parents: bool = False) -> Retrieved | None:
-        if name not in self._existing():
+        """Searches the filter's tenant's collection only: BM25's statistics are that collection's."""
+        if not self._holds(name, f.tenant):
             return None
-        where = expr.expression(f)
+        table = self._table(name, f.tenant)
+        where = expr.expression(f)  # its tenant condition stays: every row of the table meets it
         analyzer = self.analyzer(name)
         texts = [" ".join(analyzer.analyze(q)) for q in queries]
         fields = rows.CHUNK_FIELDS + (["dense"] if vectors is not None else [])
-        count = _POOL.submit(self._count, name, where)
-        dense = _POOL.submit(self._timed_search, name, "dense", vectors.tolist(), depth, where, fields) \
+        count = _POOL.submit(self._count, table, where)
+        dense = _POOL.submit(self._timed_search, table, "dense", vectors.tolist(), depth, where, fields) \
             if vectors is not None else None
         lexical = [t for t in texts if t]
-        sparse = _POOL.submit(self._timed_search, name, "sparse", lexical, depth, where, fields) if lexical else None
+        sparse = _POOL.submit(self._timed_search, table, "sparse", lexical, depth, where, fields) if lexical else None
         admitted = count.result()
         dense_lists, dense_ms = dense.result() if dense else ([], 0.0)
         sparse_found, sparse_ms = sparse.result() if sparse else ([], 0.0)
@@ -284,15 +335,15 @@ class MilvusBackend:
             matrix = np.asarray([rows_by_slot[s]["dense"] for s in order], np.float32)
             out.similarity = dict(zip(order, (matrix @ vectors[0]).tolist()))
         if with_parents:
-            out.parents = self._parents(name, out.chunks.values())
+            out.parents = self._parents(name, f.tenant, out.chunks.values())
         return out
 
-    def _timed_search(self, name: str, field: str, data: list, depth: int, where: str,
+    def _timed_search(self, table: str, field: str, data: list, depth: int, where: str,
                       fields: list[str]) -> tuple[list, float]:
         started = time.perf_counter()
         params = {"metric_type": "IP", "params": self.config.search_params} if field == "dense" \
             else {"metric_type": "BM25"}
-        found = self._call(self.client.search, self._milvus(name), data=data, anns_field=field, limit=depth,
+        found = self._call(self.client.search, table, data=data, anns_field=field, limit=depth,
                            filter=where, output_fields=fields, search_params=params,
                            consistency_level=self.config.consistency)
         return [list(hits) for hits in found], (time.perf_counter() - started) * 1000
@@ -308,59 +359,62 @@ class MilvusBackend:
                 chunk.text = whole.get(chunk.chunk_id, chunk.text)
         return chunks
 
-    def _parents(self, name: str, chunks) -> dict[str, str]:
-        """Parents are stored, not indexed: their texts come from the store, a document at a time."""
-        wanted = {(c.tenant, c.doc_id) for c in chunks if c.parent_chunk_id}
-        ids = {c.parent_chunk_id for c in chunks if c.parent_chunk_id}
+    def _parents(self, name: str, tenant: str, chunks) -> dict[str, str]:
+        """Parents are stored, not indexed: each text is the searching tenant's chunk of that id,
+        read from the store, and only when it is a parent in the child's own document."""
         out: dict[str, str] = {}
-        for tenant, doc_id in wanted:
-            for s in self.store.document_chunks(tenant, name, doc_id) if self.store is not None else []:
-                if s.chunk.chunk_id in ids:
-                    out[s.chunk.chunk_id] = s.chunk.text
+        if self.store is None:
+            return out
+        docs: dict[str, set[str]] = {}  # parent id -> documents of the children naming it
+        for c in chunks:
+            if c.parent_chunk_id:
+                docs.setdefault(c.parent_chunk_id, set()).add(c.doc_id)
+        for parent_id, doc_ids in docs.items():
+            stored = self.store.chunk(tenant, parent_id)
+            if stored is not None and stored.chunk.collection == name and stored.chunk.doc_id in doc_ids:
+                out[parent_id] = stored.chunk.text
         return out
 
     # -- writes ----------------------------------------------------------------------------
     def apply(self, collection: str, changes: list[tuple[DocKey, list[StoredChunk]]]) -> None:
-        """Upserts each document's indexed chunks, then deletes the rows its new version dropped:
-        a search meanwhile sees the old or the new version of a document (the rows carry when
-        they were written, see _newest), never both and never none of the kept chunks."""
-        latest = dict(changes)
+        """Upserts each document's indexed chunks into its tenant's collection, then deletes the
+        rows its new version dropped: a search meanwhile sees the old or the new version of a
+        document (the rows carry when they were written, see _newest), never both and never none
+        of the kept chunks. One upsert per UPSERT_ROWS rows and one delete per tenant in the batch."""
+        by_tenant: dict[str, dict[str, list[StoredChunk]]] = {}
+        for (tenant, doc_id), chunks in changes:  # the last change of a document wins
+            by_tenant.setdefault(tenant, {})[doc_id] = chunks
         with self._write:
             written = time.time_ns()
-            if collection not in self._existing():
-                if not any(s.vector is not None for chunks in latest.values() for s in chunks):
-                    return  # nothing to delete from a collection that does not exist
-                self.create(collection)
-            name = self._milvus(collection)
             analyze = self.analyzer(collection).analyze
-            pending: list[dict] = []
-            kept: dict[DocKey, list[str]] = {}
-            for key, chunks in latest.items():
-                indexed = [s for s in chunks if s.vector is not None]  # parents stay in the store
-                for s in indexed:
-                    if len(s.vector) != self.dimensions:
-                        raise ValueError(f"collection {collection!r}: a {len(s.vector)}-dim vector, Milvus holds "
-                                         f"{self.dimensions}-dim ones: rebuild with the matching embedder")
-                doc_rows = [rows.to_row(s.chunk, s.vector, analyze(s.chunk.text), written) for s in indexed]
-                kept[key] = [r["pk"] for r in doc_rows]
-                pending += doc_rows
-                if len(pending) >= UPSERT_ROWS:
-                    self._call(self.client.upsert, name, pending)
-                    pending = []
-            if pending:
-                self._call(self.client.upsert, name, pending)
-            by_tenant: dict[str, tuple[list[str], list[str]]] = {}
-            for (tenant, doc_id), pks in kept.items():
-                docs, keep = by_tenant.setdefault(tenant, ([], []))
-                docs.append(doc_id)
-                keep += pks
-            for tenant, (docs, keep) in by_tenant.items():  # one call per tenant for the whole batch
-                self._call(self.client.delete, name, filter=expr.dropped(tenant, docs, keep))
+            for tenant, docs in by_tenant.items():
+                if not self._holds(collection, tenant):
+                    if not any(s.vector is not None for chunks in docs.values() for s in chunks):
+                        continue  # nothing to delete from a collection that does not exist
+                    self.create(collection, tenant)
+                table = self._table(collection, tenant)
+                pending: list[dict] = []
+                kept: list[str] = []
+                for chunks in docs.values():
+                    indexed = [s for s in chunks if s.vector is not None]  # parents stay in the store
+                    for s in indexed:
+                        if len(s.vector) != self.dimensions:
+                            raise ValueError(f"collection {collection!r}: a {len(s.vector)}-dim vector, Milvus "
+                                             f"holds {self.dimensions}-dim ones: rebuild with the matching embedder")
+                    doc_rows = [rows.to_row(s.chunk, s.vector, analyze(s.chunk.text), written) for s in indexed]
+                    kept += [r["pk"] for r in doc_rows]
+                    pending += doc_rows
+                    if len(pending) >= UPSERT_ROWS:
+                        self._call(self.client.upsert, table, pending)
+                        pending = []
+                if pending:
+                    self._call(self.client.upsert, table, pending)
+                self._call(self.client.delete, table, filter=expr.dropped(tenant, list(docs), kept))
 
     # -- reads for delete-by-filter and field values -----------------------------------------
-    def _rows(self, name: str, where: str, fields: list[str]):
+    def _rows(self, table: str, where: str, fields: list[str]):
         """Every row the expression admits, a batch at a time."""
-        it = self._call(self.client.query_iterator, self._milvus(name), batch_size=READ_BATCH, filter=where,
+        it = self._call(self.client.query_iterator, table, batch_size=READ_BATCH, filter=where,
                         output_fields=fields, consistency_level=self.config.consistency)
         try:
             while batch := self._call(it.next):
@@ -371,26 +425,27 @@ class MilvusBackend:
     def held(self, collection: str, keys: list[DocKey]) -> dict[DocKey, int]:
         """How many rows Milvus holds of each of these documents (a resumed rebuild skips whole ones)."""
         count: dict[DocKey, int] = {}
-        if collection not in self._existing():
-            return count
         by_tenant: dict[str, list[str]] = {}
         for tenant, doc_id in keys:
             by_tenant.setdefault(tenant, []).append(doc_id)
         for tenant, doc_ids in by_tenant.items():
-            for r in self._rows(collection, expr.documents(tenant, doc_ids), ["doc_id"]):
-                count[tenant, r["doc_id"]] = count.get((tenant, r["doc_id"]), 0) + 1
+            if self._holds(collection, tenant):
+                for r in self._rows(self._table(collection, tenant), expr.documents(tenant, doc_ids), ["doc_id"]):
+                    count[tenant, r["doc_id"]] = count.get((tenant, r["doc_id"]), 0) + 1
         return count
 
     def matching_doc_ids(self, collection: str, where: SearchFilter) -> list[str]:
-        if collection not in self._existing():
+        if not self._holds(collection, where.tenant):
             return []
-        return sorted({r["doc_id"] for r in self._rows(collection, expr.expression(where), ["doc_id"])})
+        table = self._table(collection, where.tenant)
+        return sorted({r["doc_id"] for r in self._rows(table, expr.expression(where), ["doc_id"])})
 
     def field_values(self, field_name: str, collections: list[str], tenant: str) -> list[str]:
         key = rows.hexed(field_name)
         values: set[str] = set()
-        for name in self.searchable(collections or self.names()):
-            values |= {rows.unhexed(r["meta"][key]) for r in self._rows(name, expr.has_field(tenant, field_name), ["meta"])}
+        for name in self.searchable(collections or self.names(), tenant):
+            found = self._rows(self._table(name, tenant), expr.has_field(tenant, field_name), ["meta"])
+            values |= {rows.unhexed(r["meta"][key]) for r in found}
         return sorted(values)
 
     # -- start and stop --------------------------------------------------------------------

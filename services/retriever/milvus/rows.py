@@ -13,6 +13,10 @@ so a filter expression only ever carries hexadecimal text between its quotes:
 The plain values (ids, text, the original date) are stored beside them to rebuild the Chunk.
 `terms` holds the text as the collection's own analyzer tokenizes it (the same tokens the
 memory engine indexes), and Milvus's BM25 function turns it into the sparse vector.
+
+Each Milvus collection holds one tenant's chunks of one ragmesh collection (see backend.py for
+why): its name is the prefix, the ragmesh name escaped, `_t` and a digest of the tenant, so no
+tenant text reaches Milvus as a name either.
 """
 from __future__ import annotations
 
@@ -102,7 +106,7 @@ def to_chunk(row: dict, collection: str) -> Chunk:
 def schema(dimensions: int):
     s = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     s.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=32)
-    s.add_field("tenant", DataType.VARCHAR, max_length=1024, is_partition_key=True)
+    s.add_field("tenant", DataType.VARCHAR, max_length=1024)
     s.add_field("doc", DataType.VARCHAR, max_length=32)
     s.add_field("chunk_id", DataType.VARCHAR, max_length=4096)
     s.add_field("doc_id", DataType.VARCHAR, max_length=4096)
@@ -125,18 +129,33 @@ def schema(dimensions: int):
     return s
 
 
-# -- collection names: prefix + the ragmesh name with every character but [A-Za-z0-9] as _xx --
+# -- collection names: prefix + the ragmesh name with every character but [A-Za-z0-9] as _xx, then
+# `_t` + a digest of the tenant ('_t' is no escape, so the split is unambiguous). A name without
+# the tenant part is a collection of the layout before per-tenant collections, shared by tenants.
 _ESCAPE = re.compile(r"[^A-Za-z0-9]")
-_ENCODED = re.compile(r"(?:[A-Za-z0-9]|_[0-9a-f]{2})+")
+_ENCODED = r"(?:[A-Za-z0-9]|_[0-9a-f]{2})+"
+_TABLE = re.compile(rf"(?P<name>{_ENCODED})(?:_t(?P<tenant>[0-9a-f]{{32}}))?")
+SHARED = ""  # tenant key of a collection in the shared layout (no digest is empty)
+# Milvus's longest collection name (proxy.maxNameLength) less the longest a ragmesh name (64
+# characters, the first one plain) and the tenant part take.
+MAX_PREFIX = 255 - (1 + 63 * 3) - 34
 
 
-def milvus_name(prefix: str, name: str) -> str:
-    return prefix + _ESCAPE.sub(lambda m: f"_{ord(m.group()):02x}", name)
+def tenant_key(tenant: str) -> str:
+    return digest("tenant", tenant)
 
 
-def ragmesh_name(prefix: str, milvus: str) -> str | None:
-    """The ragmesh collection a Milvus collection holds, None for one that is not ours."""
+def milvus_name(prefix: str, name: str, tenant: str) -> str:
+    """The Milvus collection holding the tenant's chunks of the ragmesh collection `name`."""
+    return f"{prefix}{_ESCAPE.sub(lambda m: f'_{ord(m.group()):02x}', name)}_t{tenant_key(tenant)}"
+
+
+def parse(prefix: str, milvus: str) -> tuple[str, str] | None:
+    """(ragmesh collection, tenant key) of a Milvus collection of ours (SHARED for one in the
+    shared layout); None for one that is not ours."""
     encoded = milvus.removeprefix(prefix)
-    if encoded == milvus and prefix or not _ENCODED.fullmatch(encoded):
+    found = _TABLE.fullmatch(encoded)
+    if encoded == milvus and prefix or not found:
         return None
-    return re.sub(r"_([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), encoded)
+    name = re.sub(r"_([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), found["name"])
+    return name, found["tenant"] or SHARED

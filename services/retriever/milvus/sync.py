@@ -8,7 +8,9 @@ the store and writing it to Milvus, which is idempotent), then moves the number 
 version it started at. An empty Milvus with a full store is loaded whole.
 
 `rebuild` drops and reloads collections from the store (`ragmesh index rebuild`, a collection
-whose index options changed, one laid out by an older version of rows.schema, at start). It is resumable:
+whose index options changed, one laid out by an older version: of rows.schema, or one Milvus
+collection shared by every tenant, at start). A ragmesh collection is every tenant's Milvus
+collection of it: dropped together, reloaded tenant by tenant as the store's chunks come. It is resumable:
 while a collection is being rebuilt, the state collection holds the store version the rebuild
 started at (under a key naming the collection and its index options); a rebuild that finds such
 a record does not drop the collection again but skips the documents Milvus already holds whole,
