@@ -30,7 +30,7 @@ import sys
 import time
 import zipfile
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 import httpx
@@ -60,19 +60,19 @@ QUICK = FairnessPlan(uploads=3, asks=5)
 
 
 def docx_bomb() -> bytes:
-    """A valid-looking DOCX whose document.xml is BOMB_XML_BYTES of one repeated paragraph."""
+    """A real DOCX (python-docx's own template) whose document.xml is BOMB_XML_BYTES of one repeated paragraph."""
+    import docx
+
+    template = io.BytesIO()
+    docx.Document().save(template)
     paragraph = b"<w:p><w:r><w:t>" + b"lorem ipsum dolor sit amet " * 8 + b"</w:t></w:r></w:p>"
-    body = paragraph * (BOMB_XML_BYTES // len(paragraph))
     ns = b'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
-    xml = b'<?xml version="1.0" encoding="UTF-8"?><w:document ' + ns + b"><w:body>" + body + b"</w:body></w:document>"
-    types = (b'<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
-             b'content-types"><Default Extension="xml" ContentType="application/xml"/><Override PartName="/word/'
-             b'document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.'
-             b'main+xml"/></Types>')
+    xml = (b'<?xml version="1.0" encoding="UTF-8"?><w:document ' + ns + b"><w:body>"
+           + paragraph * (BOMB_XML_BYTES // len(paragraph)) + b"</w:body></w:document>")
     out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
-        z.writestr("[Content_Types].xml", types)
-        z.writestr("word/document.xml", xml)
+    with zipfile.ZipFile(template) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as dst:
+        for item in src.infolist():
+            dst.writestr(item.filename, xml if item.filename == "word/document.xml" else src.read(item))
     return out.getvalue()
 
 
@@ -115,11 +115,25 @@ async def ask_once(client: httpx.AsyncClient, stack: Stack, n: int) -> float:
     return time.perf_counter() - started
 
 
-async def victim(stack: Stack, plan: FairnessPlan, offset: int) -> dict[str, list[float]]:
+@dataclass
+class Measured:
+    """One kind of victim request: the seconds each took, and the ones refused or failed (a fairness
+    failure too: the victim did not get its work done)."""
+
+    seconds: list[float] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+async def victim(stack: Stack, plan: FairnessPlan, offset: int) -> dict[str, Measured]:
+    out = {"upload": Measured(), "ask": Measured()}
     async with httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT_S)) as client:
-        uploads = [await upload_once(client, stack, offset + i) for i in range(plan.uploads)]
-        asks = [await ask_once(client, stack, offset + i) for i in range(plan.asks)]
-    return {"upload": uploads, "ask": asks}
+        for kind, once, count in (("upload", upload_once, plan.uploads), ("ask", ask_once, plan.asks)):
+            for i in range(count):
+                try:
+                    out[kind].seconds.append(await once(client, stack, offset + i))
+                except (RuntimeError, httpx.HTTPError) as exc:
+                    out[kind].failed.append(f"{type(exc).__name__}: {exc}")
+    return out
 
 
 # ----------------------------------------------------------------------------- what the load does
@@ -233,8 +247,11 @@ async def measure(stack: Stack, plan: FairnessPlan, offset: int,
                 task.cancel()
 
 
-def p(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) * 1000
+def p(measured: Measured, q: float) -> float:
+    """The q-th percentile in ms; infinite when any request failed (the victim's work was not done)."""
+    if measured.failed or not measured.seconds:
+        return float("inf")
+    return float(np.percentile(measured.seconds, q)) * 1000
 
 
 def run_fairness(quick: bool = False) -> Section:
@@ -258,10 +275,12 @@ def run_fairness(quick: bool = False) -> Section:
             for kind in ("upload", "ask"):
                 for q in (50, 99):
                     base, now = p(idle[kind], q), p(figures[kind], q)
+                    failed = figures[kind].failed
+                    note = (f"{len(failed)} of {len(failed) + len(figures[kind].seconds)} failed, first: {failed[0][:100]}"
+                            if failed else f"{now:,.0f} ms vs {base:,.0f} ms idle")
                     section.add(f"{kind} p{q} during {name}", round(now / base, 2), "x",
                                 Target("<=", TARGET_RATIO) if not quick else None,
-                                f"{now:,.0f} ms vs {base:,.0f} ms idle" + (f"; {what}" if kind == "upload" and q == 50
-                                                                            else ""))
+                                note + (f"; {what}" if kind == "upload" and q == 50 else ""))
         texts, chars = largest_embed()
         section.notes.append(f"{plan.uploads} uploads and {plan.asks} asks per row, one at a time; the largest Embed: "
                              f"{texts} texts of {chars:,} characters; the bombs: DOCX of {len(docx_bomb()):,} bytes "
