@@ -81,5 +81,6 @@ _REFUSALS: tuple[tuple[type[jwt.PyJWTError], str], ...] = (
     (jwt.InvalidAlgorithmError, "signed with an algorithm this server does not accept"),
     (jwt.InvalidSignatureError, "bad signature"),
     (jwt.InvalidKeyError, "signed with another type of key than this server's"),
+    (jwt.exceptions.InvalidSubjectError, "claim 'sub' must be one name (a string)"),
     (jwt.DecodeError, "malformed"),
 )
