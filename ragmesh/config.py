@@ -266,10 +266,11 @@ class Settings:
     # the streamed Ingest takes INGEST_MAX_BYTES and 1 MiB a document, Upsert 8 MiB a chunk, and no
     # server receives anything larger (ragmesh.message_limits).
     grpc_unary_max_bytes: int = field(default_factory=lambda: _int("GRPC_UNARY_MAX_BYTES", 4 * 1024 * 1024))
-    # Embed: characters of one text, and of all texts of one call. Unset: 8,000 a text (a search query
-    # of 4,000, a correction of 6,000, a chunk of EMBED_MAX_CHARS; Gemini reads 2,048 tokens) or
-    # EMBED_MAX_CHARS if larger, and 128 Ki a call or EMBED_BATCH_SIZE x EMBED_MAX_CHARS if larger
-    # (what one ingest call sends). Raise both with EMBED_MAX_CHARS for Gemini embeddings.
+    # Embed: characters of one text, and of all texts of one call (a call takes at most EMBED_BATCH_SIZE
+    # texts, 64 at least). Unset: 8,000 a text (a search query of 4,000, a correction of 6,000, a chunk of
+    # EMBED_MAX_CHARS; Gemini reads 2,048 tokens) or EMBED_MAX_CHARS if larger, and 128 Ki a call or
+    # EMBED_BATCH_SIZE x EMBED_MAX_CHARS if larger (one ingest call): raising EMBED_MAX_CHARS for
+    # Gemini's longer chunks raises both.
     embed_text_max_chars: int | None = field(default_factory=lambda: _optional_int("EMBED_TEXT_MAX_CHARS"))
     embed_call_max_chars: int | None = field(default_factory=lambda: _optional_int("EMBED_CALL_MAX_CHARS"))
 

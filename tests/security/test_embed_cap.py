@@ -1,7 +1,8 @@
 """Embed, tried as an attacker would: one caller used to hand the embedder a 20 MB text (36 s of one
-model call that every other tenant's question waited behind, 1.4 -> 4.1 GB kept). Now a text and a
-call are bounded in characters, INVALID_ARGUMENT naming the field and the limit, and what the
-platform itself sends (ingest batches of chunks, queries, corrections) still fits."""
+model call that every other tenant's question waited behind, 1.4 -> 4.1 GB kept), or 2,048 texts.
+Now a call is bounded in texts, and a text and a call in characters, INVALID_ARGUMENT naming the
+field and the limit, and what the platform itself sends (ingest batches of chunks, queries,
+corrections) still fits. (A 20 MB text is refused at the edge: it is over GRPC_UNARY_MAX_BYTES.)"""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +11,7 @@ import grpc
 import pytest
 
 from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
-from services.embedder.limits import CALL_CHARS, TEXT_CHARS, EmbedLimits
+from services.embedder.limits import CALL_CHARS, MAX_TEXTS, TEXT_CHARS, EmbedLimits
 from tests.auth import channel
 from tests.stack import Stack
 
@@ -39,6 +40,13 @@ def test_many_long_texts_in_one_call_are_refused_naming_the_call_limit(stack: St
     assert details.startswith("texts: ") and f"{CALL_CHARS:,}" in details and "EMBED_CALL_MAX_CHARS" in details
 
 
+def test_thousands_of_short_texts_in_one_call_are_refused(stack: Stack) -> None:
+    """2,048 short texts were one model call of 20 s on 2 cores, every question waiting behind it."""
+    code, details, _ = embed(stack, [f"text {i}" for i in range(2048)])
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert details.startswith("texts: ") and f"at most {MAX_TEXTS} texts" in details
+
+
 def test_what_the_platform_sends_still_fits(stack: Stack) -> None:
     s = stack.settings
     chunks = ["harbour " * (s.embed_max_chars // 8)] * s.embed_batch_size  # one ingest call
@@ -47,15 +55,16 @@ def test_what_the_platform_sends_still_fits(stack: Stack) -> None:
     assert embed(stack, corrections)[::2] == (grpc.StatusCode.OK, 13)
 
 
-@pytest.mark.parametrize("embed_max_chars, batch, text, call", [
-    (800, 64, TEXT_CHARS, CALL_CHARS),  # the defaults: above what the platform sends
-    (8_000, 64, 8_000, 512_000),  # Gemini's 2,048-token chunks: an ingest call of 64 of them still fits
-    (16_000, 100, 16_000, 1_600_000),
+@pytest.mark.parametrize("embed_max_chars, batch, limits", [
+    (800, 64, EmbedLimits(TEXT_CHARS, CALL_CHARS, MAX_TEXTS)),  # the defaults: above what the platform sends
+    (8_000, 64, EmbedLimits(8_000, 512_000, 64)),  # Gemini's 2,048-token chunks: an ingest call still fits
+    (16_000, 100, EmbedLimits(16_000, 1_600_000, 100)),
+    (800, 16, EmbedLimits(TEXT_CHARS, CALL_CHARS, MAX_TEXTS)),
 ])
-def test_the_defaults_follow_what_ingest_sends(stack: Stack, embed_max_chars: int, batch: int, text: int,
-                                              call: int) -> None:
+def test_the_defaults_follow_what_ingest_sends(stack: Stack, embed_max_chars: int, batch: int,
+                                              limits: EmbedLimits) -> None:
     settings = dataclasses.replace(stack.settings, embed_max_chars=embed_max_chars, embed_batch_size=batch,
                                    embed_text_max_chars=None, embed_call_max_chars=None)
-    assert EmbedLimits.from_settings(settings) == EmbedLimits(text, call)
+    assert EmbedLimits.from_settings(settings) == limits
     raised = dataclasses.replace(settings, embed_text_max_chars=50_000, embed_call_max_chars=2_000_000)
-    assert EmbedLimits.from_settings(raised) == EmbedLimits(50_000, 2_000_000)
+    assert EmbedLimits.from_settings(raised) == dataclasses.replace(limits, text_chars=50_000, call_chars=2_000_000)
