@@ -1,8 +1,8 @@
 """The largest request message each gRPC method takes.
 
 The server interceptor checks a message's size on its bytes, after the caller is authenticated and
-before anything parses it; the server's own receive limit is the largest of these, so a message no
-method takes is refused by gRPC itself without being held whole. Unary requests (a search, a
+before anything parses it; a server's own receive limit is the largest of its methods' (4 MiB for the
+embedder and the generator), so a message no method takes is refused by gRPC itself. Unary requests (a search, a
 question, a prompt, a batch of texts to embed) are small; the streamed Ingest takes one document per
 message (a file of up to INGEST_MAX_BYTES), Upsert one chunk, IngestTranscript two transcripts."""
 from __future__ import annotations
@@ -48,7 +48,7 @@ class MessageLimits:
         """(bytes, what sets them) for a method's request messages."""
         return self._by_method().get(method, (self.unary, "GRPC_UNARY_MAX_BYTES"))
 
-    @property
-    def largest(self) -> int:
-        """The server's receive limit: no method takes more."""
-        return max(self.unary, self.document, self.chunk, self.transcript)
+    def largest(self, service: str) -> int:
+        """A service's receive limit: none of its methods (nor health and reflection) takes more."""
+        found = [limit for method, (limit, _) in self._by_method().items() if method.startswith(f"/{service}/")]
+        return max([self.unary, *found])

@@ -47,10 +47,10 @@ REQUEST_ID_HEADER = "x-request-id"
 # Open to anyone: load balancers probe health, and reflection only describes the public contract.
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
-def _server_options(settings: Settings, limits: MessageLimits) -> list[tuple[str, int]]:
-    """gRPC refuses a message larger than any method takes before it is held whole; the interceptor
+def _server_options(settings: Settings, receive_limit: int) -> list[tuple[str, int]]:
+    """gRPC itself refuses a message larger than any of the service's methods takes; the interceptor
     checks each method's own limit."""
-    return [("grpc.max_receive_message_length", limits.largest),
+    return [("grpc.max_receive_message_length", receive_limit),
             ("grpc.max_send_message_length", settings.grpc_max_message_bytes), ("grpc.so_reuseport", 0)]
 
 
@@ -302,7 +302,7 @@ class ServiceHost:
         limits = MessageLimits.from_settings(settings)
         self.server = grpc.aio.server(
             interceptors=[ContextInterceptor(authenticator, app.admission, app.service_name, limits)],
-            options=_server_options(settings, limits))
+            options=_server_options(settings, limits.largest(app.service_name)))
         self.health = health.aio.HealthServicer()
         self._stopped = asyncio.Event()
         self._retrying: asyncio.Task | None = None

@@ -47,10 +47,6 @@ class GenerationService:
         return Counts(sum(c.started for c in every), sum(c.completed for c in every), sum(c.cancelled for c in every))
 
     @property
-    def started(self) -> int:
-        return self.counts(None).started
-
-    @property
     def completed(self) -> int:
         return self.counts(None).completed
 

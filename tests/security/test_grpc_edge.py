@@ -95,6 +95,10 @@ def test_a_message_over_its_methods_limit_is_refused_naming_the_limit(stack: Sta
     code, details = raw_call(stack.address("retriever"), "/ragmesh.v1.Retriever/Upsert",
                              retriever_pb2.UpsertRequest(chunk=chunk).SerializeToString(), stack.metadata, streams=True)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and f"at most {8 * MiB:,}" in details, details
+    # The embedder and the generator take no message over 4 MiB: gRPC itself refuses it, unread.
+    huge = embedder_pb2.EmbedRequest(texts=["z" * (5 * MiB)]).SerializeToString()
+    code, details = raw_call(stack.address("embedder"), "/ragmesh.v1.Embedder/Embed", huge, stack.service_metadata())
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and str(UNARY_LIMIT) in details, details
     # What the services send each other still goes through: a question with a long prompt.
     prompt = generator_pb2.GenerateRequest(model="extractive", question="What is Kestrel?", prompt="p" * (2 * MiB))
     code, details = raw_call(stack.address("generator"), "/ragmesh.v1.Generator/Generate",
