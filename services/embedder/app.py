@@ -26,7 +26,8 @@ class EmbedderApp(ServiceApp):
         self.key_store = LazyStore(settings)  # operators' keys; opened on the first one
 
     def register(self, server: grpc.aio.Server) -> None:
-        embedder_pb2_grpc.add_EmbedderServicer_to_server(EmbedderServicer(self.backend, self.batcher, self.limits), server)
+        servicer = EmbedderServicer(self.backend, self.batcher, self.limits)
+        embedder_pb2_grpc.add_EmbedderServicer_to_server(servicer, server)
 
     async def warm_up(self) -> None:
         await asyncio.to_thread(self.backend.warm_up)

@@ -30,7 +30,8 @@ class EmbedLimits:
         text = s.embed_text_max_chars or max(TEXT_CHARS, s.embed_max_chars)
         call = s.embed_call_max_chars or max(CALL_CHARS, s.embed_batch_size * s.embed_max_chars)
         if text < 1 or call < text:
-            raise ValueError(f"EMBED_TEXT_MAX_CHARS ({text}) must be at least 1 and at most EMBED_CALL_MAX_CHARS ({call})")
+            raise ValueError(f"EMBED_TEXT_MAX_CHARS ({text}) must be at least 1 and at most "
+                             f"EMBED_CALL_MAX_CHARS ({call})")
         return cls(text, call, max(MAX_TEXTS, s.embed_batch_size))
 
     def check(self, texts: list[str]) -> None:

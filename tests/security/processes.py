@@ -67,7 +67,8 @@ def start(name: str, data_dir: Path, timeout: float = 120, **extra: str) -> Serv
         while True:
             assert proc.poll() is None, f"{name} exited with {proc.returncode}"
             try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                status = stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                if status == health_pb2.HealthCheckResponse.SERVING:
                     return service
             except grpc.RpcError:
                 pass

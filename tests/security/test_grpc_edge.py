@@ -51,7 +51,8 @@ def raw_call(address: str, method: str, message: bytes, metadata=(), streams: bo
                 for _ in channel.stream_stream(method)(iter([message]), metadata=metadata, timeout=timeout):
                     pass
             else:
-                call = channel.unary_stream(method) if method.endswith(("/Generate", "/Ask")) else channel.unary_unary(method)
+                answers = method.endswith(("/Generate", "/Ask"))  # a stream of events
+                call = channel.unary_stream(method) if answers else channel.unary_unary(method)
                 reply = call(message, metadata=metadata, timeout=timeout)
                 if not isinstance(reply, bytes):
                     list(reply)
