@@ -33,6 +33,7 @@ from ragmesh.identity import ADMIN, keys
 from ragmesh.identity.authenticator import pepper
 from ragmesh.identity.secrets import secrets_dir
 from ragmesh.logging import JsonFormatter
+from ragmesh.private_files import keep_private
 from ragmesh.store import open_store
 
 ORDER = ("embedder", "generator", "retriever", "gateway")
@@ -296,6 +297,7 @@ Press Ctrl-C to stop."""
 
 def main() -> int:
     settings = config.load()
+    keep_private(settings.data_dir)  # the logs, pid files and secrets it writes, and the services it starts
     supervisor = Supervisor(settings)
     log_to(settings.data_dir / "logs" / "supervisor.log")
 

@@ -32,6 +32,7 @@ refused credential, bad settings, retriever unreachable)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections import defaultdict
@@ -48,6 +49,7 @@ from ragmesh.config import Settings
 from ragmesh.errors import RagmeshError
 from ragmesh.identity import ADMIN, MEMBER, ROLES, keys
 from ragmesh.identity.authenticator import pepper
+from ragmesh.private_files import UMASK
 from ragmesh.store import open_store
 from ragmesh.types import SearchFilter
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc, retriever_pb2, retriever_pb2_grpc
@@ -375,6 +377,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.umask(UMASK)  # a store or secret this command makes under DATA_DIR is readable by its owner only
     args = _parser().parse_args(argv)
     try:
         return args.run(args, Settings())

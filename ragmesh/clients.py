@@ -7,7 +7,6 @@ import asyncio
 import collections
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Iterator, Sequence
 from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from ragmesh.config import Settings
 from ragmesh.errors import InvalidArgument, Misconfigured, NotFound, RagmeshError, ResourceExhausted, Unavailable
 from ragmesh.identity import identity_var
 from ragmesh.identity.authenticator import service_token
-from ragmesh.logging import request_id_var
+from ragmesh.logging import clean_request_id, request_id_var
 from ragmesh.serving import REQUEST_ID_HEADER, deadline_var
 from ragmesh.v1 import (
     embedder_pb2,
@@ -84,7 +83,8 @@ class ClientAuth:
 
 
 def call_metadata(auth: ClientAuth | None = None) -> tuple[tuple[str, str], ...]:
-    request_id = ((REQUEST_ID_HEADER, request_id_var.get() or uuid.uuid4().hex[:16]),)
+    # Whatever the current call's id is (the HTTP bridge takes it from a header), only a clean one goes on.
+    request_id = ((REQUEST_ID_HEADER, clean_request_id(request_id_var.get())),)
     return request_id + auth.metadata() if auth is not None else request_id
 
 

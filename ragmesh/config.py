@@ -60,8 +60,8 @@ class Settings:
     # RESOURCE_EXHAUSTED at once. Sized so queued work finishes inside RETRIEVAL_TIMEOUT_S on 2 cores
     # (make bench's load part); 0 = no limit.
     max_concurrent_retrievals: int = field(default_factory=lambda: _int("MAX_CONCURRENT_RETRIEVALS", 16))
-    # Largest gRPC message a service accepts or sends, and the largest JSON body the HTTP bridge reads
-    # (uploads to /api/documents may be up to UPLOAD_MAX_BYTES).
+    # Largest gRPC message a service sends (what it takes is set per method: see GRPC_UNARY_MAX_BYTES), and
+    # the largest JSON body the HTTP bridge reads (uploads to /api/documents may be up to UPLOAD_MAX_BYTES).
     grpc_max_message_bytes: int = field(default_factory=lambda: _int("GRPC_MAX_MESSAGE_BYTES", 64 * 1024 * 1024))
     http_max_body_bytes: int = field(default_factory=lambda: _int("HTTP_MAX_BODY_BYTES", 1024 * 1024))
     upload_max_bytes: int = field(default_factory=lambda: _int("UPLOAD_MAX_BYTES", 200 * 1024 * 1024))
@@ -260,6 +260,19 @@ class Settings:
     # auto: transactions where `hello` reports a replica set or mongos; off: versioned writes only
     # (Cosmos DB for MongoDB reports a replica set but has no transactions across collections).
     mongodb_transactions: str = field(default_factory=lambda: _env("MONGODB_TRANSACTIONS", "auto"))
+
+    # Message and embed limits
+    # The largest request message of a unary gRPC call (a search, a question, a prompt, texts to embed);
+    # the streamed Ingest takes INGEST_MAX_BYTES and 1 MiB a document, Upsert 8 MiB a chunk, and no
+    # server receives anything larger (ragmesh.message_limits).
+    grpc_unary_max_bytes: int = field(default_factory=lambda: _int("GRPC_UNARY_MAX_BYTES", 4 * 1024 * 1024))
+    # Embed: characters of one text, and of all texts of one call (a call takes at most EMBED_BATCH_SIZE
+    # texts, 64 at least). Unset: 8,000 a text (a search query of 4,000, a correction of 6,000, a chunk of
+    # EMBED_MAX_CHARS; Gemini reads 2,048 tokens) or EMBED_MAX_CHARS if larger, and 128 Ki a call or
+    # EMBED_BATCH_SIZE x EMBED_MAX_CHARS if larger (one ingest call): raising EMBED_MAX_CHARS for
+    # Gemini's longer chunks raises both.
+    embed_text_max_chars: int | None = field(default_factory=lambda: _optional_int("EMBED_TEXT_MAX_CHARS"))
+    embed_call_max_chars: int | None = field(default_factory=lambda: _optional_int("EMBED_CALL_MAX_CHARS"))
 
     def address(self, service: str) -> str:
         """host:port of a service, from its *_ADDR variable or this host and its port."""

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import signal
 import time
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import grpc
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -28,9 +31,11 @@ from ragmesh import config, metrics, tls, tracing
 from ragmesh import logging as rlog
 from ragmesh.admission import Admission
 from ragmesh.config import Settings
-from ragmesh.errors import RagmeshError, ResourceExhausted, Unavailable
+from ragmesh.errors import InvalidArgument, RagmeshError, ResourceExhausted, Unavailable
 from ragmesh.identity import identity_var
 from ragmesh.identity.authenticator import Audience, Authenticator, ConfigError
+from ragmesh.message_limits import MessageLimits
+from ragmesh.private_files import keep_private
 from ragmesh.store.lazy import LazyStore
 
 log = logging.getLogger(__name__)
@@ -42,10 +47,11 @@ REQUEST_ID_HEADER = "x-request-id"
 # Open to anyone: load balancers probe health, and reflection only describes the public contract.
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
-def _server_options(settings: Settings) -> list[tuple[str, int]]:
-    size = settings.grpc_max_message_bytes
-    return [("grpc.max_receive_message_length", size), ("grpc.max_send_message_length", size),
-            ("grpc.so_reuseport", 0)]
+def _server_options(settings: Settings, receive_limit: int) -> list[tuple[str, int]]:
+    """gRPC itself refuses a message larger than any of the service's methods takes; the interceptor
+    checks each method's own limit."""
+    return [("grpc.max_receive_message_length", receive_limit),
+            ("grpc.max_send_message_length", settings.grpc_max_message_bytes), ("grpc.so_reuseport", 0)]
 
 
 def _status(exc: RagmeshError) -> grpc.StatusCode:
@@ -85,14 +91,91 @@ async def _abort(context: grpc.aio.ServicerContext, method: str, request_id: str
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error (request id {request_id})")
 
 
-class ContextInterceptor(grpc.aio.ServerInterceptor):
-    """Authenticates the caller, admits the call (or refuses it fast when the service is full), sets
-    identity, request id and deadline for the handler, and turns errors into status codes."""
+def client_address(peer: str) -> str:
+    """The address of a gRPC peer without its port ("ipv4:10.0.0.7:51234" -> "10.0.0.7", "ipv6:[::1]:51234"
+    -> "::1"): failed credentials are counted per client address, and each connection has a port of its own."""
+    kind, _, rest = unquote(peer or "").partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return rest.rpartition(":")[0].strip("[]")
+    return peer or ""
 
-    def __init__(self, authenticator: Authenticator | None, admission: Admission, service_name: str = "") -> None:
+
+def _keep_bytes(raw: bytes) -> bytes:
+    """The request deserializer gRPC runs: none. The interceptor parses, after the caller is known."""
+    return raw
+
+
+@dataclass
+class _Parser:
+    """One call's request messages from their bytes: within the method's size limit, and valid
+    protobuf (anything else is the client's error, INVALID_ARGUMENT naming what was wrong)."""
+
+    method: str
+    deserialize: Callable[[bytes], Any] | None
+    limit: int
+    limit_source: str
+    error: InvalidArgument | None = None  # what ended a client stream early
+
+    def __call__(self, raw: bytes) -> Any:
+        if len(raw) > self.limit:
+            raise InvalidArgument("request", f"the message is {len(raw):,} bytes; {self.method.lstrip('/')} takes "
+                                             f"at most {self.limit:,} ({self.limit_source})")
+        try:
+            return self.deserialize(raw) if self.deserialize is not None else raw
+        except DecodeError:
+            raise InvalidArgument("request", f"is not a valid {self.method.lstrip('/')} request message "
+                                             f"(malformed protobuf)") from None
+
+    async def one(self, requests: AsyncIterator[bytes]) -> Any:
+        """The message of a unary call."""
+        async for raw in requests:
+            return self(raw)
+        raise InvalidArgument("request", "no message was sent")
+
+    async def each(self, requests: AsyncIterator[bytes]) -> AsyncIterator[Any]:
+        """The messages of a client stream. A bad one ends the stream and is kept as the call's error:
+        raised here it could be lost, when the handler forwards the stream on a call of its own (the
+        gateway's Ingest), whose sending task would swallow it and leave the call hanging."""
+        async for raw in requests:
+            try:
+                message = self(raw)
+            except InvalidArgument as exc:
+                self.error = exc
+                return
+            yield message
+
+    def outcome(self, exc: Exception | None = None) -> Exception | None:
+        """The error the call ends with: a bad message in its stream before whatever that caused."""
+        if self.error is not None and not isinstance(exc, grpc.aio.AbortError):
+            return self.error
+        return exc
+
+
+async def _responses(result: Any) -> AsyncIterator[Any]:
+    """A streaming handler's responses: an async generator's items, or none from one that writes them
+    with `context.write` (grpc's health Watch)."""
+    if inspect.isawaitable(result):
+        await result
+        return
+    async for item in result:
+        yield item
+
+
+class ContextInterceptor(grpc.aio.ServerInterceptor):
+    """Authenticates the caller before its request is read, admits the call (or refuses it fast when
+    the service is full), parses the request within its method's size limit, sets identity, request
+    id and deadline for the handler, and turns errors into status codes.
+
+    Every handler it returns reads its requests as a stream of bytes (a unary call's one message
+    included), so that nothing of an unauthenticated call is received or parsed: the credential and
+    the peer are checked first, from the metadata and the connection."""
+
+    def __init__(self, authenticator: Authenticator | None, admission: Admission, service_name: str = "",
+                 limits: MessageLimits | None = None) -> None:
         self.authenticator = authenticator  # None: a test server with no identity
         self.admission = admission
         self.service = metrics.service_label(service_name or admission.name)
+        self.limits = limits or MessageLimits()
 
     @contextlib.contextmanager
     def _observed(self, method: str, metadata: dict, request_id: str) -> Iterator[_Outcome]:
@@ -113,12 +196,12 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
                         "rpc.system": "grpc", "rpc.service": service, "rpc.method": name,
                         "rpc.grpc.status_code": grpc.StatusCode[outcome.code].value[0]})
 
-    async def _enter(self, context: grpc.aio.ServicerContext, metadata: dict, request_id: str, method: str) -> None:
-        _enter_call(context, request_id)
+    async def _authenticate(self, context: grpc.aio.ServicerContext, metadata: dict, method: str) -> None:
         if self.authenticator is None or method.startswith(_OPEN_PREFIXES):
             return
         certified = bool(context.auth_context().get("x509_pem_cert"))
-        identity_var.set(await self.authenticator.authenticate(metadata, certified))
+        peer = client_address(context.peer())
+        identity_var.set(await self.authenticator.authenticate(metadata, certified, peer=peer))
 
     async def intercept_service(
         self,
@@ -129,49 +212,50 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         metadata = dict(details.invocation_metadata or ())
-        request_id = str(metadata.get(REQUEST_ID_HEADER) or uuid.uuid4().hex[:16])
+        request_id = rlog.clean_request_id(metadata.get(REQUEST_ID_HEADER))
         method = details.method
-
+        parse = _Parser(method, handler.request_deserializer, *self.limits.of(method))
         admission = self.admission.slot if not method.startswith(_OPEN_PREFIXES) else contextlib.nullcontext
+        behavior = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
 
-        def unary(behavior: Callable[..., Any]) -> Callable[..., Any]:
-            async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                with self._observed(method, metadata, request_id) as outcome:
-                    try:
-                        with admission():
-                            await self._enter(context, metadata, request_id, method)
-                            return await behavior(request, context)
-                    except Exception as exc:  # noqa: BLE001 - every error becomes a status, never UNKNOWN
-                        outcome.code = _code(exc, context).name
-                        await _abort(context, method, request_id, exc)
+        async def request(requests: AsyncIterator[bytes]) -> Any:
+            """What the handler takes: its one message, or a stream of them parsed as they come."""
+            return parse.each(requests) if handler.request_streaming else await parse.one(requests)
 
-            return wrapped
+        async def unary(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
+            with self._observed(method, metadata, request_id) as outcome:
+                try:
+                    _enter_call(context, request_id)
+                    await self._authenticate(context, metadata, method)
+                    with admission():
+                        reply = await behavior(await request(requests), context)
+                    if (error := parse.outcome()) is not None:
+                        raise error
+                    return reply
+                except Exception as exc:  # noqa: BLE001 - every error becomes a status, never UNKNOWN
+                    exc = parse.outcome(exc)
+                    outcome.code = _code(exc, context).name
+                    await _abort(context, method, request_id, exc)
 
-        def streaming(behavior: Callable[..., Any]) -> Callable[..., Any]:
-            async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                with self._observed(method, metadata, request_id) as outcome:
-                    try:
-                        with admission():
-                            await self._enter(context, metadata, request_id, method)
-                            async for item in behavior(request, context):
-                                yield item
-                    except Exception as exc:  # noqa: BLE001
-                        outcome.code = _code(exc, context).name
-                        await _abort(context, method, request_id, exc)
+        async def streaming(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            with self._observed(method, metadata, request_id) as outcome:
+                try:
+                    _enter_call(context, request_id)
+                    await self._authenticate(context, metadata, method)
+                    with admission():
+                        async for item in _responses(behavior(await request(requests), context)):
+                            yield item
+                    if (error := parse.outcome()) is not None:
+                        raise error
+                except Exception as exc:  # noqa: BLE001
+                    exc = parse.outcome(exc)
+                    outcome.code = _code(exc, context).name
+                    await _abort(context, method, request_id, exc)
 
-            return wrapped
-
-        kwargs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(unary(handler.unary_unary), **kwargs)
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(unary(handler.stream_unary), **kwargs)
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(streaming(handler.unary_stream), **kwargs)
-        return grpc.stream_stream_rpc_method_handler(streaming(handler.stream_stream), **kwargs)
+        kwargs = {"request_deserializer": _keep_bytes, "response_serializer": handler.response_serializer}
+        if handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(streaming, **kwargs)
+        return grpc.stream_unary_rpc_method_handler(unary, **kwargs)
 
 
 class ServiceApp(ABC):
@@ -215,9 +299,10 @@ class ServiceHost:
         authenticator = Authenticator(settings, app.key_store, app.audience) if app.key_store is not None else None
         app.admission = app.admission or Admission(app.service_name, settings.max_concurrent_calls)
         metrics.watch_in_flight(app.admission)
+        limits = MessageLimits.from_settings(settings)
         self.server = grpc.aio.server(
-            interceptors=[ContextInterceptor(authenticator, app.admission, app.service_name)],
-            options=_server_options(settings))
+            interceptors=[ContextInterceptor(authenticator, app.admission, app.service_name, limits)],
+            options=_server_options(settings, limits.largest(app.service_name)))
         self.health = health.aio.HealthServicer()
         self._stopped = asyncio.Event()
         self._retrying: asyncio.Task | None = None
@@ -323,6 +408,7 @@ def main(service: str, app_factory: Callable[[Settings], ServiceApp], port_of: C
     """Entry point of `python -m services.<name>`: JSON logs, metrics and traces, serve until a signal.
     `loop_factory`: the gateway runs on uvloop (see services/gateway/__main__.py), the others on asyncio's."""
     settings = config.load()
+    keep_private(settings.data_dir)
     rlog.setup(service, settings.log_level)
     observe(service, settings)
 

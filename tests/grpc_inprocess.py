@@ -15,7 +15,9 @@ clients' channels live):
   that task) that hands each message to grpc_testing's thread through a queue of one, so a handler
   cannot run ahead of its reader (as HTTP/2 flow control keeps it from doing); when the RPC ends
   early (the client cancels, or the deadline passes) the task is cancelled, as grpc.aio would;
-- a client stream is read from grpc_testing's blocking request iterator on a worker thread;
+- requests are read from grpc_testing's blocking request iterator on a worker thread and handed
+  to the interceptor's handler as their bytes, as a server does (it reads every call, a unary
+  one too, as a stream of messages it parses itself once the caller is authenticated);
 - the aio ServicerContext calls the interceptor makes (`abort` is a coroutine there) are passed
   to grpc_testing's synchronous context. grpc_testing's `abort` ends the RPC with empty trailing
   metadata, so trailers set before an abort (retry-after) cannot be checked here: the loopback
@@ -72,6 +74,9 @@ class _AioContext:
     def invocation_metadata(self) -> Any:
         return self.context.invocation_metadata()
 
+    def peer(self) -> str:
+        return ""  # no connection in process: no address to throttle by
+
     def auth_context(self) -> dict:
         return {}  # no TLS in process
 
@@ -107,18 +112,20 @@ class _Facade:
         def call(request: Any, context: grpc.ServicerContext) -> Any:
             outer = asyncio.run_coroutine_threadsafe(wrapped(context), self.loop).result()
             behavior = outer.unary_unary or outer.stream_unary or outer.unary_stream or outer.stream_stream
-            if handler.request_streaming:
-                request = self._requests(request)
+            requests = self._requests(request if handler.request_streaming else iter([request]),
+                                      outer.request_deserializer)
             if handler.response_streaming:
-                return self._responses(behavior(request, _AioContext(context)), context)
-            return asyncio.run_coroutine_threadsafe(behavior(request, _AioContext(context)), self.loop).result()
+                return self._responses(behavior(requests, _AioContext(context)), context)
+            return asyncio.run_coroutine_threadsafe(behavior(requests, _AioContext(context)), self.loop).result()
 
         return call
 
     @staticmethod
-    async def _requests(blocking: Iterator[Any]) -> AsyncIterator[Any]:
+    async def _requests(blocking: Iterator[Any], deserialize: Callable[[bytes], Any]) -> AsyncIterator[Any]:
+        """The requests as the interceptor's handler reads them off the wire (it reads a unary call's
+        one message as a stream of one): grpc_testing hands over messages, a server their bytes."""
         while (item := await asyncio.to_thread(next, blocking, _END)) is not _END:
-            yield item
+            yield deserialize(item.SerializeToString())
 
     def _responses(self, stream: AsyncIterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
         messages: queue.Queue = queue.Queue(maxsize=1)

@@ -41,9 +41,14 @@ class ApiKeyRecord:
         return now >= dt.datetime.fromisoformat(self.expires_at.replace("Z", "+00:00"))
 
 
+def valid_name(value: object) -> bool:
+    """Whether `value` is one tenant or user name (a string, not a list, of the allowed characters)."""
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None  # fullmatch: "$" would let "\n" in
+
+
 def check_name(field: str, value: str) -> str:
     """Tenants and users are short printable names: they end up in logs, filters and headers."""
-    if not _NAME.fullmatch(value or ""):  # fullmatch: "$" would let a trailing newline in
+    if not valid_name(value):
         raise InvalidArgument(field, f"must be 1-128 letters, digits or . _ @ -, starting with a letter or digit; "
                                      f"got {value!r}")
     return value

@@ -3,26 +3,25 @@ from __future__ import annotations
 
 import grpc
 
-from ragmesh.errors import InvalidArgument
 from ragmesh.serving import deadline_var
 from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
 from services.embedder.backends import EmbeddingBackend
 from services.embedder.batcher import MicroBatcher
-
-MAX_TEXTS = 2048
+from services.embedder.limits import EmbedLimits
 
 
 class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
-    def __init__(self, backend: EmbeddingBackend, batcher: MicroBatcher) -> None:
+    def __init__(self, backend: EmbeddingBackend, batcher: MicroBatcher, limits: EmbedLimits | None = None) -> None:
         self.backend = backend
         self.batcher = batcher
+        self.limits = limits or EmbedLimits()
 
     async def Embed(self, request: embedder_pb2.EmbedRequest, context: grpc.aio.ServicerContext):
-        if len(request.texts) > MAX_TEXTS:
-            raise InvalidArgument("texts", f"at most {MAX_TEXTS} texts a call, got {len(request.texts)}")
+        texts = list(request.texts)
+        self.limits.check(texts)
         task = "QUERY" if request.task == embedder_pb2.QUERY else "DOCUMENT"
         # The deadline lets the batcher skip a caller that has given up before its batch runs.
-        vectors = await self.batcher.embed(list(request.texts), task, deadline_var.get())
+        vectors = await self.batcher.embed(texts, task, deadline_var.get())
         return embedder_pb2.EmbedResponse(
             vectors=[embedder_pb2.Vector(values=v) for v in vectors.tolist()],
             model=self.backend.model_name,

@@ -6,6 +6,7 @@ from contextlib import aclosing
 import grpc
 
 from ragmesh import convert
+from ragmesh.identity import identity_var
 from ragmesh.types import Turn
 from ragmesh.v1 import generator_pb2, generator_pb2_grpc
 from services.generator.backends import GenerationRequest
@@ -28,12 +29,14 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServicer):
             temperature=request.temperature if request.HasField("temperature") else None,
         )
         # Closed explicitly when the call ends early, so the provider's stream closes now, not at GC.
-        async with aclosing(self.service.generate(domain)) as events:
+        who = identity_var.get()
+        async with aclosing(self.service.generate(domain, who.tenant if who is not None else "")) as events:
             async for event in events:
                 yield convert.gen_event_to_proto(event)
 
     async def Stats(self, request, context: grpc.aio.ServicerContext):
-        s = self.service
+        counts = self.service.counts(identity_var.get())
         return generator_pb2.GeneratorStatsResponse(
-            started=s.started, completed=s.completed, cancelled=s.cancelled, models=sorted(s.backends),
+            started=counts.started, completed=counts.completed, cancelled=counts.cancelled,
+            models=sorted(self.service.backends),
         )

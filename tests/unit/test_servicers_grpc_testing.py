@@ -15,7 +15,8 @@ from ragmesh.v1 import (
     embedder_pb2, embedder_pb2_grpc, gateway_pb2, gateway_pb2_grpc, generator_pb2, generator_pb2_grpc,
     retriever_pb2, retriever_pb2_grpc,
 )
-from services.embedder.servicer import MAX_TEXTS, EmbedderServicer
+from services.embedder.limits import MAX_TEXTS
+from services.embedder.servicer import EmbedderServicer
 from services.gateway.servicer import GatewayServicer
 from services.generator.servicer import GeneratorServicer
 from services.retriever.ingest.upsert import Upserter
@@ -36,7 +37,7 @@ def servicer_parts(stack: Stack, name: str) -> tuple:
     app = stack.app(name)
     if name == "embedder":
         return (embedder_pb2.DESCRIPTOR.services_by_name["Embedder"], embedder_pb2_grpc.add_EmbedderServicer_to_server,
-                EmbedderServicer(app.backend, app.batcher))
+                EmbedderServicer(app.backend, app.batcher, app.limits))
     if name == "retriever":
         return (retriever_pb2.DESCRIPTOR.services_by_name["Retriever"],
                 retriever_pb2_grpc.add_RetrieverServicer_to_server,
