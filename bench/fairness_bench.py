@@ -40,6 +40,7 @@ from bench.load_bench import QUESTIONS, Stack
 from bench.search_bench import REPO, Section, Target, log
 from ragmesh import config
 from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
+from services.embedder.limits import EmbedLimits
 
 RIVAL = "rival"
 HALF_OPEN = 300
@@ -203,12 +204,10 @@ async def _until(reader: asyncio.StreamReader, stop: asyncio.Event) -> bytes:
 
 
 def largest_embed() -> tuple[int, int]:
-    """(texts, characters per text) of the largest Embed call the embedder's settings allow."""
-    s = config.load()
-    per_text = getattr(s, "embed_max_text_chars", 20_000_000)
-    per_call = getattr(s, "embed_max_call_chars", per_text)
-    texts = max(1, min(getattr(s, "embed_max_texts", 256), per_call // per_text))
-    return texts, per_text
+    """(texts, characters per text) of the largest Embed call the embedder's limits allow."""
+    limits = EmbedLimits.from_settings(config.load())
+    texts = max(1, min(limits.texts, limits.call_chars // limits.text_chars))
+    return texts, limits.text_chars
 
 
 async def big_embeds(stack: Stack, key: str, stop: asyncio.Event, seen: list[str]) -> None:
