@@ -184,6 +184,11 @@ class ParsePool:
                                   settings.ingest_zip_max_members),
         ))
 
+    def parsing(self) -> dict[str, int]:
+        """Parses under way in the workers, per tenant."""
+        with self._lock:
+            return dict(self._running)
+
     def pids(self) -> list[int]:
         """The worker processes alive now."""
         with self._lock:
@@ -244,12 +249,11 @@ class ParsePool:
             await waiter.future
         except BaseException:
             with self._lock:
-                if waiter.granted:
-                    self._free += 1
-                    self._running[tenant] -= 1
-                else:
+                granted = waiter.granted
+                if not granted:
                     self._waiting.remove(waiter)
-                self._grant()
+            if granted:
+                self._release(tenant, None)
             raise
 
     def _grant(self) -> None:
