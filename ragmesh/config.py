@@ -261,20 +261,22 @@ class Settings:
     # (Cosmos DB for MongoDB reports a replica set but has no transactions across collections).
     mongodb_transactions: str = field(default_factory=lambda: _env("MONGODB_TRANSACTIONS", "auto"))
 
-    # Parse limits (retriever ingest; INGEST_PARSE_TIMEOUT_S and INGEST_MAX_BYTES are above). Files are
-    # parsed in INGEST_PARSE_WORKERS worker processes, at most INGEST_PARSES_PER_TENANT of one tenant's at
-    # once (fewer than the workers, so other tenants always have one); a worker past the time limit or
-    # INGEST_PARSE_MEMORY_MB of address space (0 = no limit) is killed and its document fails. Text,
-    # Markdown, HTML and JSON files up to INGEST_INLINE_PARSE_BYTES are parsed in place (a round trip to a
-    # worker costs more than their parse). DOCX/PPTX are refused before parsing when their zip declares more
-    # than INGEST_ZIP_MAX_BYTES uncompressed or INGEST_ZIP_MAX_MEMBERS files, a member (over 1 MiB) expands
-    # more than INGEST_ZIP_MAX_RATIO times, or a member inflates past the size its headers declare.
+    # Parse limits
+    # Worker processes files are parsed in; a worker past INGEST_PARSE_TIMEOUT_S or its memory limit is
+    # killed (its document fails naming the limit) and replaced.
     ingest_parse_workers: int = field(default_factory=lambda: _int("INGEST_PARSE_WORKERS", 3))
+    # One tenant's files parsed at once; fewer than INGEST_PARSE_WORKERS, so other tenants always find one free.
     ingest_parses_per_tenant: int = field(default_factory=lambda: _int("INGEST_PARSES_PER_TENANT", 1))
+    # Address space of a parse worker (MB; 0 = no limit; a worker with its parsers loaded takes ~200 MB).
     ingest_parse_memory_mb: int = field(default_factory=lambda: _int("INGEST_PARSE_MEMORY_MB", 1024))
+    # Text, Markdown, HTML and JSON files (and text bodies) up to this size are parsed in place, not in a
+    # worker: their parse costs less than the round trip to a process (0 = every file in a worker).
     ingest_inline_parse_bytes: int = field(default_factory=lambda: _int("INGEST_INLINE_PARSE_BYTES", 64 * 1024))
+    # DOCX/PPTX are refused before parsing when their zip declares more than this uncompressed in all.
     ingest_zip_max_bytes: int = field(default_factory=lambda: _int("INGEST_ZIP_MAX_BYTES", 200 * 1024 * 1024))
+    # ... or a member over 1 MiB uncompressed expands more than this many times (a decompression bomb).
     ingest_zip_max_ratio: float = field(default_factory=lambda: _float("INGEST_ZIP_MAX_RATIO", 100.0))
+    # ... or holds more than this many files (a member that inflates past its declared size is refused too).
     ingest_zip_max_members: int = field(default_factory=lambda: _int("INGEST_ZIP_MAX_MEMBERS", 10_000))
 
     def address(self, service: str) -> str:
