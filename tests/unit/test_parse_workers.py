@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ragmesh import metrics
 from ragmesh.types import Document
 from services.retriever.ingest.parsed import Parsed, UnreadableFile
 from services.retriever.ingest.parsers import parse
@@ -49,20 +50,26 @@ async def worker_pid(pool: ParsePool, tenant: str = "acme") -> int:
     return int(parsed[0].text.split()[-1].rstrip("."))
 
 
-@pytest.mark.parametrize(("title", "limit"), [
-    ("spin", "took longer than 2 s to parse (INGEST_PARSE_TIMEOUT_S), so it was not ingested"),
-    ("hoard", "needed more than 256 MB to parse (INGEST_PARSE_MEMORY_MB), so it was not ingested"),
-    ("crash", "stopped its parse worker (exit code 3), so it was not ingested"),
+def killed(reason: str) -> float:
+    return metrics.REGISTRY.get_sample_value("ragmesh_parse_workers_killed_total", {"reason": reason}) or 0
+
+
+@pytest.mark.parametrize(("title", "reason", "limit"), [
+    ("spin", "timeout", "took longer than 2 s to parse (INGEST_PARSE_TIMEOUT_S), so it was not ingested"),
+    ("hoard", "memory", "needed more than 256 MB to parse (INGEST_PARSE_MEMORY_MB), so it was not ingested"),
+    ("crash", "crash", "stopped its parse worker (exit code 3), so it was not ingested"),
 ])
-def test_a_parse_past_a_limit_kills_its_worker_and_the_next_gets_a_new_one(pool: ParsePool, title: str,
+def test_a_parse_past_a_limit_kills_its_worker_and_the_next_gets_a_new_one(pool: ParsePool, title: str, reason: str,
                                                                            limit: str) -> None:
+    counted = killed(reason)
+
     async def main() -> None:
         first = await worker_pid(pool)  # idle now: the next parse goes to it
         with pytest.raises(UnreadableFile) as failed:
             await pool.parse(doc(title), MAX_BYTES)
         assert str(failed.value) == f"{title}-doc: {limit}"
         assert not parsing_alive(first) and first not in pool.pids()
-        assert pool.killed == 1
+        assert pool.killed == 1 and killed(reason) == counted + 1
         assert await worker_pid(pool) != first
 
     asyncio.run(main())
