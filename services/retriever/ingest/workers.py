@@ -16,7 +16,6 @@ import functools
 import logging
 import math
 import multiprocessing
-import os
 import resource
 import signal
 import threading
@@ -210,9 +209,9 @@ class ParsePool:
             worker = self._idle_worker() or await loop.run_in_executor(self._io, self._new_worker)
             reply = await asyncio.wait_for(loop.run_in_executor(self._io, worker.call, job), self.limits.timeout_s)
         except asyncio.TimeoutError:
-            reason, error = "timeout", f"took longer than {self.limits.timeout_s:g} s to parse (INGEST_PARSE_TIMEOUT_S)"
+            reason = "timeout"
         except (EOFError, OSError):  # the pipe closed: the worker died
-            reason, error = "crash", "stopped its parse worker"
+            reason = "crash"
         except BaseException:  # the caller went away: its parse is not wanted
             ending = self._end(worker, "cancelled", name)
             self._release(doc.tenant, None)
@@ -222,21 +221,26 @@ class ParsePool:
             if reply[0] != "memory":
                 self._release(doc.tenant, worker)
                 return self._outcome(reply, name)
-            reason, error = "memory", f"needed more than {self.limits.memory_mb:,} MB to parse (INGEST_PARSE_MEMORY_MB)"
+            reason = "memory"
         ending = self._end(worker, reason, name)
         self._release(doc.tenant, None)
         await asyncio.wrap_future(ending)  # gone, not still parsing, once its document is reported failed
-        if reason == "crash" and worker is not None:
-            error += f" (exit code {worker.process.exitcode})"
-        raise UnreadableFile(name, f"{error}, so it was not ingested")
+        raise UnreadableFile(name, self._stopped(reason, worker.process.exitcode if worker else None))
+
+    def _stopped(self, reason: str, exitcode: int | None = None) -> str:
+        """Why a worker was stopped, naming the limit."""
+        why = {"timeout": f"took longer than {self.limits.timeout_s:g} s to parse (INGEST_PARSE_TIMEOUT_S)",
+               "memory": f"needed more than {self.limits.memory_mb:,} MB to parse (INGEST_PARSE_MEMORY_MB)",
+               "crash": f"stopped its parse worker (exit code {exitcode})"}[reason]
+        return f"{why}, so it was not ingested"
 
     def _outcome(self, reply: tuple, name: str) -> list[Parsed | BadRecord]:
         if reply[0] == "parsed":
             return reply[1]
         if reply[0] == "refused":
             raise UnreadableFile(reply[1], reply[2])
-        if reply[0] == "memory":
-            raise UnreadableFile(name, f"needed more than {self.limits.memory_mb:,} MB to parse (INGEST_PARSE_MEMORY_MB)")
+        if reply[0] == "memory":  # parsed in place: the retriever's own memory ran out
+            raise UnreadableFile(name, "could not be parsed (out of memory)")
         raise UnreadableFile(name, f"could not be parsed (internal error: {reply[1]})")
 
     async def _turn(self, tenant: str) -> None:
