@@ -78,13 +78,17 @@ def test_a_parse_past_a_limit_kills_its_worker_and_the_next_gets_a_new_one(pool:
 def test_a_caller_that_goes_away_ends_its_parse(pool: ParsePool) -> None:
     async def main() -> None:
         first = await worker_pid(pool)
-        task = asyncio.create_task(pool.parse(doc("spin"), MAX_BYTES))
-        await asyncio.sleep(0.3)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert not parsing_alive(first) and pool.killed == 1
-        assert await worker_pid(pool) != first  # its slot was given back
+        parsing = asyncio.create_task(pool.parse(doc("spin"), MAX_BYTES))
+        while not pool.parsing():
+            await asyncio.sleep(0.01)
+        waiting = asyncio.create_task(pool.parse(doc("spin"), MAX_BYTES))  # acme's second: waits its turn
+        await asyncio.sleep(0.1)
+        for task in (waiting, parsing):
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert not parsing_alive(first) and pool.killed == 1 and not pool.parsing()
+        assert await worker_pid(pool) != first  # its turn was given back
 
     asyncio.run(main())
 

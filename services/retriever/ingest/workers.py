@@ -206,7 +206,10 @@ class ParsePool:
         loop = asyncio.get_running_loop()
         worker: _Worker | None = None
         try:
-            worker = self._idle_worker() or await loop.run_in_executor(self._io, self._new_worker)
+            worker = self._idle_worker()
+            while worker is None:  # a worker started here lands among the idle ones, even if this call is cancelled
+                await loop.run_in_executor(self._io, self._start_worker)
+                worker = self._idle_worker()
             reply = await asyncio.wait_for(loop.run_in_executor(self._io, worker.call, job), self.limits.timeout_s)
         except asyncio.TimeoutError:
             reason = "timeout"
@@ -284,12 +287,11 @@ class ParsePool:
             return None
         return worker
 
-    def _new_worker(self) -> _Worker:
+    def _start_worker(self) -> None:
         """Blocking: a start talks to the forkserver (and starts it, the first time)."""
         worker = _Worker(self._context, self.limits.memory_mb)
         with self._lock:
-            self._busy.add(worker)
-        return worker
+            self._idle.append(worker)
 
     def _release(self, tenant: str, worker: _Worker | None) -> None:
         with self._lock:
