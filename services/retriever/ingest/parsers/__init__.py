@@ -79,8 +79,8 @@ def is_light(doc: Document, limit: int) -> bool:
     if not doc.content:
         return len(doc.text) <= limit
     try:
-        return len(doc.content) <= limit and _parser(doc, "") in _LINEAR
-    except UnreadableFile:  # refused at once, unparsed
+        return _parser(doc, "") in _LINEAR and len(doc.content) <= limit
+    except UnreadableFile:  # an unsupported format: refused at once, unparsed
         return True
 
 
