@@ -1,13 +1,14 @@
 """One tenant must not stall everyone's ingest, tried as an attacker would: tenant `bombco`'s admin
 uploads DOCX decompression bombs (a few hundred kilobytes holding tens of megabytes of
 document.xml, one of them with zip headers that lie about the size) over two Ingest streams at once,
-to take every parse worker, while tenant `bystander` uploads a 32-byte text file. The bystander's
-upload must reach INDEXED, each bomb must FAIL naming the limit that stopped it, and once it has
+to take every parse worker, while tenant `bystander` uploads a one-line DOCX (parsed in a worker
+too). The bystander's upload must reach INDEXED, each bomb must FAIL naming the limit that stopped it, and once it has
 failed no worker process may still be parsing it (the old retriever reported FAILED after 60 s and
 left the thread parsing for minutes, with 1.4 GB of its memory)."""
 from __future__ import annotations
 
 import io
+import os
 import struct
 import threading
 import time
@@ -21,6 +22,7 @@ from services.retriever.ingest.parsers.archive import ArchiveLimits
 from services.retriever.ingest.workers import ParseLimits, ParsePool
 from tests.auth import bearer, channel
 from tests.stack import Stack
+from tests.unit.test_ingest_parsers import docx_bytes
 
 COLLECTION = "parse_fairness"
 BOMB_PARAGRAPHS = 720_000  # ~40 MB of document.xml
@@ -75,13 +77,31 @@ def upload(stack: Stack, key: str, files: dict[str, bytes], out: list[retriever_
         out.extend(retriever_pb2_grpc.RetrieverStub(ch).Ingest(docs, timeout=300))
 
 
-def state(pid: int) -> str:
-    """A process's state letter (R running, S sleeping, Z zombie), "" when it is gone."""
+def state(pid: int) -> tuple[int, str]:
+    """A process's parent and state letter (R running, S sleeping, Z zombie); (0, "") when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return ""
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0, ""
+    return int(fields[1]), fields[0]
+
+
+def parse_processes() -> dict[int, str]:
+    """The state of every process under this one that multiprocessing's forkserver made: the
+    server and the parse workers it forked (they share its command line)."""
+    found: dict[int, str] = {}
+    for pid in (int(entry) for entry in os.listdir("/proc") if entry.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if b"multiprocessing.forkserver" not in cmdline.read():
+                    continue
+        except OSError:
+            continue
+        parent, letter = state(pid)
+        if parent == os.getpid() or state(parent)[0] == os.getpid():
+            found[pid] = letter
+    return found
 
 
 def rss_mb() -> float:
@@ -97,24 +117,23 @@ def final(progress: list[retriever_pb2.IngestProgress]) -> dict[str, tuple[str, 
 
 def attack(stack: Stack, tenants: dict[str, str], bombs: dict[str, bytes], pool: ParsePool,
            note: str) -> dict[str, tuple[str, str]]:
-    """The bombs over two streams at once; once one is being parsed, the bystander's `note`. Returns
+    """The bombs over two streams at once; once one is being parsed, the bystander's DOCX `note`. Returns
     every document's last progress; checks no worker is left parsing after the bombs failed."""
     before, attacker = rss_mb(), []
     streams = [threading.Thread(target=upload, args=(stack, tenants["bombco"], {name: content}, attacker))
                for name, content in bombs.items()]
     for stream in streams:
         stream.start()
-    seen: set[int] = set()
     while not pool.parsing().get("bombco") and any(s.is_alive() for s in streams):
-        seen.update(pool.pids())
         time.sleep(0.005)
     bystander: list[retriever_pb2.IngestProgress] = []
-    upload(stack, tenants["bystander"], {note: f"Greetings from the bystander team ({note})".encode()}, bystander)
+    upload(stack, tenants["bystander"], {note: docx_bytes([("p", f"Greetings from the bystander team ({note}).")])},
+           bystander)
     for stream in streams:
         stream.join(300)
-        seen.update(pool.pids())
     assert final(bystander) == {note: ("INDEXED", "")}
-    assert {state(pid) for pid in seen} <= {"", "S"}, "a worker is still parsing after its document failed"
+    assert parse_processes() and set(parse_processes().values()) <= {"S", "Z", ""}, \
+        f"a worker is still parsing after its document failed: {parse_processes()}"
     assert rss_mb() - before < 300, "the retriever itself held the bombs' expansion"
     return final(attacker)
 
@@ -123,7 +142,7 @@ def test_bombs_are_refused_before_parsing_while_another_tenants_upload_completes
         stack: Stack, tenants: dict[str, str], bombs: dict[str, bytes]) -> None:
     pool = stack.hosts["retriever"].app.parsing
     assert isinstance(pool, ParsePool)
-    got = attack(stack, tenants, bombs, pool, "refused.txt")
+    got = attack(stack, tenants, bombs, pool, "refused.docx")
     assert got["bomb.docx"][0] == "FAILED" and got["bomb.docx"][1].startswith(
         "bomb.docx: member 'word/document.xml' expands "), got
     assert "over the limit of 100x (INGEST_ZIP_MAX_RATIO), so it was not parsed" in got["bomb.docx"][1]
@@ -141,7 +160,7 @@ def test_bombs_that_get_past_the_zip_checks_die_with_their_worker(
     app.ingestor.parsing, kept = pool, app.ingestor.parsing
     try:
         got = attack(stack, tenants, {"bomb.docx": bombs["bomb.docx"], "bomb2.docx": bombs["bomb.docx"]}, pool,
-                     "killed.txt")
+                     "killed.docx")
     finally:
         app.ingestor.parsing = kept
         pool.close()
