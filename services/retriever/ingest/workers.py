@@ -24,6 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
+from ragmesh import logging as rlog
 from ragmesh import metrics
 from ragmesh.config import Settings
 from ragmesh.errors import InvalidArgument
@@ -72,12 +73,14 @@ class _Job:
     max_bytes: int
     archive: ArchiveLimits
     cpu_s: float
+    request_id: str  # the parsers' log lines carry the request's id, as in the retriever
 
 
-def _serve(conn: Connection, memory_mb: int) -> None:
+def _serve(conn: Connection, memory_mb: int, log_level: int) -> None:
     """A worker's life: parse what arrives until the pipe closes. Refusals travel back as
     (field, reason); running out of memory ends the worker (its heap is not trusted after)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the retriever's to handle
+    rlog.setup("retriever", logging.getLevelName(log_level))  # pypdf's warnings as JSON lines, like the rest
     if memory_mb:
         limit = memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -87,6 +90,7 @@ def _serve(conn: Connection, memory_mb: int) -> None:
         except EOFError:
             return
         _cpu_budget(job.cpu_s)
+        rlog.request_id_var.set(job.request_id)
         conn.send(_run(job))
 
 
@@ -130,7 +134,8 @@ def _cpu_budget(seconds: float) -> None:
 class _Worker:
     def __init__(self, context: multiprocessing.context.BaseContext, memory_mb: int) -> None:
         self.conn, theirs = context.Pipe()
-        self.process = context.Process(target=_serve, args=(theirs, memory_mb), daemon=True, name="ragmesh-parse")
+        self.process = context.Process(target=_serve, args=(theirs, memory_mb, logging.getLogger().getEffectiveLevel()),
+                                       daemon=True, name="ragmesh-parse")
         self.process.start()
         theirs.close()
 
@@ -199,7 +204,7 @@ class ParsePool:
         worker had to be killed for it. Small files of linear-time formats are parsed in place."""
         name = doc.filename or doc.doc_id
         check_size(doc, max_bytes)  # before the bytes are copied to a worker
-        job = _Job(self.parser, doc, max_bytes, self.limits.archive, self.limits.timeout_s)
+        job = _Job(self.parser, doc, max_bytes, self.limits.archive, self.limits.timeout_s, rlog.request_id_var.get())
         if is_light(doc, self.limits.inline_bytes):
             return self._outcome(_run(job), name)
         await self._turn(doc.tenant)
