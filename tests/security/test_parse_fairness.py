@@ -87,9 +87,9 @@ def state(pid: int) -> tuple[int, str]:
     return int(fields[1]), fields[0]
 
 
-def parse_processes() -> dict[int, str]:
-    """The state of every process under this one that multiprocessing's forkserver made: the
-    server and the parse workers it forked (they share its command line)."""
+def parse_workers() -> dict[int, str]:
+    """The state of every parse worker under this process: forked by multiprocessing's forkserver
+    (a child of this process), they share its command line."""
     found: dict[int, str] = {}
     for pid in (int(entry) for entry in os.listdir("/proc") if entry.isdigit()):
         try:
@@ -99,7 +99,7 @@ def parse_processes() -> dict[int, str]:
         except OSError:
             continue
         parent, letter = state(pid)
-        if parent == os.getpid() or state(parent)[0] == os.getpid():
+        if state(parent)[0] == os.getpid():
             found[pid] = letter
     return found
 
@@ -132,8 +132,8 @@ def attack(stack: Stack, tenants: dict[str, str], bombs: dict[str, bytes], pool:
     for stream in streams:
         stream.join(300)
     assert final(bystander) == {note: ("INDEXED", "")}
-    assert parse_processes() and set(parse_processes().values()) <= {"S", "Z", ""}, \
-        f"a worker is still parsing after its document failed: {parse_processes()}"
+    assert set(parse_workers().values()) <= {"S", "Z", ""}, \
+        f"a worker is still parsing after its document failed: {parse_workers()}"
     assert rss_mb() - before < 300, "the retriever itself held the bombs' expansion"
     return final(attacker)
 
@@ -143,6 +143,7 @@ def test_bombs_are_refused_before_parsing_while_another_tenants_upload_completes
     pool = stack.hosts["retriever"].app.parsing
     assert isinstance(pool, ParsePool)
     got = attack(stack, tenants, bombs, pool, "refused.docx")
+    assert set(pool.pids()) <= set(parse_workers()) and pool.pids(), "the /proc scan sees the idle workers"
     assert got["bomb.docx"][0] == "FAILED" and got["bomb.docx"][1].startswith(
         "bomb.docx: member 'word/document.xml' expands "), got
     assert "over the limit of 100x (INGEST_ZIP_MAX_RATIO), so it was not parsed" in got["bomb.docx"][1]
