@@ -274,7 +274,7 @@ class Settings:
     ingest_inline_parse_bytes: int = field(default_factory=lambda: _int("INGEST_INLINE_PARSE_BYTES", 64 * 1024))
     # DOCX/PPTX are refused before parsing when their zip declares more than this uncompressed in all.
     ingest_zip_max_bytes: int = field(default_factory=lambda: _int("INGEST_ZIP_MAX_BYTES", 200 * 1024 * 1024))
-    # ... or a member over 1 MiB uncompressed expands more than this many times (a decompression bomb).
+    # ... or it, or one member, expands more than this many times to over 1 MiB (a decompression bomb).
     ingest_zip_max_ratio: float = field(default_factory=lambda: _float("INGEST_ZIP_MAX_RATIO", 100.0))
     # ... or holds more than this many files (a member that inflates past its declared size is refused too).
     ingest_zip_max_members: int = field(default_factory=lambda: _int("INGEST_ZIP_MAX_MEMBERS", 10_000))

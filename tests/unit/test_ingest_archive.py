@@ -3,6 +3,7 @@ each member's expansion ratio, and what each member really inflates to (headers 
 from __future__ import annotations
 
 import io
+import os
 import struct
 import zipfile
 
@@ -42,7 +43,11 @@ def test_an_archive_over_a_limit_is_refused_naming_it() -> None:
         "f.docx: holds 11 files, over the limit of 10 (INGEST_ZIP_MAX_MEMBERS)")
     assert refusal(zipped({"a.xml": b"x" * 600, "b.xml": b"y" * 600}), ArchiveLimits(max_bytes=1000)) == (
         "f.docx: declares 1,200 bytes uncompressed, over the limit of 1,000 (INGEST_ZIP_MAX_BYTES), so it was not parsed")
-    assert "expands 2,097,152 bytes from " in refusal(zipped({"word/document.xml": bytes(2 * 1024 * 1024)}))
+    padded = zipped({"word/document.xml": bytes(2 * 1024 * 1024), "media/noise.bin": os.urandom(30_000)})
+    assert refusal(padded).startswith("f.docx: member 'word/document.xml' expands 2,097,152 bytes from ")
+    split = zipped({f"word/part{i}.xml": bytes(1024 * 1024) for i in range(3)})  # each under the 1 MiB floor
+    assert refusal(split).startswith("f.docx: expands to 3,145,728 bytes from ")
+    assert refusal(split).endswith("over the limit of 100x (INGEST_ZIP_MAX_RATIO), so it was not parsed")
 
 
 def test_a_member_that_inflates_past_its_declared_size_is_refused() -> None:

@@ -17,7 +17,7 @@ from services.retriever.ingest.parsed import UnreadableFile
 
 _LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, ..., name length, extra length (30 bytes)
 _STEP = 1 << 20  # bytes inflated at a time: what the count holds in memory
-RATIO_FLOOR = 1 << 20  # a member inflating to less than this is never too compressed to parse
+RATIO_FLOOR = 1 << 20  # an archive or member inflating to less than this is never too compressed to parse
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,10 @@ def check_archive(data: bytes, name: str, limits: ArchiveLimits) -> None:
     if total > limits.max_bytes:
         raise UnreadableFile(name, f"declares {total:,} bytes uncompressed, over the limit of {limits.max_bytes:,} "
                                    "(INGEST_ZIP_MAX_BYTES), so it was not parsed")
-    for m in members:
+    if total > RATIO_FLOOR and total > limits.max_ratio * len(data):  # many small members, each under the floor
+        raise UnreadableFile(name, f"expands to {total:,} bytes from {len(data):,}, over the limit of "
+                                   f"{limits.max_ratio:g}x (INGEST_ZIP_MAX_RATIO), so it was not parsed")
+    for m in members:  # one member, with incompressible padding beside it
         if m.file_size > RATIO_FLOOR and m.file_size > limits.max_ratio * max(m.compress_size, 1):
             raise UnreadableFile(name, f"member {m.filename[:100]!r} expands {m.file_size:,} bytes from "
                                        f"{m.compress_size:,}, over the limit of {limits.max_ratio:g}x "
