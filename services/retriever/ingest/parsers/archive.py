@@ -23,7 +23,7 @@ RATIO_FLOOR = 1 << 20  # an archive or member inflating to less than this is nev
 @dataclass(frozen=True)
 class ArchiveLimits:
     max_bytes: int = 200 * 1024 * 1024  # INGEST_ZIP_MAX_BYTES: all members together, inflated
-    max_ratio: float = 100.0  # INGEST_ZIP_MAX_RATIO: a member's inflated size / its compressed size
+    max_ratio: float = 100.0  # INGEST_ZIP_MAX_RATIO: inflated / compressed size, of the archive and of each member
     max_members: int = 10_000  # INGEST_ZIP_MAX_MEMBERS: files in the archive
 
 
