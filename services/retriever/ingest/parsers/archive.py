@@ -1,10 +1,10 @@
 """Zip-based formats (DOCX, PPTX) checked before a parser opens them: a few hundred kilobytes can
 inflate to gigabytes (a decompression bomb), and the parsers build a tree of all of it.
 
-Refused with the setting named: more members, more bytes in all or a member more compressed than
-the limits, as the zip's central directory declares them; then each member is inflated in bounded
-steps and counted, since those sizes are only what the sender wrote: one that inflates past its
-declared size is refused too."""
+Refused with the setting named: more members or more bytes in all than the limits, or the archive
+or one member more compressed, as the zip's central directory declares them; then each member is
+inflated in bounded steps and counted, since those sizes are only what the sender wrote: one that
+inflates past its declared size is refused too."""
 from __future__ import annotations
 
 import struct
