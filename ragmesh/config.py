@@ -274,6 +274,24 @@ class Settings:
     embed_text_max_chars: int | None = field(default_factory=lambda: _optional_int("EMBED_TEXT_MAX_CHARS"))
     embed_call_max_chars: int | None = field(default_factory=lambda: _optional_int("EMBED_CALL_MAX_CHARS"))
 
+    # Parse limits
+    # Worker processes files are parsed in; a worker past INGEST_PARSE_TIMEOUT_S or its memory limit is
+    # killed (its document fails naming the limit) and replaced.
+    ingest_parse_workers: int = field(default_factory=lambda: _int("INGEST_PARSE_WORKERS", 3))
+    # One tenant's files parsed at once; fewer than INGEST_PARSE_WORKERS, so other tenants always find one free.
+    ingest_parses_per_tenant: int = field(default_factory=lambda: _int("INGEST_PARSES_PER_TENANT", 1))
+    # Address space of a parse worker (MB; 0 = no limit; a worker with its parsers loaded takes ~200 MB).
+    ingest_parse_memory_mb: int = field(default_factory=lambda: _int("INGEST_PARSE_MEMORY_MB", 1024))
+    # Text, Markdown, HTML and JSON files (and text bodies) up to this size are parsed in place, not in a
+    # worker: their parse costs less than the round trip to a process (0 = every file in a worker).
+    ingest_inline_parse_bytes: int = field(default_factory=lambda: _int("INGEST_INLINE_PARSE_BYTES", 64 * 1024))
+    # DOCX/PPTX are refused before parsing when their zip declares more than this uncompressed in all.
+    ingest_zip_max_bytes: int = field(default_factory=lambda: _int("INGEST_ZIP_MAX_BYTES", 200 * 1024 * 1024))
+    # ... or it, or one member, expands more than this many times to over 1 MiB (a decompression bomb).
+    ingest_zip_max_ratio: float = field(default_factory=lambda: _float("INGEST_ZIP_MAX_RATIO", 100.0))
+    # ... or holds more than this many files (a member that inflates past its declared size is refused too).
+    ingest_zip_max_members: int = field(default_factory=lambda: _int("INGEST_ZIP_MAX_MEMBERS", 10_000))
+
     def address(self, service: str) -> str:
         """host:port of a service, from its *_ADDR variable or this host and its port."""
         explicit = getattr(self, f"{service}_addr", "")

@@ -57,6 +57,8 @@ FIRST_TOKEN = Histogram("ragmesh_generator_first_token_seconds", "Generator: tim
 INGEST_DOCS = Counter("ragmesh_ingest_documents", "Documents ingested, by outcome (INDEXED, UNCHANGED, FAILED)",
                       ("outcome",), registry=REGISTRY)
 INGEST_CHUNKS = Counter("ragmesh_ingest_chunks", "Chunks indexed by ingestion", registry=REGISTRY)
+PARSE_WORKERS_KILLED = Counter("ragmesh_parse_workers_killed", "Parse worker processes killed, by reason (timeout, "
+                               "memory, crash, cancelled)", ("reason",), registry=REGISTRY)
 STORE_LATENCY = Histogram("ragmesh_store_latency_seconds", "Time of each store call, by operation",
                           ("operation",), buckets=(*_FAST, 5.0, 10.0), registry=REGISTRY)
 
@@ -265,6 +267,11 @@ def ingested(stage: str, chunks: int) -> None:
     INGEST_DOCS.labels(stage).inc()
     if stage == "INDEXED":
         INGEST_CHUNKS.inc(chunks)
+
+
+def parse_worker_killed(reason: str) -> None:
+    if _enabled:
+        PARSE_WORKERS_KILLED.labels(reason).inc()
 
 
 def store_timer(operation: str) -> Callable[[float], None]:

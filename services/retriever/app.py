@@ -23,6 +23,7 @@ from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.pipeline import Ingestor, SummaryPolicy
 from services.retriever.ingest.summaries import Summarizer, SummaryPrompt
 from services.retriever.ingest.upsert import Upserter
+from services.retriever.ingest.workers import ParsePool
 from services.retriever.search import SearchEngine
 from services.retriever.servicer import RetrieverServicer
 
@@ -47,12 +48,13 @@ class RetrieverApp(ServiceApp):
         self.committer = Committer(self.store, self.registry)
         self.follower = Follower(self.committer, settings.follow_interval_s)
         self._following: asyncio.Task | None = None
+        self.parsing = ParsePool.from_settings(settings)
         self.ingestor = Ingestor(
             self.store, self.registry, self._embed,
             min_chars=settings.chunk_min_chars, max_chars=settings.chunk_max_chars,
             embed_max_chars=settings.embed_max_chars,
             batch_size=settings.embed_batch_size, max_bytes=settings.ingest_max_bytes,
-            parse_timeout_s=settings.ingest_parse_timeout_s,
+            parsing=self.parsing,
             retries=settings.embed_retries, backoff_s=settings.embed_retry_base_s,
             summarizer=Summarizer(self._summarise),
             summaries=SummaryPolicy(settings.ingest_summaries, settings.summary_min_chars),
@@ -115,6 +117,7 @@ class RetrieverApp(ServiceApp):
         """After the server stopped (no writes in flight): snapshot the indexes for a fast restart."""
         if self._following is not None:
             self._following.cancel()
+        self.parsing.close()
         metrics.unwatch_indexes(self.registry)
         if not self.store.connected:
             return

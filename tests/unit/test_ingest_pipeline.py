@@ -108,6 +108,25 @@ def test_every_chunk_carries_its_metadata_and_only_children_are_indexed(tmp_path
     assert set(index.parents) == parents
 
 
+def test_a_stream_holds_one_document_at_a_time(tmp_path: Path) -> None:
+    """The next document is read only when the one in hand is done: a long stream never piles up."""
+    ingestor = make(tmp_path)
+    events: list[str] = []
+
+    async def stream() -> AsyncIterator[Document]:
+        for i in range(3):
+            events.append(f"read d{i}")
+            yield Document(f"d{i}", "c", text=f"Document {i} about the harbour.")
+
+    async def main() -> None:
+        async for p in ingestor.ingest(stream()):
+            if p.stage == "INDEXED":
+                events.append(f"indexed {p.doc_id}")
+
+    asyncio.run(main())
+    assert events == ["read d0", "indexed d0", "read d1", "indexed d1", "read d2", "indexed d2"]
+
+
 def test_a_pdfs_chunks_carry_their_pages(tmp_path: Path) -> None:
     ingestor = make(tmp_path)
     pages = [" ".join(sentence(f"page{n}", i) for i in range(4)) for n in (1, 2, 3)]

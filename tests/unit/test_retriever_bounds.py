@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,11 +19,12 @@ from services.retriever import filters
 from services.retriever.columns import Columns
 from services.retriever.fusion import Boosters
 from services.retriever.index import IndexRegistry
-from services.retriever.ingest import pipeline
 from services.retriever.ingest import upsert as upsert_module
 from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.upsert import Upserter
+from services.retriever.ingest.workers import ParseLimits, ParsePool
 from services.retriever.search import SearchEngine, SearchQuery
+from tests.fakes.parsers import misbehaving
 from tests.unit.test_ingest_pipeline import FakeEmbedder, final, make, run, stored
 
 DIM = 4
@@ -136,21 +136,17 @@ def test_a_records_reserved_fields_are_dropped_and_a_bad_record_fails_alone(tmp_
     assert {s.chunk.doc_id for s in stored(ingestor)} == {"r1"}
 
 
-def test_a_parse_past_its_time_limit_fails_its_document_alone(tmp_path: Path, monkeypatch) -> None:
-    real = pipeline.parse
-
-    def slow(doc: Document, max_bytes: int):
-        if doc.doc_id == "slow":
-            time.sleep(1.0)
-        return real(doc, max_bytes)
-
-    monkeypatch.setattr(pipeline, "parse", slow)
-    ingestor = make(tmp_path, parse_timeout_s=0.2)
-    started = time.perf_counter()
-    out = final(run(ingestor, Document("slow", "c", text="Slow to parse."), Document("ok", "c", text="Quick.")))
+def test_a_parse_past_its_time_limit_fails_its_document_alone(tmp_path: Path) -> None:
+    parsing = ParsePool(ParseLimits(timeout_s=0.5, inline_bytes=0), parser=misbehaving)
+    ingestor = make(tmp_path, parsing=parsing)
+    try:
+        out = final(run(ingestor, Document("slow", "c", text="Slow to parse.", title="spin"),
+                        Document("ok", "c", text="Quick.")))
+    finally:
+        parsing.close()
     assert out["slow"].stage == "FAILED" and out["slow"].error == (
-        "slow: took longer than 0.2 s to parse (INGEST_PARSE_TIMEOUT_S), so it was not ingested")
-    assert out["ok"].stage == "INDEXED" and time.perf_counter() - started < 0.9
+        "slow: took longer than 0.5 s to parse (INGEST_PARSE_TIMEOUT_S), so it was not ingested")
+    assert out["ok"].stage == "INDEXED" and parsing.killed == 1
     assert {s.chunk.doc_id for s in stored(ingestor)} == {"ok"}
 
 

@@ -7,14 +7,11 @@ comes last), and the rest of the stream goes on."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import hashlib
 import json
 import logging
-import os
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,11 +28,11 @@ from services.retriever import filters
 from services.retriever.backend import SearchBackend
 from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.embedding import BatchEmbedder
-from services.retriever.ingest.parsed import BadRecord, Parsed, UnreadableFile
-from services.retriever.ingest.parsers import parse
+from services.retriever.ingest.parsed import BadRecord, Parsed
 from services.retriever.ingest.sanitize import is_redacted
 from services.retriever.ingest.strategies import Chunked, Sizes, chunk_document
 from services.retriever.ingest.summaries import Summarizer, table_of_contents
+from services.retriever.ingest.workers import ParsePool, shared_pool
 from services.retriever.search import EmbedFn
 
 log = logging.getLogger(__name__)
@@ -97,20 +94,16 @@ def _record_metadata(p: Parsed) -> dict[str, str]:
     return metadata
 
 
-# Parsing runs on threads of its own, so documents that parse for long cannot take the threads
-# searches and store calls run on. A parse past its time limit fails its document; its thread
-# cannot be stopped and finishes in the background.
-_PARSE_POOL = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="ingest-parse")
-
-
 class Ingestor:
     def __init__(
         self, store: Store, registry: SearchBackend, embed: EmbedFn, *,
         min_chars: int = 400, max_chars: int = 800, embed_max_chars: int = 800, batch_size: int = 64, max_bytes: int = MAX_BYTES,
         retries: int = 4, backoff_s: float = 0.5, summarizer: Summarizer | None = None,
         summaries: SummaryPolicy = SummaryPolicy(), committer: Committer | None = None,
-        parse_timeout_s: float = 60.0,
+        parsing: ParsePool | None = None,
     ) -> None:
+        """`parsing`: the worker processes files are parsed in, with their limits (default: a pool
+        with the default limits, shared by every Ingestor of the process)."""
         if embed_max_chars < 100:
             raise ValueError(f"EMBED_MAX_CHARS must be at least 100, got {embed_max_chars}")
         self.store = store
@@ -119,14 +112,16 @@ class Ingestor:
         self.embedder = BatchEmbedder(embed, batch_size, retries, backoff_s)
         self.sizes = Sizes(user=(min_chars, max_chars, 1), embed_max=embed_max_chars)
         self.max_bytes = max_bytes
-        self.parse_timeout_s = parse_timeout_s
+        self.parsing = parsing or shared_pool()
         self.summarizer = summarizer
         self.summaries = summaries
 
     async def ingest(self, documents: AsyncIterator[Document]) -> AsyncIterator[Progress]:
-        """Documents one at a time, as they arrive. When the caller goes away (its gRPC call is
-        cancelled) the task running this is cancelled at its next await: the document in hand
-        stops where it is (a store write under way completes, whole) and no more are read."""
+        """Documents one at a time, as they arrive: the next is not read before the one in hand is
+        done, so a stream holds one document's bytes (each at most max_bytes) however long it is.
+        When the caller goes away (its gRPC call is cancelled) the task running this is cancelled
+        at its next await: the document in hand stops where it is (a store write under way
+        completes, whole; a parse under way is killed) and no more are read."""
         async for doc in documents:
             async for progress in self.ingest_one(doc):
                 metrics.ingested(progress.stage, progress.chunks)
@@ -136,7 +131,7 @@ class Ingestor:
         doc = dataclasses.replace(doc, doc_id=doc.doc_id or doc.filename)
         try:
             _validate(doc)
-            parsed = await self._parse(doc)
+            parsed = await self.parsing.parse(doc, self.max_bytes)
         except RagmeshError as exc:
             doc_id, filename = doc.doc_id[:MAX_ID_CHARS], doc.filename[:MAX_FILENAME_CHARS]  # not echoed whole
             log.warning("document failed", extra={"doc_id": doc_id, "error": str(exc)})
@@ -151,28 +146,6 @@ class Ingestor:
                 continue
             async for progress in self._ingest(doc, p, label if len(parsed) == 1 else f"{label} ({p.doc_id})"):
                 yield progress
-
-    async def _parse(self, doc: Document) -> list[Parsed | BadRecord]:
-        """parse() on a parsing thread, within parse_timeout_s of its start (time spent waiting for
-        a free parsing thread does not count); a caller that goes away cancels a parse not yet started."""
-        loop = asyncio.get_running_loop()
-        started = loop.create_future()
-        context = contextvars.copy_context()  # the request id and identity, for the parsers' logs
-
-        def run() -> list[Parsed | BadRecord]:
-            loop.call_soon_threadsafe(lambda: started.done() or started.set_result(None))
-            return context.run(parse, doc, self.max_bytes)
-
-        job = loop.run_in_executor(_PARSE_POOL, run)
-        try:
-            await asyncio.wait([started, job], return_when=asyncio.FIRST_COMPLETED)
-            return await asyncio.wait_for(job, self.parse_timeout_s)
-        except asyncio.TimeoutError:
-            raise UnreadableFile(doc.filename or doc.doc_id, f"took longer than {self.parse_timeout_s:g} s to "
-                                 "parse (INGEST_PARSE_TIMEOUT_S), so it was not ingested") from None
-        finally:
-            started.cancel()
-            job.cancel()  # a parse not yet started never starts; one under way finishes unseen
 
     async def _ingest(self, doc: Document, p: Parsed, label: str) -> AsyncIterator[Progress]:
         def step(stage: str, chunks: int = 0, chunked: Chunked | None = None, **kw: object) -> Progress:

@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 
 from ragmesh.types import Document
 from services.retriever.ingest.parsed import BadRecord, Parsed, UnreadableFile, compact
+from services.retriever.ingest.parsers.archive import ArchiveLimits, check_archive
 from services.retriever.ingest.parsers.markup import parse_html, parse_markdown
 from services.retriever.ingest.parsers.records import parse_json, parse_jsonl
 from services.retriever.ingest.parsers.text import parse_text, sections_at_headings
@@ -39,6 +40,8 @@ _MIME_TYPES = {
     "text/markdown": ".md", "text/x-markdown": ".md", "text/html": ".html", "text/plain": ".txt",
     "application/json": ".json", "application/x-ndjson": ".jsonl", "application/jsonl": ".jsonl",
 }
+_LINEAR = {parse_markdown, parse_html, parse_text, parse_json, parse_jsonl}
+_ZIPPED = {parse_docx, parse_pptx}  # checked for decompression bombs before they are opened
 _OLD_OFFICE = {".doc": ".docx", ".ppt": ".pptx", ".rtf": ".docx", ".odt": ".docx", ".odp": ".pptx"}
 
 
@@ -56,19 +59,43 @@ def _parser(doc: Document, name: str) -> Parser:
     raise UnreadableFile(name, f"is an unsupported {what} (supported: {known})")
 
 
-def parse(doc: Document, max_bytes: int) -> list[Parsed | BadRecord]:
-    """The documents in `doc`, each with its doc_id, in file order. Raises UnreadableFile
-    naming the file when the file as a whole fails (or its only record does)."""
+def check_size(doc: Document, max_bytes: int) -> None:
+    """UnreadableFile unless the document is one of text or content, of at most max_bytes
+    (INGEST_MAX_BYTES): checked before a file is handed to a parse worker, and again by parse()."""
     name = doc.filename or doc.doc_id
     if doc.content and doc.text:
         raise UnreadableFile(name, "has both text and content: send one of them")
+    if len(doc.content) > max_bytes:
+        raise UnreadableFile(name, f"is {len(doc.content):,} bytes, over the limit of {max_bytes:,} bytes "
+                                   "(INGEST_MAX_BYTES)")
+    if len(doc.text) > max_bytes:
+        raise UnreadableFile(name, f"is {len(doc.text):,} characters, over the limit of {max_bytes:,} "
+                                   "(INGEST_MAX_BYTES)")
+
+
+def is_light(doc: Document, limit: int) -> bool:
+    """Small (at most `limit` bytes or characters) and of a format parsed in time linear in its
+    size, in pure Python: cheaper to parse in place than to send to a worker process."""
+    if not doc.content:
+        return len(doc.text) <= limit
+    try:
+        return _parser(doc, "") in _LINEAR and len(doc.content) <= limit
+    except UnreadableFile:  # an unsupported format: refused at once, unparsed
+        return True
+
+
+def parse(doc: Document, max_bytes: int, archive: ArchiveLimits = ArchiveLimits()) -> list[Parsed | BadRecord]:
+    """The documents in `doc`, each with its doc_id, in file order. Raises UnreadableFile
+    naming the file when the file as a whole fails (or its only record does), or a zip-based
+    file would inflate past `archive`."""
+    name = doc.filename or doc.doc_id
+    check_size(doc, max_bytes)
     if doc.content:
-        if len(doc.content) > max_bytes:
-            raise UnreadableFile(name, f"is {len(doc.content):,} bytes, over the limit of {max_bytes:,} bytes")
-        parsed = _parser(doc, name)(doc.content, name)
+        parser = _parser(doc, name)
+        if parser in _ZIPPED:
+            check_archive(doc.content, name, archive)
+        parsed = parser(doc.content, name)
     elif doc.text.strip():
-        if len(doc.text) > max_bytes:
-            raise UnreadableFile(name, f"is {len(doc.text):,} characters, over the limit of {max_bytes:,}")
         parsed = [Parsed("", sections_at_headings(doc.text.replace("\r\n", "\n")), "text")]
     else:
         raise UnreadableFile(name, "is empty")
