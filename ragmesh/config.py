@@ -208,8 +208,9 @@ class Settings:
     # Per user and calendar month (0 = no limit); beyond it HTTP 429 / RESOURCE_EXHAUSTED.
     monthly_message_limit: int = field(default_factory=lambda: _int("MONTHLY_MESSAGE_LIMIT", 0))
     monthly_token_limit: int = field(default_factory=lambda: _int("MONTHLY_TOKEN_LIMIT", 0))
-    # Asks per user per minute (0 = no limit), counted by each gateway replica.
-    rate_limit_per_minute: int = field(default_factory=lambda: _int("RATE_LIMIT_PER_MINUTE", 0))
+    # Asks per user per minute (0 = no limit), counted by each gateway replica. On by default: one
+    # key cannot take every slot of the deployment; the test stack and `make bench` set 0.
+    rate_limit_per_minute: int = field(default_factory=lambda: _int("RATE_LIMIT_PER_MINUTE", 60))
     # Background memory embedding: at most this many turns waiting; retries with backoff.
     memory_queue_max: int = field(default_factory=lambda: _int("MEMORY_QUEUE_MAX", 1000))
 
@@ -260,6 +261,20 @@ class Settings:
     # auto: transactions where `hello` reports a replica set or mongos; off: versioned writes only
     # (Cosmos DB for MongoDB reports a replica set but has no transactions across collections).
     mongodb_transactions: str = field(default_factory=lambda: _env("MONGODB_TRANSACTIONS", "auto"))
+
+    # The HTTP bridge's front door (services/gateway/api): a request is identified from its headers
+    # before its body is read or a slot is taken. Credential checks in flight at once (the key lookups
+    # of requests not yet identified; beyond it 429): their own budget, apart from MAX_CONCURRENT_CALLS.
+    http_unauthenticated_max: int = field(default_factory=lambda: _int("HTTP_UNAUTHENTICATED_MAX", 32))
+    # Seconds a connection may take to send a request's headers (from its first byte, or from
+    # connecting); past it the connection is closed.
+    http_header_timeout_s: float = field(default_factory=lambda: _float("HTTP_HEADER_TIMEOUT_S", 10.0))
+    # Seconds an identified request may take to send its whole JSON body, and an upload to
+    # /api/documents its whole multipart body; past it 408 and the connection is closed.
+    http_body_timeout_s: float = field(default_factory=lambda: _float("HTTP_BODY_TIMEOUT_S", 30.0))
+    http_upload_timeout_s: float = field(default_factory=lambda: _float("HTTP_UPLOAD_TIMEOUT_S", 600.0))
+    # The interactive API page (/docs, Swagger UI from vendored files); /openapi.json is always served.
+    api_docs: bool = field(default_factory=lambda: _env("API_DOCS", "true").lower() == "true")
 
     def address(self, service: str) -> str:
         """host:port of a service, from its *_ADDR variable or this host and its port."""

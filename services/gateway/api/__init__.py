@@ -6,6 +6,7 @@ safety, and domain errors as HTTP status codes."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -19,13 +20,14 @@ from starlette.routing import Match
 from ragmesh import metrics
 from ragmesh.admission import Admission
 from ragmesh.clients import RetrieverClient
+from ragmesh.config import Settings
 from ragmesh.errors import RagmeshError, ResourceExhausted
 from ragmesh.logging import request_id_var
 from ragmesh.models import WEB_SEARCH_MODELS
 from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import Authenticator
 from ragmesh.serving import REQUEST_ID_HEADER
-from services.gateway.api.auth import BrowserGuard, caller_dependency
+from services.gateway.api.auth import BrowserGuard, Identifier, caller_dependency
 from services.gateway.api.catalog import catalog_router
 from services.gateway.api.chat import chat_router
 from services.gateway.api.chunks import chunks_router
@@ -42,6 +44,20 @@ from services.gateway.request import DATA_SOURCES
 
 WEB_DIR = Path(__file__).parent.parent / "web"
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+@dataclass(frozen=True)
+class FrontDoor:
+    """How much the bridge gives a request before and while it is read, and whether /docs is served."""
+
+    checks: int  # credential checks in flight at once (HTTP_UNAUTHENTICATED_MAX)
+    body_timeout_s: float
+    upload_timeout_s: float
+    api_docs: bool
+
+    @classmethod
+    def of(cls, s: Settings) -> "FrontDoor":
+        return cls(s.http_unauthenticated_max, s.http_body_timeout_s, s.http_upload_timeout_s, s.api_docs)
 
 
 def _error(exc: RagmeshError) -> JSONResponse:
@@ -73,14 +89,18 @@ def create_app(
     funds: Callable[[str], Awaitable[list[str]]],
     models: Callable[[], Awaitable[list[str]]],
     admission: Admission,
+    front_door: FrontDoor,
     max_body_bytes: int,
     max_upload_bytes: int,
     max_file_bytes: int,
 ) -> FastAPI:
-    app = FastAPI(title="ragmesh gateway", docs_url="/docs")
+    app = FastAPI(title="ragmesh gateway", docs_url=None, redoc_url=None)
     app.add_middleware(BrowserGuard, hosts=allowed_hosts, router=app.router)  # after RequestGuard (outermost)
-    app.add_middleware(RequestGuard, admission=admission, max_body=max_body_bytes, max_upload=max_upload_bytes)
-    caller = caller_dependency(authenticator)
+    identifier = Identifier(authenticator, Admission("gateway: credential checks", front_door.checks))
+    app.add_middleware(RequestGuard, identifier=identifier, admission=admission, max_body=max_body_bytes,
+                       max_upload=max_upload_bytes, body_timeout_s=front_door.body_timeout_s,
+                       upload_timeout_s=front_door.upload_timeout_s)
+    caller = caller_dependency()
 
     @app.exception_handler(RagmeshError)
     async def _domain_error(request: Request, exc: RagmeshError) -> JSONResponse:

@@ -1,26 +1,37 @@
-"""Limits in front of every /api route: a request id on every request and response, admission (the
-gateway's calls in flight, shared with its gRPC server, so overload is refused fast with 429 and
-Retry-After), and the size of a request body, counted as it arrives, so a 50 MB question is refused
-before it is parsed. Each /api request is also counted and timed by route and status, inside its
-server span when tracing is on."""
+"""Limits in front of every /api route, in the order a request meets them: a request id on every
+request and response; its identity, from its headers alone (Identifier: 401 at once without a
+credential, the checks of the others in a budget of their own), before anything else is done for it;
+admission (the gateway's calls in flight, shared with its gRPC server, so overload is refused fast
+with 429 and Retry-After); then its body, counted as it arrives, so a 50 MB question is refused
+before it is parsed, and timed, so a body that trickles in is cut off with 408 instead of holding
+its slot. Each /api request is also counted and timed by route and status, inside its server span
+when tracing is on."""
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragmesh import metrics, tracing
 from ragmesh.admission import Admission
-from ragmesh.errors import ResourceExhausted
-from ragmesh.logging import request_id_var
+from ragmesh.errors import RagmeshError, ResourceExhausted
+from ragmesh.logging import clean_request_id, request_id_var
 from ragmesh.serving import REQUEST_ID_HEADER
+from services.gateway.api.auth import IDENTITY_SCOPE_KEY, Identifier
 
 UPLOAD_PATHS = ("/api/documents",)
+# A refusal sent before the body was read: the connection is closed, not kept for a next request
+# that would start in the middle of this one's unread body.
+_CLOSE = (b"connection", b"close")
 
 
 class _TooLarge(Exception):
+    pass
+
+
+class _TooSlow(Exception):
     pass
 
 
@@ -35,20 +46,24 @@ async def send_error(send: Send, status: int, code: str, message: str, headers: 
 class RequestGuard:
     """Pure ASGI middleware, so streamed answers pass through untouched and keep their slot until done."""
 
-    def __init__(self, app: ASGIApp, admission: Admission, max_body: int, max_upload: int) -> None:
+    def __init__(self, app: ASGIApp, identifier: Identifier, admission: Admission, max_body: int, max_upload: int,
+                 body_timeout_s: float, upload_timeout_s: float) -> None:
         self.app = app
+        self.identifier = identifier
         self.admission = admission
         self.max_body = max_body
         self.max_upload = max_upload
+        self.body_timeout_s = body_timeout_s
+        self.upload_timeout_s = upload_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        request_id = (headers.get(REQUEST_ID_HEADER) or uuid.uuid4().hex[:16])[:64]
+        request_id = clean_request_id(headers.get(REQUEST_ID_HEADER))
         request_id_var.set(request_id)
-        echo = [(REQUEST_ID_HEADER.encode(), request_id.encode("latin-1", "replace"))]
+        echo = [(REQUEST_ID_HEADER.encode(), request_id.encode())]
         if not scope["path"].startswith("/api/"):
             await self.app(scope, receive, self._with_headers(send, echo))
             return
@@ -74,10 +89,17 @@ class RequestGuard:
 
     async def _limited(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str],
                        echo: list[tuple[bytes, bytes]]) -> None:
-        limit = self.max_upload if scope["path"] in UPLOAD_PATHS else self.max_body
+        upload = scope["path"] in UPLOAD_PATHS
+        limit = self.max_upload if upload else self.max_body
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
-            await send_error(send, 413, "INVALID_ARGUMENT", f"body: {int(declared):,} bytes; the limit is {limit:,}", echo)
+            await send_error(send, 413, "INVALID_ARGUMENT", f"body: {int(declared):,} bytes; the limit is {limit:,}",
+                             [*echo, _CLOSE])
+            return
+        try:
+            scope[IDENTITY_SCOPE_KEY] = await self.identifier.identify(scope, headers)
+        except RagmeshError as exc:  # no credential or a refused one (401), too many checks (429), no store (503)
+            await _refuse(send, exc, echo)
             return
         try:
             with self.admission.slot():
@@ -88,18 +110,26 @@ class RequestGuard:
                     started = True
                     await self._with_headers(send, echo)(message)
 
+                deadline = asyncio.get_running_loop().time() + (self.upload_timeout_s if upload else
+                                                                 self.body_timeout_s)
                 try:
                     # JSON bodies are small: read whole (up to the limit) before the app parses them;
-                    # uploads stream through, counted.
-                    body = receive if scope["path"] in UPLOAD_PATHS else await self._buffered(receive, limit)
+                    # uploads stream through, counted. Either must be in by its deadline.
+                    body = _timed(receive, deadline)
+                    if not upload:
+                        body = await self._buffered(body, limit)
                     await self.app(scope, self._counting(body, limit), sending)
                 except _TooLarge:
                     if not started:
                         await send_error(send, 413, "INVALID_ARGUMENT", f"body: over the limit of {limit:,} bytes",
-                                         echo)
+                                         [*echo, _CLOSE])
+                except _TooSlow:
+                    if not started:
+                        timeout = self.upload_timeout_s if upload else self.body_timeout_s
+                        await send_error(send, 408, "DEADLINE_EXCEEDED",
+                                         f"body: not received within {timeout:g} s", [*echo, _CLOSE])
         except ResourceExhausted as exc:
-            retry = str(max(1, round(exc.retry_after_s))).encode()
-            await send_error(send, 429, exc.code, str(exc), [*echo, (b"retry-after", retry)])
+            await _refuse(send, exc, echo)
 
     @staticmethod
     async def _buffered(receive: Receive, limit: int) -> Receive:
@@ -139,6 +169,35 @@ class RequestGuard:
             await send(message)
 
         return sending
+
+
+async def _refuse(send: Send, exc: RagmeshError, echo: list[tuple[bytes, bytes]]) -> None:
+    """A refusal before the body was read, in the routes' error shape (with WWW-Authenticate on a 401,
+    Retry-After on a 429)."""
+    extra = [(b"www-authenticate", b"Bearer")] if exc.http_status == 401 else []
+    if isinstance(exc, ResourceExhausted):
+        extra.append((b"retry-after", str(max(1, round(exc.retry_after_s))).encode()))
+    await send_error(send, exc.http_status, exc.code, str(exc), [*echo, *extra, _CLOSE])
+
+
+def _timed(receive: Receive, deadline: float) -> Receive:
+    """`receive` while the body is coming in, raising _TooSlow once `deadline` (the loop's clock)
+    has passed; after its last part it defers as is (a streamed answer waits on it for a disconnect)."""
+    complete = False
+
+    async def timed() -> Message:
+        nonlocal complete
+        if complete:
+            return await receive()
+        try:
+            async with asyncio.timeout_at(deadline):
+                message = await receive()
+        except TimeoutError:
+            raise _TooSlow from None
+        complete = message["type"] != "http.request" or not message.get("more_body", False)
+        return message
+
+    return timed
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
