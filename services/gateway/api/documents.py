@@ -20,7 +20,8 @@ that cannot be read gets HTTP 400 before any event."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -32,9 +33,9 @@ from starlette.formparsers import MultiPartException
 from ragmesh.clients import RetrieverClient
 from ragmesh.errors import InvalidArgument, NotFound, RagmeshError
 from ragmesh.identity import Identity, identity_var
-from ragmesh.types import DocumentEntry
+from ragmesh.types import MEMORY_COLLECTION, DocumentEntry
 from ragmesh.v1 import retriever_pb2
-from ragmesh.validation import check_name, check_page
+from ragmesh.validation import check_name, check_page, shown
 
 MAX_FILES = 100
 
@@ -53,6 +54,8 @@ def _template(collection: str, tenant: str, metadata: dict, summarize: object) -
     """The fields every document of the request shares (the tenant is the caller's; the retriever
     takes it from the credential the gateway forwards)."""
     check_name("collection", collection)
+    if collection == MEMORY_COLLECTION:
+        raise InvalidArgument("collection", f"{collection!r} is the conversation memory: only Ask writes it")
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise InvalidArgument("metadata", "must be an object of string values")
     try:
@@ -221,6 +224,22 @@ def document_line(e: DocumentEntry) -> dict:
             "metadata": d.metadata}
 
 
+def _not_found(collection: str, doc_id: str) -> NotFound:
+    return NotFound(f"document {shown(doc_id)} not found in collection {shown(collection)}")
+
+
+@contextmanager
+def _unknown_as_one(collection: str, doc_id: str) -> Iterator[None]:
+    """Runs a call on one document, unless it is in the conversation memory (personal: its messages
+    reach only their author, through Ask); either way one NotFound for every id that is not served."""
+    if collection == MEMORY_COLLECTION:
+        raise _not_found(collection, doc_id)
+    try:
+        yield
+    except NotFound:
+        raise _not_found(collection, doc_id) from None
+
+
 def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int,
                      caller: Callable[..., Awaitable[Identity]]) -> APIRouter:
     """The router; `retriever` returns the gateway's client (made once its event loop runs)."""
@@ -249,22 +268,26 @@ def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int,
         check_page(limit, offset)
         if collection:
             check_name("collection", collection)
+        if collection == MEMORY_COLLECTION:  # as a collection with no documents
+            return {"documents": [], "next_offset": None}
         found = await retriever().list_documents(collection, limit, offset)
-        return {"documents": [document_line(e) for e in found],
+        return {"documents": [document_line(e) for e in found if e.document.collection != MEMORY_COLLECTION],
                 "next_offset": offset + len(found) if len(found) == limit else None}
 
     @router.get("/api/documents/{collection}/{doc_id:path}")
     async def get_document(collection: str, doc_id: str, who: Identity = Depends(caller)) -> dict:
         check_name("collection", collection)
-        return asdict(await retriever().get_document(collection, doc_id))
+        with _unknown_as_one(collection, doc_id):
+            return asdict(await retriever().get_document(collection, doc_id))
 
     @router.delete("/api/documents/{collection}/{doc_id:path}")
     async def delete_document(collection: str, doc_id: str, who: Identity = Depends(caller)) -> dict:
         who.require_admin("deleting documents")
         check_name("collection", collection)
-        documents, chunks = await retriever().delete(collection, [doc_id])
+        with _unknown_as_one(collection, doc_id):
+            documents, chunks = await retriever().delete(collection, [doc_id])
         if not documents:  # another tenant's answers exactly as an unknown id
-            raise NotFound(f"document {doc_id!r} not found in collection {collection!r}")
+            raise _not_found(collection, doc_id)
         return {"documents": documents, "chunks": chunks}
 
     return router
