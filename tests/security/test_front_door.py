@@ -3,6 +3,8 @@ what a client sends, and hardened defaults. Each test is the probe that found th
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import select
 import socket
 import time
@@ -13,6 +15,7 @@ import grpc
 import httpx
 import pytest
 
+from ragmesh import config
 from ragmesh.admission import Admission
 from ragmesh.errors import ResourceExhausted, Unauthenticated
 from ragmesh.identity import Identity
@@ -160,3 +163,112 @@ def test_failed_credentials_are_throttled_per_client_address(stack: Stack) -> No
     assert codes == [401, 401, 401]
     refused = httpx.get(url, headers=stack.headers, timeout=30)
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+
+
+# -- what a client sends is never a 500 -------------------------------------------------------------
+
+def _raw(port: int, request: bytes) -> tuple[int, bytes]:
+    """A request sent as bytes (httpx would refuse to send some of these headers); its status and body."""
+    with socket.create_connection((HOST, port), timeout=30) as sock:
+        sock.sendall(request)
+        data = b""
+        while part := sock.recv(65536):
+            data += part
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+@pytest.mark.parametrize("path", ["/", "/api/meta"])
+def test_a_host_header_that_is_not_a_host_is_400(stack: Stack, path: str) -> None:
+    port = stack.app("gateway").http_port
+    status, body = _raw(port, f"GET {path} HTTP/1.1\r\nHost: [\r\nAuthorization: Bearer {stack.admin_key}\r\n"
+                              f"Connection: close\r\n\r\n".encode())
+    assert status == 400, body
+    assert json.loads(body)["error"]["message"].startswith("host:")
+
+
+def test_an_origin_header_that_is_not_an_origin_is_400(stack: Stack) -> None:
+    reply = httpx.post(stack.http_url + "/api/chat/ask", json={"question": QUESTION}, timeout=60,
+                       headers={**stack.headers, "origin": "http://["})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["message"].startswith("origin:")
+
+
+BIG = "9" * 5000  # past Python's int-string limit (4,300 digits)
+
+
+def test_a_huge_integer_in_json_metadata_is_400_naming_the_field(stack: Stack) -> None:
+    for body, field in [(f'{{"collection": "big", "metadata": {{"n": {BIG}}}, "documents": [{{"doc_id": "a", '
+                         f'"text": "x"}}]}}', "metadata.n"),
+                        (f'{{"collection": "big", "documents": [{{"doc_id": "a", "text": "x", "metadata": '
+                         f'{{"n": -{BIG}}}}}]}}', "documents[0].metadata.n")]:
+        reply = httpx.post(stack.http_url + "/api/documents", content=body, timeout=60,
+                           headers={**stack.headers, "content-type": "application/json"})
+        assert reply.status_code == 400, reply.text[:300]
+        assert reply.json()["error"]["message"].startswith(field), reply.text[:300]
+
+
+def test_a_huge_integer_in_multipart_metadata_is_400_naming_the_field(stack: Stack) -> None:
+    reply = httpx.post(stack.http_url + "/api/documents", headers=stack.headers, timeout=60,
+                       files=[("files", ("a.txt", b"hello", "text/plain"))],
+                       data={"collection": "big", "metadata": f'{{"n": {BIG}}}'})
+    assert reply.status_code == 400, reply.text[:300]
+    assert reply.json()["error"]["message"].startswith("metadata"), reply.text[:300]
+
+
+@pytest.mark.parametrize("request_id", ["café-☕".encode(), b"r" * 5000, b"a b\tc"])
+def test_any_request_id_is_sanitised_never_a_500(stack: Stack, request_id: bytes) -> None:
+    """On routes that call the services (the id travels in gRPC metadata, which takes only ASCII)."""
+    port = stack.app("gateway").http_port
+    for request in (b"GET /api/collections HTTP/1.1\r\n", b"GET /api/documents HTTP/1.1\r\n"):
+        status, body = _raw(port, request + f"Host: {HOST}\r\nAuthorization: Bearer {stack.admin_key}\r\n"
+                                            f"Connection: close\r\n".encode() + b"X-Request-Id: " + request_id
+                            + b"\r\n\r\n")
+        assert status == 200, body[:300]
+    reply = httpx.post(stack.http_url + "/api/chat/ask", json={"question": QUESTION}, timeout=120,
+                       headers={**stack.headers, "x-request-id": "r" * 5000})
+    assert reply.status_code == 200, reply.text[:300]
+    assert len(reply.headers["x-request-id"]) <= 64
+
+
+# -- hardened defaults ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", [f"/api/documents/documents/{'x' * 60_000}", f"/api/chunks/{'x' * 60_000}",
+                                  f"/api/conversations/{'x' * 60_000}"])
+def test_a_huge_id_is_not_echoed_whole(stack: Stack, path: str) -> None:
+    for method in ("GET", "DELETE"):
+        reply = httpx.request(method, stack.http_url + path, headers=stack.headers, timeout=60)
+        if reply.status_code == 405:
+            continue
+        assert reply.status_code in (400, 404), reply.text[:300]
+        assert len(reply.text) < 500, (method, reply.text[:300])
+
+
+@pytest.mark.parametrize("path", ["/", "/docs"])
+def test_the_pages_cannot_be_framed_and_load_nothing_from_elsewhere(stack: Stack, path: str) -> None:
+    reply = httpx.get(stack.http_url + path, timeout=30)
+    assert reply.status_code == 200
+    policy = reply.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy and "unsafe" not in policy
+    assert reply.headers["x-frame-options"] == "DENY" and reply.headers["x-content-type-options"] == "nosniff"
+    assert "//" not in "".join(re.findall(r'(?:src|href)="([^"]*)"', reply.text)), "no CDN, no other origin"
+
+
+def test_the_api_page_can_be_turned_off_and_the_document_stays(stack: Stack) -> None:
+    gateway = stack.start_variant("gateway", api_docs=False)
+    url = f"http://{HOST}:{gateway.app.http_port}"
+    assert httpx.get(url + "/docs", timeout=30).status_code == 404
+    assert httpx.get(url + "/openapi.json", timeout=30).json()["paths"]
+
+
+def test_one_key_is_rate_limited_by_default(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deployment's default (the test stack turns it off): one key cannot ask without bound."""
+    monkeypatch.delenv("RATE_LIMIT_PER_MINUTE", raising=False)
+    default = config.Settings().rate_limit_per_minute
+    assert 0 < default <= 120
+    gateway = stack.start_variant("gateway", rate_limit_per_minute=default)
+    url = f"http://{HOST}:{gateway.app.http_port}/api/chat/ask"
+    key = stack.key("demo", "eager")
+    codes = [httpx.post(url, json={"question": "hello"}, headers={"authorization": f"Bearer {key}"},
+                        timeout=60).status_code for _ in range(default + 1)]
+    assert codes == [200] * default + [429], codes

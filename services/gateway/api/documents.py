@@ -20,6 +20,7 @@ that cannot be read gets HTTP 400 before any event."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -65,7 +66,7 @@ def _template(collection: str, tenant: str, metadata: dict, summarize: object) -
                               "is not valid Unicode (a lone surrogate)") from None
     if summarize is not None:
         if not isinstance(summarize, bool):
-            raise InvalidArgument("summarize", f"must be true or false, got {summarize!r}")
+            raise InvalidArgument("summarize", f"must be true or false, got {type(summarize).__name__}")
         doc.summarize = summarize
     return doc
 
@@ -78,6 +79,37 @@ def _encodes(text: str) -> bool:
         return False
 
 
+class _LongInteger:
+    """An integer literal past Python's int-string limit (sys.get_int_max_str_digits): kept as its
+    length, so the field that holds it can be named instead of the whole body failing to parse."""
+
+    def __init__(self, digits: str) -> None:
+        self.digits = len(digits.lstrip("-"))
+
+
+def _integer(digits: str) -> int | _LongInteger:
+    try:
+        return int(digits)
+    except ValueError:
+        return _LongInteger(digits)
+
+
+def _parsed(where: str, text: str | bytes) -> object:
+    """JSON text parsed; InvalidArgument naming the field of an integer too long to convert."""
+    value = json.loads(text, parse_int=_integer)  # JSONDecodeError / UnicodeDecodeError for the caller
+    _check_integers(where, value)
+    return value
+
+
+def _check_integers(where: str, value: object) -> None:
+    if isinstance(value, _LongInteger):
+        raise InvalidArgument(where or "body", f"is an integer of {value.digits:,} digits; the limit is "
+                                     f"{sys.get_int_max_str_digits():,}")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        _check_integers(f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key, item)
+
+
 async def _from_form(request: Request, max_bytes: int) -> _Batch:
     try:
         form = await request.form(max_files=MAX_FILES, max_fields=1000)
@@ -87,7 +119,7 @@ async def _from_form(request: Request, max_bytes: int) -> _Batch:
     if not files:
         raise InvalidArgument("files", "no file uploaded (use the multipart field `files`)")
     try:
-        metadata = json.loads(str(form.get("metadata") or "{}"))
+        metadata = _parsed("metadata", str(form.get("metadata") or "{}"))
     except json.JSONDecodeError:
         metadata = None
     if not isinstance(metadata, dict):
@@ -95,11 +127,11 @@ async def _from_form(request: Request, max_bytes: int) -> _Batch:
     for pair in form.getlist("meta"):
         key, sep, value = str(pair).partition("=")
         if not sep or not key.strip():
-            raise InvalidArgument("meta", f"expected key=value, got {pair!r}")
+            raise InvalidArgument("meta", f"expected key=value, got {shown(str(pair))}")
         metadata[key.strip()] = value
     flag = str(form.get("summarize", "")).lower()
     if flag not in ("", "true", "false"):
-        raise InvalidArgument("summarize", f"must be true or false, got {flag!r}")
+        raise InvalidArgument("summarize", f"must be true or false, got {shown(flag)}")
     batch = _Batch(str(form.get("collection") or ""))
     batch.template = _template(batch.collection, str(form.get("tenant") or ""), metadata,
                                None if not flag else flag == "true")
@@ -133,7 +165,7 @@ def _object(where: str, value: object) -> dict:
 
 async def _from_json(request: Request) -> _Batch:
     try:
-        body = await request.json()
+        body = _parsed("", await request.body())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise InvalidArgument("body", "is not valid JSON") from None
     if not isinstance(body, dict):
