@@ -18,7 +18,7 @@ from ragmesh.identity.authenticator import Authenticator
 from ragmesh.store.lazy import LazyStore
 from services.gateway.api.auth import Identifier, caller_dependency
 from services.gateway.api.documents import documents_router
-from services.gateway.api.limits import RequestGuard
+from services.gateway.api.limits import AdmissionGuard
 from tests.stack import Stack
 from tests.unit.test_ingest_parsers import TRANSCRIPT, docx_bytes, pdf_bytes, sentence
 
@@ -37,7 +37,7 @@ def client(stack: Stack) -> Iterator[TestClient]:
     store = LazyStore(stack.settings)
     app = FastAPI()  # behind the bridge's front door, which identifies the caller for the router
     identifier = Identifier(Authenticator(stack.settings, store, "users"), Admission("credential checks", 8))
-    app.add_middleware(RequestGuard, identifier=identifier, admission=Admission("test", 0), max_body=MAX_BYTES,
+    app.add_middleware(AdmissionGuard, identifier=identifier, admission=Admission("test", 0), max_body=MAX_BYTES,
                        max_upload=10 * MAX_BYTES, body_timeout_s=60, upload_timeout_s=60)
     app.include_router(documents_router(retriever, MAX_BYTES, caller_dependency()))
     try:

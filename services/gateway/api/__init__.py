@@ -33,7 +33,7 @@ from services.gateway.api.chat import chat_router
 from services.gateway.api.chunks import chunks_router
 from services.gateway.api.conversations import conversations_router
 from services.gateway.api.documents import documents_router
-from services.gateway.api.limits import RequestGuard
+from services.gateway.api.limits import AdmissionGuard, RequestGuard
 from services.gateway.api.openapi import install as install_openapi
 from services.gateway.api.transcripts import transcripts_router
 from services.gateway.conversations import Conversations
@@ -107,11 +107,13 @@ def create_app(
     max_file_bytes: int,
 ) -> FastAPI:
     app = FastAPI(title="ragmesh gateway", docs_url=None, redoc_url=None)
-    app.add_middleware(BrowserGuard, hosts=allowed_hosts, router=app.router)  # after RequestGuard (outermost)
+    # Added innermost first: RequestGuard, then BrowserGuard, then AdmissionGuard meet a request.
     identifier = Identifier(authenticator, Admission("gateway: credential checks", front_door.checks))
-    app.add_middleware(RequestGuard, identifier=identifier, admission=admission, max_body=max_body_bytes,
+    app.add_middleware(AdmissionGuard, identifier=identifier, admission=admission, max_body=max_body_bytes,
                        max_upload=max_upload_bytes, body_timeout_s=front_door.body_timeout_s,
                        upload_timeout_s=front_door.upload_timeout_s)
+    app.add_middleware(BrowserGuard, hosts=allowed_hosts, router=app.router)
+    app.add_middleware(RequestGuard)
     caller = caller_dependency()
 
     @app.exception_handler(RagmeshError)

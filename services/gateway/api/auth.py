@@ -25,11 +25,11 @@ from ragmesh.validation import shown
 OPEN_PATHS = ("/healthz", "/metrics")  # load balancers and Prometheus reach them by address, without a key
 _WRITES = ("POST", "PUT", "PATCH", "DELETE")
 _BODIES = ("application/json", "multipart/form-data")
-IDENTITY_SCOPE_KEY = "ragmesh.identity"  # where RequestGuard leaves the caller's Identity for the routes
+IDENTITY_SCOPE_KEY = "ragmesh.identity"  # where AdmissionGuard leaves the caller's Identity for the routes
 
 
 class Identifier:
-    """Who sends an /api request, from its headers alone (RequestGuard asks before it reads a body or
+    """Who sends an /api request, from its headers alone (AdmissionGuard asks before it reads a body or
     takes a request slot). A request without a credential is refused at once, with no lookup; the
     checks of the others (a key lookup in the store, a JWT's signature) run in a budget of their own,
     `checks`, so a flood of unidentified requests cannot take the slots identified callers need. The
@@ -55,7 +55,7 @@ def peer(scope: Scope) -> str:
 
 
 def caller_dependency() -> Callable[[Request], Awaitable[Identity]]:
-    """A FastAPI dependency: the identity RequestGuard established from the request's credential.
+    """A FastAPI dependency: the identity AdmissionGuard established from the request's credential.
     Every route that asks for it is under /api, where nothing reaches a route unidentified."""
 
     async def caller(request: Request) -> Identity:

@@ -19,10 +19,13 @@ Events: one per stage of each document ({"doc_id", "filename", "stage", "chunks"
 that cannot be read gets HTTP 400 before any event."""
 from __future__ import annotations
 
+import asyncio
+import heapq
 import json
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from itertools import islice
 from dataclasses import asdict, dataclass, field
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -36,7 +39,7 @@ from ragmesh.errors import InvalidArgument, NotFound, RagmeshError
 from ragmesh.identity import Identity, identity_var
 from ragmesh.types import MEMORY_COLLECTION, DocumentEntry
 from ragmesh.v1 import retriever_pb2
-from ragmesh.validation import check_name, check_page, shown
+from ragmesh.validation import MAX_PAGE, check_name, check_page, shown
 
 MAX_FILES = 100
 
@@ -256,6 +259,28 @@ def document_line(e: DocumentEntry) -> dict:
             "metadata": d.metadata}
 
 
+async def _every_collections(client: RetrieverClient, limit: int, offset: int) -> list[DocumentEntry]:
+    """A page of the documents of every collection of the caller's tenant but the conversation memory,
+    newest first: the first offset+limit of each collection (in the store's order), merged. The
+    memory (a document per message, growing with every question) is not read."""
+    names = sorted(c.name for c in await client.own_collections() if c.name != MEMORY_COLLECTION)
+    firsts = await asyncio.gather(*(_first(client, name, offset + limit) for name in names))
+    merged = heapq.merge(*firsts, key=lambda e: e.updated_at, reverse=True)  # ties: each list's order
+    return list(islice(merged, offset, offset + limit))
+
+
+async def _first(client: RetrieverClient, collection: str, count: int) -> list[DocumentEntry]:
+    """The newest `count` documents of a collection, a page at a time."""
+    found: list[DocumentEntry] = []
+    while len(found) < count:
+        wanted = min(MAX_PAGE, count - len(found))
+        page = await client.list_documents(collection, wanted, len(found))
+        found += page
+        if len(page) < wanted:
+            break
+    return found
+
+
 def _not_found(collection: str, doc_id: str) -> NotFound:
     return NotFound(f"document {shown(doc_id)} not found in collection {shown(collection)}")
 
@@ -301,9 +326,12 @@ def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int,
         if collection:
             check_name("collection", collection)
         if collection == MEMORY_COLLECTION:  # as a collection with no documents
-            return {"documents": [], "next_offset": None}
-        found = await retriever().list_documents(collection, limit, offset)
-        return {"documents": [document_line(e) for e in found if e.document.collection != MEMORY_COLLECTION],
+            found = []
+        elif collection:
+            found = await retriever().list_documents(collection, limit, offset)
+        else:
+            found = await _every_collections(retriever(), limit, offset)
+        return {"documents": [document_line(e) for e in found],
                 "next_offset": offset + len(found) if len(found) == limit else None}
 
     @router.get("/api/documents/{collection}/{doc_id:path}")

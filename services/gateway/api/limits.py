@@ -1,11 +1,12 @@
-"""Limits in front of every /api route, in the order a request meets them: a request id on every
-request and response; its identity, from its headers alone (Identifier: 401 at once without a
-credential, the checks of the others in a budget of their own), before anything else is done for it;
-admission (the gateway's calls in flight, shared with its gRPC server, so overload is refused fast
-with 429 and Retry-After); then its body, counted as it arrives, so a 50 MB question is refused
-before it is parsed, and timed, so a body that trickles in is cut off with 408 instead of holding
-its slot. Each /api request is also counted and timed by route and status, inside its server span
-when tracing is on."""
+"""The guards in front of every /api route, in the order a request meets them. RequestGuard
+(outermost): a request id on every request and response, and each /api request counted and timed by
+route and status, inside its server span when tracing is on. Then BrowserGuard (auth.py: the Host,
+Origin and content-type rules, from the headers). Then AdmissionGuard: the request's identity, from its
+headers alone (Identifier: 401 at once without a credential, the checks of the others in a budget of
+their own), before anything else is done for it; admission (the gateway's calls in flight, shared
+with its gRPC server, so overload is refused fast with 429 and Retry-After); then its body, counted
+as it arrives, so a 50 MB question is refused before it is parsed, and timed, so a body that
+trickles in is cut off with 408 instead of holding its slot."""
 from __future__ import annotations
 
 import asyncio
@@ -44,6 +45,44 @@ async def send_error(send: Send, status: int, code: str, message: str, headers: 
 
 
 class RequestGuard:
+    """Pure ASGI middleware: the request id, and the /api requests' metrics and spans."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        request_id = clean_request_id(headers.get(REQUEST_ID_HEADER))
+        request_id_var.set(request_id)
+        echoing = _with_headers(send, [(REQUEST_ID_HEADER.encode(), request_id.encode())])
+        if not scope["path"].startswith("/api/"):
+            await self.app(scope, receive, echoing)
+            return
+        status, started = 0, time.perf_counter()
+
+        async def observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await echoing(message)
+
+        with tracing.server_span(f"{scope['method']} {scope['path']}", headers, "gateway") as span:
+            try:
+                await self.app(scope, receive, observed)
+            finally:
+                route = getattr(scope.get("route"), "path", "(unmatched)")
+                metrics.http_request(route, status, time.perf_counter() - started)
+                if span is not None:
+                    span.update_name(f"{scope['method']} {route}")
+                    tracing.finish(span, str(status), status >= 500 or not status,
+                                   **{"http.request.method": scope["method"], "http.route": route,
+                                      "http.response.status_code": status})
+
+
+class AdmissionGuard:
     """Pure ASGI middleware, so streamed answers pass through untouched and keep their slot until done."""
 
     def __init__(self, app: ASGIApp, identifier: Identifier, admission: Admission, max_body: int, max_upload: int,
@@ -57,49 +96,22 @@ class RequestGuard:
         self.upload_timeout_s = upload_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or not scope["path"].startswith("/api/"):
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        request_id = clean_request_id(headers.get(REQUEST_ID_HEADER))
-        request_id_var.set(request_id)
-        echo = [(REQUEST_ID_HEADER.encode(), request_id.encode())]
-        if not scope["path"].startswith("/api/"):
-            await self.app(scope, receive, self._with_headers(send, echo))
-            return
-        status, started = 0, time.perf_counter()
-
-        async def observed(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        with tracing.server_span(f"{scope['method']} {scope['path']}", headers, "gateway") as span:
-            try:
-                await self._limited(scope, receive, observed, headers, echo)
-            finally:
-                route = getattr(scope.get("route"), "path", "(unmatched)")
-                metrics.http_request(route, status, time.perf_counter() - started)
-                if span is not None:
-                    span.update_name(f"{scope['method']} {route}")
-                    tracing.finish(span, str(status), status >= 500 or not status,
-                                   **{"http.request.method": scope["method"], "http.route": route,
-                                      "http.response.status_code": status})
-
-    async def _limited(self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str],
-                       echo: list[tuple[bytes, bytes]]) -> None:
         upload = scope["path"] in UPLOAD_PATHS
         limit = self.max_upload if upload else self.max_body
+        timeout = self.upload_timeout_s if upload else self.body_timeout_s
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             await send_error(send, 413, "INVALID_ARGUMENT", f"body: {int(declared):,} bytes; the limit is {limit:,}",
-                             [*echo, _CLOSE])
+                             [_CLOSE])
             return
         try:
             scope[IDENTITY_SCOPE_KEY] = await self.identifier.identify(scope, headers)
         except RagmeshError as exc:  # no credential or a refused one (401), too many checks (429), no store (503)
-            await _refuse(send, exc, echo)
+            await _refuse(send, exc)
             return
         try:
             with self.admission.slot():
@@ -108,10 +120,9 @@ class RequestGuard:
                 async def sending(message: Message) -> None:
                     nonlocal started
                     started = True
-                    await self._with_headers(send, echo)(message)
+                    await send(message)
 
-                deadline = asyncio.get_running_loop().time() + (self.upload_timeout_s if upload else
-                                                                 self.body_timeout_s)
+                deadline = asyncio.get_running_loop().time() + timeout
                 try:
                     # JSON bodies are small: read whole (up to the limit) before the app parses them;
                     # uploads stream through, counted. Either must be in by its deadline.
@@ -122,14 +133,13 @@ class RequestGuard:
                 except _TooLarge:
                     if not started:
                         await send_error(send, 413, "INVALID_ARGUMENT", f"body: over the limit of {limit:,} bytes",
-                                         [*echo, _CLOSE])
+                                         [_CLOSE])
                 except _TooSlow:
                     if not started:
-                        timeout = self.upload_timeout_s if upload else self.body_timeout_s
-                        await send_error(send, 408, "DEADLINE_EXCEEDED",
-                                         f"body: not received within {timeout:g} s", [*echo, _CLOSE])
+                        await send_error(send, 408, "DEADLINE_EXCEEDED", f"body: not received within {timeout:g} s",
+                                         [_CLOSE])
         except ResourceExhausted as exc:
-            await _refuse(send, exc, echo)
+            await _refuse(send, exc)
 
     @staticmethod
     async def _buffered(receive: Receive, limit: int) -> Receive:
@@ -161,23 +171,23 @@ class RequestGuard:
 
         return counted
 
-    @staticmethod
-    def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), *extra]}
-            await send(message)
 
-        return sending
+def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return sending
 
 
-async def _refuse(send: Send, exc: RagmeshError, echo: list[tuple[bytes, bytes]]) -> None:
+async def _refuse(send: Send, exc: RagmeshError) -> None:
     """A refusal before the body was read, in the routes' error shape (with WWW-Authenticate on a 401,
     Retry-After on a 429)."""
     extra = [(b"www-authenticate", b"Bearer")] if exc.http_status == 401 else []
     if isinstance(exc, ResourceExhausted):
         extra.append((b"retry-after", str(max(1, round(exc.retry_after_s))).encode()))
-    await send_error(send, exc.http_status, exc.code, str(exc), [*echo, *extra, _CLOSE])
+    await send_error(send, exc.http_status, exc.code, str(exc), [*extra, _CLOSE])
 
 
 def _timed(receive: Receive, deadline: float) -> Receive:
