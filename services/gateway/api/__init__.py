@@ -6,8 +6,8 @@ safety, and domain errors as HTTP status codes."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
