@@ -263,9 +263,11 @@ class Settings:
     mongodb_transactions: str = field(default_factory=lambda: _env("MONGODB_TRANSACTIONS", "auto"))
 
     # The HTTP bridge's front door (services/gateway/api): a request is identified from its headers
-    # before its body is read or a slot is taken. Credential checks in flight at once (the key lookups
-    # of requests not yet identified; beyond it 429): their own budget, apart from MAX_CONCURRENT_CALLS.
+    # before its body is read or a slot is taken. The credential checks of requests not yet identified
+    # (key lookups, JWT signatures) have a budget of their own, apart from MAX_CONCURRENT_CALLS: this
+    # many at once, this many more waiting for their turn; past both, 429.
     http_unauthenticated_max: int = field(default_factory=lambda: _int("HTTP_UNAUTHENTICATED_MAX", 32))
+    http_unauthenticated_queue: int = field(default_factory=lambda: _int("HTTP_UNAUTHENTICATED_QUEUE", 512))
     # Seconds a connection may take to send a request's headers (from its first byte, or from
     # connecting); past it the connection is closed.
     http_header_timeout_s: float = field(default_factory=lambda: _float("HTTP_HEADER_TIMEOUT_S", 10.0))

@@ -1,5 +1,6 @@
 """Wires the gateway: clients to the other three services, the pipeline, the gRPC
-servicer, and the HTTP bridge served by uvicorn in the same event loop."""
+servicer, and the HTTP bridge served by uvicorn in the same event loop (httptools, with a deadline
+for each request's headers: HTTP_HEADER_TIMEOUT_S)."""
 from __future__ import annotations
 
 import asyncio

@@ -36,7 +36,7 @@ def client(stack: Stack) -> Iterator[TestClient]:
 
     store = LazyStore(stack.settings)
     app = FastAPI()  # behind the bridge's front door, which identifies the caller for the router
-    identifier = Identifier(Authenticator(stack.settings, store, "users"), Admission("credential checks", 8))
+    identifier = Identifier(Authenticator(stack.settings, store, "users"), 8, 64)
     app.add_middleware(AdmissionGuard, identifier=identifier, admission=Admission("test", 0), max_body=MAX_BYTES,
                        max_upload=10 * MAX_BYTES, body_timeout_s=60, upload_timeout_s=60)
     app.include_router(documents_router(retriever, MAX_BYTES, caller_dependency()))

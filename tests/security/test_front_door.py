@@ -11,12 +11,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import grpc
 import httpx
 import pytest
 
 from ragmesh import config
-from ragmesh.admission import Admission
 from ragmesh.errors import ResourceExhausted, Unauthenticated
 from ragmesh.identity import Identity
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
@@ -125,32 +123,35 @@ def test_a_connection_that_sends_nothing_is_closed(stack: Stack) -> None:
 
 
 def test_the_credential_checks_have_their_own_small_budget() -> None:
-    """Checks of credentials not yet known to be good (a key lookup in the store) run in a budget of
-    their own: past it 429, and the request slots identified callers use are not touched."""
+    """Checks of credentials not yet known to be good (a key lookup in a slow store) run in a budget of
+    their own, which holds none of the request slots identified callers use: so many at once, so many
+    waiting, past that 429."""
 
     class SlowStore:
         def __init__(self) -> None:
+            self.running = 0
             self.release = asyncio.Event()
 
         async def authenticate(self, metadata: dict, certified_peer: bool = False, peer: str = "") -> Identity:
+            self.running += 1
             await self.release.wait()
             raise Unauthenticated("invalid API key (unknown, revoked or expired)")
 
     async def flood() -> tuple[list[BaseException | Identity], int]:
-        auth = SlowStore()
-        identifier = Identifier(auth, Admission("credential checks", 4))  # type: ignore[arg-type]
+        store = SlowStore()
+        identifier = Identifier(store, 2, 8)  # type: ignore[arg-type]
         scope = {"client": ("203.0.113.9", 4711)}
         calls = [asyncio.ensure_future(identifier.identify(scope, {"authorization": f"Bearer {_guess(i)}"}))
-                 for i in range(10)]
-        await asyncio.sleep(0.01)
-        in_flight = identifier.checks.in_flight
-        auth.release.set()
-        return await asyncio.gather(*calls, return_exceptions=True), in_flight
+                 for i in range(30)]
+        await asyncio.sleep(0.05)
+        running = store.running
+        store.release.set()
+        return await asyncio.gather(*calls, return_exceptions=True), running
 
-    outcomes, in_flight = asyncio.run(flood())
-    assert in_flight == 4
-    assert sum(isinstance(o, ResourceExhausted) for o in outcomes) == 6
-    assert sum(isinstance(o, Unauthenticated) for o in outcomes) == 4
+    outcomes, running = asyncio.run(flood())
+    assert running == 2
+    assert sum(isinstance(o, ResourceExhausted) for o in outcomes) == 20
+    assert sum(isinstance(o, Unauthenticated) for o in outcomes) == 10
 
 
 def test_failed_credentials_are_throttled_per_client_address(stack: Stack) -> None:

@@ -1,8 +1,9 @@
 """The REST/SSE bridge for web clients, in the gateway process: one router per resource (chat,
 conversations, documents, transcripts, chunks, the catalog of collections and funds), the web page and its
 vendored scripts, health, Prometheus' /metrics, the OpenAPI document (openapi.py, at /openapi.json
-and /docs), and the rules every route shares: a bearer credential on every /api/* route, browser
-safety, and domain errors as HTTP status codes."""
+and /docs), and the rules every route shares: a bearer credential on every /api/* route, checked
+from the headers before anything else is done for the request, browser safety (and a strict
+Content-Security-Policy on the pages), and domain errors as HTTP status codes."""
 from __future__ import annotations
 
 import logging
@@ -62,14 +63,16 @@ PAGE_HEADERS = {
 class FrontDoor:
     """How much the bridge gives a request before and while it is read, and whether /docs is served."""
 
-    checks: int  # credential checks in flight at once (HTTP_UNAUTHENTICATED_MAX)
+    checks: int  # credential checks running at once (HTTP_UNAUTHENTICATED_MAX)
+    checks_waiting: int  # and waiting for their turn (HTTP_UNAUTHENTICATED_QUEUE)
     body_timeout_s: float
     upload_timeout_s: float
     api_docs: bool
 
     @classmethod
     def of(cls, s: Settings) -> "FrontDoor":
-        return cls(s.http_unauthenticated_max, s.http_body_timeout_s, s.http_upload_timeout_s, s.api_docs)
+        return cls(s.http_unauthenticated_max, s.http_unauthenticated_queue, s.http_body_timeout_s,
+                   s.http_upload_timeout_s, s.api_docs)
 
 
 def _error(exc: RagmeshError) -> JSONResponse:
@@ -108,7 +111,7 @@ def create_app(
 ) -> FastAPI:
     app = FastAPI(title="ragmesh gateway", docs_url=None, redoc_url=None)
     # Added innermost first: RequestGuard, then BrowserGuard, then AdmissionGuard meet a request.
-    identifier = Identifier(authenticator, Admission("gateway: credential checks", front_door.checks))
+    identifier = Identifier(authenticator, front_door.checks, front_door.checks_waiting)
     app.add_middleware(AdmissionGuard, identifier=identifier, admission=admission, max_body=max_body_bytes,
                        max_upload=max_upload_bytes, body_timeout_s=front_door.body_timeout_s,
                        upload_timeout_s=front_door.upload_timeout_s)

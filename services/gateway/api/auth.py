@@ -6,6 +6,7 @@ this origin (or from no browser at all: no `Origin` header) with a JSON or multi
 request must name an allowed `Host` (a DNS-rebinding page names its own host)."""
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from urllib.parse import urlsplit
@@ -14,9 +15,8 @@ from fastapi import Request
 from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ragmesh.admission import Admission
 from ragmesh.config import Settings
-from ragmesh.errors import Unauthenticated
+from ragmesh.errors import ResourceExhausted, Unauthenticated
 from ragmesh.identity import Identity, identity_var
 from ragmesh.identity.authenticator import Authenticator, ConfigError, bearer
 from ragmesh.tls import is_loopback
@@ -30,22 +30,33 @@ IDENTITY_SCOPE_KEY = "ragmesh.identity"  # where AdmissionGuard leaves the calle
 
 class Identifier:
     """Who sends an /api request, from its headers alone (AdmissionGuard asks before it reads a body or
-    takes a request slot). A request without a credential is refused at once, with no lookup; the
-    checks of the others (a key lookup in the store, a JWT's signature) run in a budget of their own,
-    `checks`, so a flood of unidentified requests cannot take the slots identified callers need. The
+    takes a request slot). A request without a credential is refused at once, with no lookup. The
+    checks of the others (a key lookup in the store, a JWT's signature) have a budget of their own,
+    apart from the request slots: at most `concurrent` run at once and at most `waiting` wait for
+    their turn (a burst of good requests on a slow store waits a moment); past that 429, so a flood
+    of unidentified requests costs a bounded queue, never the slots identified callers hold. The
     client's address goes with each check: one that sends too many bad credentials is refused."""
 
-    def __init__(self, auth: Authenticator, checks: Admission) -> None:
+    def __init__(self, auth: Authenticator, concurrent: int, waiting: int) -> None:
         self.auth = auth
-        self.checks = checks
+        self.capacity = concurrent + waiting
+        self.queued = 0  # checks running or waiting
+        self._running = asyncio.Semaphore(concurrent)
 
     async def identify(self, scope: Scope, headers: Mapping[str, str]) -> Identity:
         """Raises Unauthenticated (401), or ResourceExhausted (429) when the budget or the address's
         failures are used up."""
         authorization = headers.get("authorization", "")
         bearer(authorization)  # none: 401 before anything is looked up
-        with self.checks.slot():
-            return await self.auth.authenticate({"authorization": authorization}, peer=peer(scope))
+        if self.queued >= self.capacity:
+            raise ResourceExhausted(f"credential checks are busy: {self.queued} running or waiting; retry in 1 s",
+                                    1.0)
+        self.queued += 1
+        try:
+            async with self._running:
+                return await self.auth.authenticate({"authorization": authorization}, peer=peer(scope))
+        finally:
+            self.queued -= 1
 
 
 def peer(scope: Scope) -> str:
