@@ -275,6 +275,10 @@ class Settings:
     # /api/documents its whole multipart body; past it 408 and the connection is closed.
     http_body_timeout_s: float = field(default_factory=lambda: _float("HTTP_BODY_TIMEOUT_S", 30.0))
     http_upload_timeout_s: float = field(default_factory=lambda: _float("HTTP_UPLOAD_TIMEOUT_S", 600.0))
+    # Proxies (comma-separated addresses or CIDRs, "*" = any) whose X-Forwarded-For names the client:
+    # behind an ingress, list its addresses, or every client shares its address (the failed-credential
+    # throttle, AUTH_FAILURES_PER_MINUTE, is per client address).
+    forwarded_allow_ips: str = field(default_factory=lambda: _env("FORWARDED_ALLOW_IPS", "127.0.0.1,::1"))
     # The interactive API page (/docs, Swagger UI from vendored files); /openapi.json is always served.
     api_docs: bool = field(default_factory=lambda: _env("API_DOCS", "true").lower() == "true")
 
