@@ -275,6 +275,9 @@ class Settings:
     # /api/documents its whole multipart body; past it 408 and the connection is closed.
     http_body_timeout_s: float = field(default_factory=lambda: _float("HTTP_BODY_TIMEOUT_S", 30.0))
     http_upload_timeout_s: float = field(default_factory=lambda: _float("HTTP_UPLOAD_TIMEOUT_S", 600.0))
+    # Requests of one user whose bodies are still arriving, at once (each holds a request slot
+    # meanwhile); past it 429. 0 = no limit.
+    http_bodies_per_user: int = field(default_factory=lambda: _int("HTTP_BODIES_PER_USER", 8))
     # Proxies (comma-separated addresses or CIDRs, "*" = any) whose X-Forwarded-For names the client:
     # behind an ingress, list its addresses, or every client shares its address (the failed-credential
     # throttle, AUTH_FAILURES_PER_MINUTE, is per client address).

@@ -38,7 +38,7 @@ def client(stack: Stack) -> Iterator[TestClient]:
     app = FastAPI()  # behind the bridge's front door, which identifies the caller for the router
     identifier = Identifier(Authenticator(stack.settings, store, "users"), 8, 64)
     app.add_middleware(AdmissionGuard, identifier=identifier, admission=Admission("test", 0), max_body=MAX_BYTES,
-                       max_upload=10 * MAX_BYTES, body_timeout_s=60, upload_timeout_s=60)
+                       max_upload=10 * MAX_BYTES, body_timeout_s=60, upload_timeout_s=60, bodies_per_user=0)
     app.include_router(documents_router(retriever, MAX_BYTES, caller_dependency()))
     try:
         with TestClient(app, headers=stack.headers) as test_client:

@@ -106,6 +106,24 @@ def test_an_identified_caller_whose_body_trickles_in_is_cut_off_and_its_slot_fre
     assert gateway.app.admission.in_flight == 0
 
 
+def test_one_identified_caller_trickling_many_bodies_holds_only_a_few_slots(stack: Stack) -> None:
+    """A member's key, 300 requests whose bodies never finish: past HTTP_BODIES_PER_USER they are
+    refused at once, so the member's colleagues (and the member's own finished requests) are served."""
+    gateway = stack.start_variant("gateway", http_bodies_per_user=4)
+    port = gateway.app.http_port
+    trickler = stack.key("demo", "trickler")
+    with _held([_half_sent(port, trickler) for _ in range(ANONYMOUS)]) as held:
+        deadline = time.monotonic() + 30
+        while len(_answered(held)) < ANONYMOUS - 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gateway.app.admission.in_flight == 4
+        reply = httpx.post(f"http://{HOST}:{port}/api/chat/ask", json={"question": QUESTION}, headers=stack.headers,
+                           timeout=120)
+        assert reply.status_code == 200, reply.text[:300]
+        statuses = [_status(s, 0.5) for s in _answered(held)]
+        assert statuses == [429] * (ANONYMOUS - 4)
+
+
 def test_a_connection_that_never_finishes_its_headers_is_closed(stack: Stack) -> None:
     gateway = stack.start_variant("gateway", http_header_timeout_s=1.0)
     sock = socket.create_connection((HOST, gateway.app.http_port), timeout=15)

@@ -6,12 +6,14 @@ headers alone (Identifier: 401 at once without a credential, the checks of the o
 their own), before anything else is done for it; admission (the gateway's calls in flight, shared
 with its gRPC server, so overload is refused fast with 429 and Retry-After); then its body, counted
 as it arrives, so a 50 MB question is refused before it is parsed, and timed, so a body that
-trickles in is cut off with 408 instead of holding its slot."""
+trickles in is cut off with 408 instead of holding its slot (and one caller has at most
+HTTP_BODIES_PER_USER bodies arriving at once)."""
 from __future__ import annotations
 
 import asyncio
 import json
 import time
+from collections import Counter
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -86,7 +88,7 @@ class AdmissionGuard:
     """Pure ASGI middleware, so streamed answers pass through untouched and keep their slot until done."""
 
     def __init__(self, app: ASGIApp, identifier: Identifier, admission: Admission, max_body: int, max_upload: int,
-                 body_timeout_s: float, upload_timeout_s: float) -> None:
+                 body_timeout_s: float, upload_timeout_s: float, bodies_per_user: int) -> None:
         self.app = app
         self.identifier = identifier
         self.admission = admission
@@ -94,6 +96,8 @@ class AdmissionGuard:
         self.max_upload = max_upload
         self.body_timeout_s = body_timeout_s
         self.upload_timeout_s = upload_timeout_s
+        self.bodies_per_user = bodies_per_user  # 0 = no limit
+        self.arriving: Counter[tuple[str, str]] = Counter()  # per (tenant, user): bodies still arriving
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/api/"):
@@ -113,8 +117,11 @@ class AdmissionGuard:
         except RagmeshError as exc:  # no credential or a refused one (401), too many checks (429), no store (503)
             await _refuse(send, exc)
             return
+        identity = scope[IDENTITY_SCOPE_KEY]
+        arriving = _Arriving(receive, asyncio.get_running_loop().time() + timeout, self.arriving,
+                             (identity.tenant, identity.user), self.bodies_per_user)
         try:
-            with self.admission.slot():
+            with arriving, self.admission.slot():
                 started = False
 
                 async def sending(message: Message) -> None:
@@ -122,11 +129,10 @@ class AdmissionGuard:
                     started = True
                     await send(message)
 
-                deadline = asyncio.get_running_loop().time() + timeout
                 try:
                     # JSON bodies are small: read whole (up to the limit) before the app parses them;
                     # uploads stream through, counted. Either must be in by its deadline.
-                    body = _timed(receive, deadline)
+                    body: Receive = arriving.receive
                     if not upload:
                         body = await self._buffered(body, limit)
                     await self.app(scope, self._counting(body, limit), sending)
@@ -190,24 +196,49 @@ async def _refuse(send: Send, exc: RagmeshError) -> None:
     await send_error(send, exc.http_status, exc.code, str(exc), [*extra, _CLOSE])
 
 
-def _timed(receive: Receive, deadline: float) -> Receive:
-    """`receive` while the body is coming in, raising _TooSlow once `deadline` (the loop's clock)
-    has passed; after its last part it defers as is (a streamed answer waits on it for a disconnect)."""
-    complete = False
+class _Arriving:
+    """A request's body on its way in: due by `deadline` (the loop's clock; _TooSlow after it), and
+    counted among its sender's bodies still arriving until its last part is in, so one caller cannot
+    hold many request slots by sending bodies slowly. After the last part, `receive` defers as is (a
+    streamed answer waits on it for a disconnect)."""
 
-    async def timed() -> Message:
-        nonlocal complete
-        if complete:
-            return await receive()
+    def __init__(self, receive: Receive, deadline: float, arriving: Counter[tuple[str, str]],
+                 sender: tuple[str, str], per_sender: int) -> None:
+        self._receive = receive
+        self.deadline = deadline
+        self.arriving = arriving
+        self.sender = sender
+        self.per_sender = per_sender
+        self.complete = False
+
+    def __enter__(self) -> "_Arriving":
+        if self.per_sender and self.arriving[self.sender] >= self.per_sender:
+            raise ResourceExhausted(f"{self.per_sender} of your requests are still sending their bodies; finish "
+                                    f"those first", 1.0)
+        self.arriving[self.sender] += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done()
+
+    def _done(self) -> None:
+        if not self.complete:
+            self.complete = True
+            self.arriving[self.sender] -= 1
+            if not self.arriving[self.sender]:
+                del self.arriving[self.sender]
+
+    async def receive(self) -> Message:
+        if self.complete:
+            return await self._receive()
         try:
-            async with asyncio.timeout_at(deadline):
-                message = await receive()
+            async with asyncio.timeout_at(self.deadline):
+                message = await self._receive()
         except TimeoutError:
             raise _TooSlow from None
-        complete = message["type"] != "http.request" or not message.get("more_body", False)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self._done()
         return message
-
-    return timed
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
