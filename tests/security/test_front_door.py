@@ -235,15 +235,15 @@ def test_a_huge_integer_in_multipart_metadata_is_400_naming_the_field(stack: Sta
     assert reply.json()["error"]["message"].startswith("metadata"), reply.text[:300]
 
 
-@pytest.mark.parametrize("request_id", ["café-☕".encode(), b"r" * 5000, b"a b\tc"])
-def test_any_request_id_is_sanitised_never_a_500(stack: Stack, request_id: bytes) -> None:
+def test_any_request_id_is_sanitised_never_a_500(stack: Stack) -> None:
     """On routes that call the services (the id travels in gRPC metadata, which takes only ASCII)."""
     port = stack.app("gateway").http_port
-    for request in (b"GET /api/collections HTTP/1.1\r\n", b"GET /api/documents HTTP/1.1\r\n"):
-        status, body = _raw(port, request + f"Host: {HOST}\r\nAuthorization: Bearer {stack.admin_key}\r\n"
-                                            f"Connection: close\r\n".encode() + b"X-Request-Id: " + request_id
-                            + b"\r\n\r\n")
-        assert status == 200, body[:300]
+    for request_id in ("café-☕".encode(), b"r" * 5000, b"a b\tc"):
+        for request in (b"GET /api/collections HTTP/1.1\r\n", b"GET /api/documents HTTP/1.1\r\n"):
+            status, body = _raw(port, request + f"Host: {HOST}\r\nAuthorization: Bearer {stack.admin_key}\r\n"
+                                                f"Connection: close\r\n".encode() + b"X-Request-Id: " + request_id
+                                + b"\r\n\r\n")
+            assert status == 200, (request_id[:20], body[:300])
     reply = httpx.post(stack.http_url + "/api/chat/ask", json={"question": QUESTION}, timeout=120,
                        headers={**stack.headers, "x-request-id": "r" * 5000})
     assert reply.status_code == 200, reply.text[:300]
@@ -252,15 +252,15 @@ def test_any_request_id_is_sanitised_never_a_500(stack: Stack, request_id: bytes
 
 # -- hardened defaults ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("path", [f"/api/documents/documents/{'x' * 60_000}", f"/api/chunks/{'x' * 60_000}",
-                                  f"/api/conversations/{'x' * 60_000}"])
-def test_a_huge_id_is_not_echoed_whole(stack: Stack, path: str) -> None:
-    for method in ("GET", "DELETE"):
-        reply = httpx.request(method, stack.http_url + path, headers=stack.headers, timeout=60)
-        if reply.status_code == 405:
-            continue
-        assert reply.status_code in (400, 404), reply.text[:300]
-        assert len(reply.text) < 500, (method, reply.text[:300])
+def test_a_huge_id_is_not_echoed_whole(stack: Stack) -> None:
+    huge = "x" * 60_000
+    for path in (f"/api/documents/documents/{huge}", f"/api/chunks/{huge}", f"/api/conversations/{huge}"):
+        for method in ("GET", "DELETE"):
+            reply = httpx.request(method, stack.http_url + path, headers=stack.headers, timeout=60)
+            if reply.status_code == 405:
+                continue
+            assert reply.status_code in (400, 404), reply.text[:300]
+            assert len(reply.text) < 500, (method, path[:30], reply.text[:300])
 
 
 @pytest.mark.parametrize("path", ["/", "/docs"])
