@@ -103,7 +103,8 @@ class Stack:
         env |= {"DATA_DIR": str(self.data_dir), "RAGMESH_HOST": "127.0.0.1", "LOG_LEVEL": "WARNING",
                 "GEMINI_API_KEY": "", "GOOGLE_API_KEY": "", "OPENAI_API_KEY": "", "SERVICE_TOKEN": "",
                 "API_KEY_PEPPER": "", "MONGODB_URI": "", "TLS_CERT": "", "TLS_KEY": "", "TLS_CA": "",
-                "ALLOWED_HOSTS": "", "RAGMESH_API_KEY": "", "HF_HUB_OFFLINE": "1"}
+                "ALLOWED_HOSTS": "", "RAGMESH_API_KEY": "", "HF_HUB_OFFLINE": "1",
+                "RATE_LIMIT_PER_MINUTE": "0"}  # one key asks for every simulated user
         env.pop("EXTRACTIVE_DELAY_MS", None)  # the default answer pace
         self.proc = subprocess.Popen([sys.executable, "-m", "deploy.run"], env=env, cwd=REPO, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

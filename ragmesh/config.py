@@ -208,8 +208,9 @@ class Settings:
     # Per user and calendar month (0 = no limit); beyond it HTTP 429 / RESOURCE_EXHAUSTED.
     monthly_message_limit: int = field(default_factory=lambda: _int("MONTHLY_MESSAGE_LIMIT", 0))
     monthly_token_limit: int = field(default_factory=lambda: _int("MONTHLY_TOKEN_LIMIT", 0))
-    # Asks per user per minute (0 = no limit), counted by each gateway replica.
-    rate_limit_per_minute: int = field(default_factory=lambda: _int("RATE_LIMIT_PER_MINUTE", 0))
+    # Asks per user per minute (0 = no limit), counted by each gateway replica. On by default: one
+    # key cannot take every slot of the deployment; the test stack and `make bench` set 0.
+    rate_limit_per_minute: int = field(default_factory=lambda: _int("RATE_LIMIT_PER_MINUTE", 60))
     # Background memory embedding: at most this many turns waiting; retries with backoff.
     memory_queue_max: int = field(default_factory=lambda: _int("MEMORY_QUEUE_MAX", 1000))
 
@@ -291,6 +292,29 @@ class Settings:
     ingest_zip_max_ratio: float = field(default_factory=lambda: _float("INGEST_ZIP_MAX_RATIO", 100.0))
     # ... or holds more than this many files (a member that inflates past its declared size is refused too).
     ingest_zip_max_members: int = field(default_factory=lambda: _int("INGEST_ZIP_MAX_MEMBERS", 10_000))
+
+    # The HTTP bridge's front door (services/gateway/api): a request is identified from its headers
+    # before its body is read or a slot is taken. The credential checks of requests not yet identified
+    # (key lookups, JWT signatures) have a budget of their own, apart from MAX_CONCURRENT_CALLS: this
+    # many at once, this many more waiting for their turn; past both, 429.
+    http_unauthenticated_max: int = field(default_factory=lambda: _int("HTTP_UNAUTHENTICATED_MAX", 32))
+    http_unauthenticated_queue: int = field(default_factory=lambda: _int("HTTP_UNAUTHENTICATED_QUEUE", 512))
+    # Seconds a connection may take to send a request's headers (from its first byte, or from
+    # connecting); past it the connection is closed.
+    http_header_timeout_s: float = field(default_factory=lambda: _float("HTTP_HEADER_TIMEOUT_S", 10.0))
+    # Seconds an identified request may take to send its whole JSON body, and an upload to
+    # /api/documents its whole multipart body; past it 408 and the connection is closed.
+    http_body_timeout_s: float = field(default_factory=lambda: _float("HTTP_BODY_TIMEOUT_S", 30.0))
+    http_upload_timeout_s: float = field(default_factory=lambda: _float("HTTP_UPLOAD_TIMEOUT_S", 600.0))
+    # Requests of one user whose bodies are still arriving, at once (each holds a request slot
+    # meanwhile); past it 429. 0 = no limit.
+    http_bodies_per_user: int = field(default_factory=lambda: _int("HTTP_BODIES_PER_USER", 8))
+    # Proxies (comma-separated addresses or CIDRs, "*" = any) whose X-Forwarded-For names the client:
+    # behind an ingress, list its addresses, or every client shares its address (the failed-credential
+    # throttle, AUTH_FAILURES_PER_MINUTE, is per client address).
+    forwarded_allow_ips: str = field(default_factory=lambda: _env("FORWARDED_ALLOW_IPS", "127.0.0.1,::1"))
+    # The interactive API page (/docs, Swagger UI from vendored files); /openapi.json is always served.
+    api_docs: bool = field(default_factory=lambda: _env("API_DOCS", "true").lower() == "true")
 
     def address(self, service: str) -> str:
         """host:port of a service, from its *_ADDR variable or this host and its port."""

@@ -37,7 +37,7 @@ class Stack:
         # bf16 document path is tested on its own (tests/integration/test_embedder_onnx.py).
         base = dict(host=HOST, data_dir=data_dir, http_port=0, extractive_delay_ms=1.0, service_token="",
                     api_key_pepper="", tls_cert="", tls_key="", tls_ca="", allowed_hosts="",
-                    embed_documents_bf16="off")
+                    embed_documents_bf16="off", rate_limit_per_minute=0, auth_failures_per_minute=0)
         self.settings = dataclasses.replace(config.load(), **(base | overrides))
         self.loop = uvloop.new_event_loop()  # the gateway's loop in production (services/gateway/__main__.py)
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)

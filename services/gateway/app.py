@@ -1,5 +1,6 @@
 """Wires the gateway: clients to the other three services, the pipeline, the gRPC
-servicer, and the HTTP bridge served by uvicorn in the same event loop."""
+servicer, and the HTTP bridge served by uvicorn in the same event loop (httptools, with a deadline
+for each request's headers: HTTP_HEADER_TIMEOUT_S)."""
 from __future__ import annotations
 
 import asyncio
@@ -19,8 +20,9 @@ from ragmesh.models import default_model
 from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import gateway_pb2_grpc
-from services.gateway.api import create_app
+from services.gateway.api import FrontDoor, create_app
 from services.gateway.api.auth import allowed_hosts
+from services.gateway.api.protocol import with_header_deadline
 from services.gateway.conversations import Conversations
 from services.gateway.history import History
 from services.gateway.limits import RateLimiter, UsageLimiter
@@ -123,13 +125,14 @@ class GatewayApp(ServiceApp):
             retriever=lambda: self.retriever, authenticator=Authenticator(s, self.store, "users"),
             allowed_hosts=self.allowed_hosts, health=self.upstream_health, funds=self.known_funds,
             models=self.pipeline.models.configured,
-            admission=self.admission, max_body_bytes=s.http_max_body_bytes, max_upload_bytes=s.upload_max_bytes,
-            max_file_bytes=s.ingest_max_bytes,
+            admission=self.admission, front_door=FrontDoor.of(s), max_body_bytes=s.http_max_body_bytes,
+            max_upload_bytes=s.upload_max_bytes, max_file_bytes=s.ingest_max_bytes,
         )
         self.http_app = app  # the FastAPI app (tests read its routes)
         tls_files = {"ssl_certfile": s.tls_cert, "ssl_keyfile": s.tls_key} if s.tls_cert else {}
         config = uvicorn.Config(app, host=s.host, port=self.http_port, log_config=None, lifespan="off",
-                                access_log=False, **tls_files)
+                                access_log=False, http=with_header_deadline(s.http_header_timeout_s),
+                                forwarded_allow_ips=s.forwarded_allow_ips, **tls_files)
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve())
         while not self._http.started:

@@ -8,6 +8,7 @@ from ragmesh.errors import NotFound
 from ragmesh.identity import Identity
 from ragmesh.store import ConversationInfo, MessageRecord, Store
 from ragmesh.types import Turn
+from ragmesh.validation import shown
 
 STOPPED_MARK = "*[Response stopped by user]*"
 FAILED_MARK = "*[Response failed: {code}]*"
@@ -74,7 +75,7 @@ class History:
         mine = owner is not None and owner[0] == who.tenant and (
             owner[1] == who.user or (who.is_admin and not owner_only))
         if not mine:
-            raise NotFound(f"conversation {conversation_id!r} not found")
+            raise NotFound(f"conversation {shown(conversation_id)} not found")
 
     def own_recent(self, who: Identity, conversation_id: str, keep: int) -> Recent:
         """`recent` of a conversation that must be the caller's own: `require` and the read in one trip."""

@@ -218,3 +218,21 @@ def test_web_search_shows_the_searches_and_linked_pages(browser, stack: Stack, g
         assert link.get_attribute("href") == "https://example.org/rates"
     finally:
         page.close()
+
+
+@pytest.mark.parametrize("path,ready", [("/#key={key}", "#data-sources input"), ("/docs", ".opblock")])
+def test_the_pages_run_under_their_content_security_policy(browser, stack: Stack, path: str, ready: str) -> None:
+    """The chat page (signed in) and the API page load only this origin's files, with no inline code:
+    nothing is refused by their policy, and no other site may frame them."""
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    refused: list[str] = []
+    page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
+    try:
+        reply = page.goto(stack.http_url + path.format(key=stack.admin_key))
+        assert "frame-ancestors 'none'" in reply.headers["content-security-policy"]
+        assert reply.headers["x-frame-options"] == "DENY"
+        page.wait_for_selector(ready, timeout=30_000)
+        page.wait_for_load_state("networkidle")
+    finally:
+        page.close()
+    assert not refused, refused

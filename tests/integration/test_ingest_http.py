@@ -12,11 +12,13 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from ragmesh.admission import Admission
 from ragmesh.clients import ClientAuth, RetrieverClient
 from ragmesh.identity.authenticator import Authenticator
 from ragmesh.store.lazy import LazyStore
-from services.gateway.api.auth import caller_dependency
+from services.gateway.api.auth import Identifier, caller_dependency
 from services.gateway.api.documents import documents_router
+from services.gateway.api.limits import AdmissionGuard
 from tests.stack import Stack
 from tests.unit.test_ingest_parsers import TRANSCRIPT, docx_bytes, pdf_bytes, sentence
 
@@ -33,9 +35,11 @@ def client(stack: Stack) -> Iterator[TestClient]:
         return clients[0]
 
     store = LazyStore(stack.settings)
-    app = FastAPI()
-    caller = caller_dependency(Authenticator(stack.settings, store, "users"))
-    app.include_router(documents_router(retriever, MAX_BYTES, caller))
+    app = FastAPI()  # behind the bridge's front door, which identifies the caller for the router
+    identifier = Identifier(Authenticator(stack.settings, store, "users"), 8, 64)
+    app.add_middleware(AdmissionGuard, identifier=identifier, admission=Admission("test", 0), max_body=MAX_BYTES,
+                       max_upload=10 * MAX_BYTES, body_timeout_s=60, upload_timeout_s=60, bodies_per_user=0)
+    app.include_router(documents_router(retriever, MAX_BYTES, caller_dependency()))
     try:
         with TestClient(app, headers=stack.headers) as test_client:
             yield test_client

@@ -1,12 +1,14 @@
 """The REST/SSE bridge for web clients, in the gateway process: one router per resource (chat,
 conversations, documents, transcripts, chunks, the catalog of collections and funds), the web page and its
 vendored scripts, health, Prometheus' /metrics, the OpenAPI document (openapi.py, at /openapi.json
-and /docs), and the rules every route shares: a bearer credential on every /api/* route, browser
-safety, and domain errors as HTTP status codes."""
+and /docs), and the rules every route shares: a bearer credential on every /api/* route, checked
+from the headers before anything else is done for the request, browser safety (and a strict
+Content-Security-Policy on the pages), and domain errors as HTTP status codes."""
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
@@ -19,19 +21,20 @@ from starlette.routing import Match
 from ragmesh import metrics
 from ragmesh.admission import Admission
 from ragmesh.clients import RetrieverClient
+from ragmesh.config import Settings
 from ragmesh.errors import RagmeshError, ResourceExhausted
 from ragmesh.logging import request_id_var
 from ragmesh.models import WEB_SEARCH_MODELS
 from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import Authenticator
 from ragmesh.serving import REQUEST_ID_HEADER
-from services.gateway.api.auth import BrowserGuard, caller_dependency
+from services.gateway.api.auth import BrowserGuard, Identifier, caller_dependency
 from services.gateway.api.catalog import catalog_router
 from services.gateway.api.chat import chat_router
 from services.gateway.api.chunks import chunks_router
 from services.gateway.api.conversations import conversations_router
 from services.gateway.api.documents import documents_router
-from services.gateway.api.limits import RequestGuard
+from services.gateway.api.limits import AdmissionGuard, RequestGuard
 from services.gateway.api.openapi import install as install_openapi
 from services.gateway.api.transcripts import transcripts_router
 from services.gateway.conversations import Conversations
@@ -42,6 +45,35 @@ from services.gateway.request import DATA_SOURCES
 
 WEB_DIR = Path(__file__).parent.parent / "web"
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+# The pages (the chat page, the API page) keep or take a key: they load scripts and styles of this
+# origin only (vendored, no inline code) and talk to it only, and no other site may frame them.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                               "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+                               "frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+@dataclass(frozen=True)
+class FrontDoor:
+    """How much the bridge gives a request before and while it is read, and whether /docs is served."""
+
+    checks: int  # credential checks running at once (HTTP_UNAUTHENTICATED_MAX)
+    checks_waiting: int  # and waiting for their turn (HTTP_UNAUTHENTICATED_QUEUE)
+    body_timeout_s: float
+    upload_timeout_s: float
+    bodies_per_user: int
+    api_docs: bool
+
+    @classmethod
+    def of(cls, s: Settings) -> "FrontDoor":
+        return cls(s.http_unauthenticated_max, s.http_unauthenticated_queue, s.http_body_timeout_s,
+                   s.http_upload_timeout_s, s.http_bodies_per_user, s.api_docs)
 
 
 def _error(exc: RagmeshError) -> JSONResponse:
@@ -73,14 +105,20 @@ def create_app(
     funds: Callable[[str], Awaitable[list[str]]],
     models: Callable[[], Awaitable[list[str]]],
     admission: Admission,
+    front_door: FrontDoor,
     max_body_bytes: int,
     max_upload_bytes: int,
     max_file_bytes: int,
 ) -> FastAPI:
-    app = FastAPI(title="ragmesh gateway", docs_url="/docs")
-    app.add_middleware(BrowserGuard, hosts=allowed_hosts, router=app.router)  # after RequestGuard (outermost)
-    app.add_middleware(RequestGuard, admission=admission, max_body=max_body_bytes, max_upload=max_upload_bytes)
-    caller = caller_dependency(authenticator)
+    app = FastAPI(title="ragmesh gateway", docs_url=None, redoc_url=None)
+    # Added innermost first: RequestGuard, then BrowserGuard, then AdmissionGuard meet a request.
+    identifier = Identifier(authenticator, front_door.checks, front_door.checks_waiting)
+    app.add_middleware(AdmissionGuard, identifier=identifier, admission=admission, max_body=max_body_bytes,
+                       max_upload=max_upload_bytes, body_timeout_s=front_door.body_timeout_s,
+                       upload_timeout_s=front_door.upload_timeout_s, bodies_per_user=front_door.bodies_per_user)
+    app.add_middleware(BrowserGuard, hosts=allowed_hosts, router=app.router)
+    app.add_middleware(RequestGuard)
+    caller = caller_dependency()
 
     @app.exception_handler(RagmeshError)
     async def _domain_error(request: Request, exc: RagmeshError) -> JSONResponse:
@@ -121,9 +159,17 @@ def create_app(
 
     @app.get("/")
     async def index() -> FileResponse:
-        return FileResponse(WEB_DIR / "index.html")
+        return FileResponse(WEB_DIR / "index.html", headers=PAGE_HEADERS)
+
+    if front_door.api_docs:
+        @app.get("/docs", include_in_schema=False)
+        async def api_docs() -> FileResponse:
+            return FileResponse(WEB_DIR / "docs.html", headers=PAGE_HEADERS)
+
+        app.docs_url = "/docs"
 
     app.mount("/vendor", StaticFiles(directory=WEB_DIR / "vendor"), name="vendor")
+    app.mount("/static", StaticFiles(directory=WEB_DIR / "static"), name="static")
 
     @app.get("/healthz")
     async def healthz() -> JSONResponse:

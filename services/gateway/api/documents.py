@@ -19,8 +19,13 @@ Events: one per stage of each document ({"doc_id", "filename", "stage", "chunks"
 that cannot be read gets HTTP 400 before any event."""
 from __future__ import annotations
 
+import asyncio
+import heapq
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from itertools import islice
 from dataclasses import asdict, dataclass, field
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -32,9 +37,9 @@ from starlette.formparsers import MultiPartException
 from ragmesh.clients import RetrieverClient
 from ragmesh.errors import InvalidArgument, NotFound, RagmeshError
 from ragmesh.identity import Identity, identity_var
-from ragmesh.types import DocumentEntry
+from ragmesh.types import MEMORY_COLLECTION, DocumentEntry
 from ragmesh.v1 import retriever_pb2
-from ragmesh.validation import check_name, check_page
+from ragmesh.validation import MAX_PAGE, check_name, check_page, shown
 
 MAX_FILES = 100
 
@@ -53,6 +58,8 @@ def _template(collection: str, tenant: str, metadata: dict, summarize: object) -
     """The fields every document of the request shares (the tenant is the caller's; the retriever
     takes it from the credential the gateway forwards)."""
     check_name("collection", collection)
+    if collection == MEMORY_COLLECTION:
+        raise InvalidArgument("collection", f"{collection!r} is the conversation memory: only Ask writes it")
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise InvalidArgument("metadata", "must be an object of string values")
     try:
@@ -62,7 +69,7 @@ def _template(collection: str, tenant: str, metadata: dict, summarize: object) -
                               "is not valid Unicode (a lone surrogate)") from None
     if summarize is not None:
         if not isinstance(summarize, bool):
-            raise InvalidArgument("summarize", f"must be true or false, got {summarize!r}")
+            raise InvalidArgument("summarize", f"must be true or false, got {type(summarize).__name__}")
         doc.summarize = summarize
     return doc
 
@@ -75,6 +82,37 @@ def _encodes(text: str) -> bool:
         return False
 
 
+class _LongInteger:
+    """An integer literal past Python's int-string limit (sys.get_int_max_str_digits): kept as its
+    length, so the field that holds it can be named instead of the whole body failing to parse."""
+
+    def __init__(self, digits: str) -> None:
+        self.digits = len(digits.lstrip("-"))
+
+
+def _integer(digits: str) -> int | _LongInteger:
+    try:
+        return int(digits)
+    except ValueError:
+        return _LongInteger(digits)
+
+
+def _parsed(where: str, text: str | bytes) -> object:
+    """JSON text parsed; InvalidArgument naming the field of an integer too long to convert."""
+    value = json.loads(text, parse_int=_integer)  # JSONDecodeError / UnicodeDecodeError for the caller
+    _check_integers(where, value)
+    return value
+
+
+def _check_integers(where: str, value: object) -> None:
+    if isinstance(value, _LongInteger):
+        raise InvalidArgument(where or "body", f"is an integer of {value.digits:,} digits; the limit is "
+                                     f"{sys.get_int_max_str_digits():,}")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        _check_integers(f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key, item)
+
+
 async def _from_form(request: Request, max_bytes: int) -> _Batch:
     try:
         form = await request.form(max_files=MAX_FILES, max_fields=1000)
@@ -84,7 +122,7 @@ async def _from_form(request: Request, max_bytes: int) -> _Batch:
     if not files:
         raise InvalidArgument("files", "no file uploaded (use the multipart field `files`)")
     try:
-        metadata = json.loads(str(form.get("metadata") or "{}"))
+        metadata = _parsed("metadata", str(form.get("metadata") or "{}"))
     except json.JSONDecodeError:
         metadata = None
     if not isinstance(metadata, dict):
@@ -92,11 +130,11 @@ async def _from_form(request: Request, max_bytes: int) -> _Batch:
     for pair in form.getlist("meta"):
         key, sep, value = str(pair).partition("=")
         if not sep or not key.strip():
-            raise InvalidArgument("meta", f"expected key=value, got {pair!r}")
+            raise InvalidArgument("meta", f"expected key=value, got {shown(str(pair))}")
         metadata[key.strip()] = value
     flag = str(form.get("summarize", "")).lower()
     if flag not in ("", "true", "false"):
-        raise InvalidArgument("summarize", f"must be true or false, got {flag!r}")
+        raise InvalidArgument("summarize", f"must be true or false, got {shown(flag)}")
     batch = _Batch(str(form.get("collection") or ""))
     batch.template = _template(batch.collection, str(form.get("tenant") or ""), metadata,
                                None if not flag else flag == "true")
@@ -130,7 +168,7 @@ def _object(where: str, value: object) -> dict:
 
 async def _from_json(request: Request) -> _Batch:
     try:
-        body = await request.json()
+        body = _parsed("", await request.body())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise InvalidArgument("body", "is not valid JSON") from None
     if not isinstance(body, dict):
@@ -221,6 +259,44 @@ def document_line(e: DocumentEntry) -> dict:
             "metadata": d.metadata}
 
 
+async def _every_collections(client: RetrieverClient, limit: int, offset: int) -> list[DocumentEntry]:
+    """A page of the documents of every collection of the caller's tenant but the conversation memory,
+    newest first: the first offset+limit of each collection (in the store's order), merged. The
+    memory (a document per message, growing with every question) is not read."""
+    names = sorted(c.name for c in await client.own_collections() if c.name != MEMORY_COLLECTION)
+    firsts = await asyncio.gather(*(_first(client, name, offset + limit) for name in names))
+    merged = heapq.merge(*firsts, key=lambda e: e.updated_at, reverse=True)  # ties: each list's order
+    return list(islice(merged, offset, offset + limit))
+
+
+async def _first(client: RetrieverClient, collection: str, count: int) -> list[DocumentEntry]:
+    """The newest `count` documents of a collection, a page at a time."""
+    found: list[DocumentEntry] = []
+    while len(found) < count:
+        wanted = min(MAX_PAGE, count - len(found))
+        page = await client.list_documents(collection, wanted, len(found))
+        found += page
+        if len(page) < wanted:
+            break
+    return found
+
+
+def _not_found(collection: str, doc_id: str) -> NotFound:
+    return NotFound(f"document {shown(doc_id)} not found in collection {shown(collection)}")
+
+
+@contextmanager
+def _unknown_as_one(collection: str, doc_id: str) -> Iterator[None]:
+    """Runs a call on one document, unless it is in the conversation memory (personal: its messages
+    reach only their author, through Ask); either way one NotFound for every id that is not served."""
+    if collection == MEMORY_COLLECTION:
+        raise _not_found(collection, doc_id)
+    try:
+        yield
+    except NotFound:
+        raise _not_found(collection, doc_id) from None
+
+
 def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int,
                      caller: Callable[..., Awaitable[Identity]]) -> APIRouter:
     """The router; `retriever` returns the gateway's client (made once its event loop runs)."""
@@ -249,22 +325,29 @@ def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int,
         check_page(limit, offset)
         if collection:
             check_name("collection", collection)
-        found = await retriever().list_documents(collection, limit, offset)
+        if collection == MEMORY_COLLECTION:  # as a collection with no documents
+            found = []
+        elif collection:
+            found = await retriever().list_documents(collection, limit, offset)
+        else:
+            found = await _every_collections(retriever(), limit, offset)
         return {"documents": [document_line(e) for e in found],
                 "next_offset": offset + len(found) if len(found) == limit else None}
 
     @router.get("/api/documents/{collection}/{doc_id:path}")
     async def get_document(collection: str, doc_id: str, who: Identity = Depends(caller)) -> dict:
         check_name("collection", collection)
-        return asdict(await retriever().get_document(collection, doc_id))
+        with _unknown_as_one(collection, doc_id):
+            return asdict(await retriever().get_document(collection, doc_id))
 
     @router.delete("/api/documents/{collection}/{doc_id:path}")
     async def delete_document(collection: str, doc_id: str, who: Identity = Depends(caller)) -> dict:
         who.require_admin("deleting documents")
         check_name("collection", collection)
-        documents, chunks = await retriever().delete(collection, [doc_id])
+        with _unknown_as_one(collection, doc_id):
+            documents, chunks = await retriever().delete(collection, [doc_id])
         if not documents:  # another tenant's answers exactly as an unknown id
-            raise NotFound(f"document {doc_id!r} not found in collection {collection!r}")
+            raise _not_found(collection, doc_id)
         return {"documents": documents, "chunks": chunks}
 
     return router

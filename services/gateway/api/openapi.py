@@ -426,7 +426,7 @@ MODELS = (Answer, NotesAnswer, Meta, Conversations, Conversation, ConversationRe
 def _errors(max_body: int, max_upload: int) -> dict[int, str]:
     return {
         400: "INVALID_ARGUMENT: a field missing, of the wrong type or out of bounds (the message names it), "
-             "an unreadable body, or a Host header not in ALLOWED_HOSTS",
+             "an unreadable body, a malformed Host or Origin header, or a Host header not in ALLOWED_HOSTS",
         401: "UNAUTHENTICATED: no `Authorization: Bearer` credential, or an unknown, revoked, expired or "
              "badly signed one",
         403: "PERMISSION_DENIED: the key's role may not do this (a member key ingesting or deleting), the body "
@@ -434,19 +434,22 @@ def _errors(max_body: int, max_upload: int) -> dict[int, str]:
              "origin sent it",
         404: "NOT_FOUND: no such conversation, document or chunk for this caller (another tenant's or user's answers "
              "exactly as an unknown id)",
+        408: "DEADLINE_EXCEEDED: the body did not arrive whole within HTTP_BODY_TIMEOUT_S (uploads to "
+             "/api/documents: HTTP_UPLOAD_TIMEOUT_S); the connection is closed",
         413: f"INVALID_ARGUMENT: the body is over HTTP_MAX_BODY_BYTES ({max_body:,} bytes; uploads to "
              f"/api/documents: UPLOAD_MAX_BYTES, {max_upload:,} bytes), refused as it arrives",
         415: "INVALID_ARGUMENT: a POST or PATCH body must be application/json (or multipart/form-data for files)",
-        429: "RESOURCE_EXHAUSTED: too many calls in flight (MAX_CONCURRENT_CALLS) or questions being planned "
-             "(MAX_CONCURRENT_RETRIEVALS), the user's rate (RATE_LIMIT_PER_MINUTE) or monthly quota is used up, "
-             "or a provider's; wait Retry-After seconds",
+        429: "RESOURCE_EXHAUSTED: too many calls in flight (MAX_CONCURRENT_CALLS), credentials being checked "
+             "(HTTP_UNAUTHENTICATED_MAX) or questions being planned (MAX_CONCURRENT_RETRIEVALS), too many failed "
+             "credentials from this address (AUTH_FAILURES_PER_MINUTE), the user's rate (RATE_LIMIT_PER_MINUTE) "
+             "or monthly quota is used up, or a provider's; wait Retry-After seconds",
         500: "INTERNAL: a fault of ours; the message quotes the request id to report",
         502: "FAILED_PRECONDITION: a service or provider refused the gateway's own credentials",
         503: "UNAVAILABLE: a service or the database is down or did not answer in time; try again",
     }
 
 
-API_ERRORS = (400, 401, 413, 429, 500, 503)  # any /api route: host, credential, size, admission, store
+API_ERRORS = (400, 401, 408, 413, 429, 500, 503)  # any /api route: host, credential, body time and size, admission, store
 WRITE_ERRORS = (403,)  # POST and DELETE: the Origin rule
 BODY_ERRORS = (415,)  # POST: the content type
 
@@ -710,7 +713,10 @@ def build(app: FastAPI, *, offered_models: list[str], max_body_bytes: int, max_u
         "or JWT>`. Errors are JSON {\"error\": {\"code\", \"message\"}} with the status codes each operation "
         f"lists. Request bodies are at most {max_body_bytes:,} bytes (HTTP_MAX_BODY_BYTES; uploads: "
         f"UPLOAD_MAX_BYTES, {max_upload_bytes:,} bytes), refused with 413 as they arrive. Every response carries "
-        f"`{REQUEST_ID_HEADER}` (the request's own, when it sent one)."))
+        f"`{REQUEST_ID_HEADER}` (the request's own when it sent one of 1-64 letters, digits and `._:-`, else one "
+        f"made for it). A request is identified from its headers before its body is read: without a valid "
+        f"credential it is refused (401) at once. A body must arrive whole within HTTP_BODY_TIMEOUT_S "
+        f"(uploads: HTTP_UPLOAD_TIMEOUT_S), else 408."))
     components = doc.setdefault("components", {})
     schemas = components.setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):  # validation errors are our 400s
@@ -729,7 +735,8 @@ def build(app: FastAPI, *, offered_models: list[str], max_body_bytes: int, max_u
                                               "description": "An API key (rmk_...) or a JWT"}}
     components["headers"] = {
         "RequestId": {"required": True, "schema": {"type": "string"},
-                      "description": "The request's id, as sent in the request or made for it"},
+                      "description": "The request's id: as sent in the request when it is 1-64 letters, digits "
+                                     "and `._:-`, else made for it"},
     }
     doc["security"] = [{SCHEME: []}]
 
