@@ -276,10 +276,28 @@ class RetrieverClient(_Client):
     async def ingest(
         self, documents: AsyncIterable[retriever_pb2.Document]
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
+        failed: list[Exception] = []
+
+        async def sent() -> AsyncIterator[retriever_pb2.Document]:
+            """The documents; one the source refuses (it raised) ends the call with that error. Raised
+            inside gRPC's sending task it would be lost, and the call would wait for its deadline."""
+            try:
+                async for doc in documents:
+                    yield doc
+            except Exception as exc:  # noqa: BLE001 - handed to the caller below
+                failed.append(exc)
+                call.cancel()
+
         with _translated("retriever"):
-            call = self.stub.Ingest(documents, **self._opts(self.ingest_timeout))
-            async for progress in call:
-                yield progress
+            call = self.stub.Ingest(sent(), **self._opts(self.ingest_timeout))
+            try:
+                async for progress in call:
+                    yield progress
+            except asyncio.CancelledError:
+                if not failed:
+                    raise
+            if failed:
+                raise failed[0]
 
     async def stats(self) -> retriever_pb2.StatsResponse:
         with _translated("retriever"):

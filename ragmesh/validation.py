@@ -6,6 +6,7 @@ import math
 import re
 
 from ragmesh.errors import InvalidArgument
+from ragmesh.types import MEMORY_COLLECTION
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
@@ -44,6 +45,15 @@ def check_name(field: str, value: str) -> None:
     """Collection names: letters, digits, '_', '-', '.', up to 64 characters."""
     if not _NAME.match(value):
         raise InvalidArgument(field, f"must be 1-64 letters, digits, '_', '-' or '.', got {shown(value)}")
+
+
+def check_writable(field: str, collection: str) -> None:
+    """A collection a client may ingest into: a valid name, and not conversation memory, which only
+    Ask writes (the gateway writes it with the service credential, which the retriever cannot tell
+    from the gateway forwarding a client's documents)."""
+    check_name(field, collection)
+    if collection == MEMORY_COLLECTION:
+        raise InvalidArgument(field, f"{collection!r} is the conversation memory: only Ask writes it")
 
 
 # Bounds on what a caller may send the retriever (issue 11): every string, list and number is

@@ -16,6 +16,7 @@ from ragmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, retriever_pb2
 from ragmesh.models import WEB_SEARCH_MODELS
 from ragmesh.store import CorrectionRecord, MessageRecord
 from ragmesh.types import Citation
+from ragmesh.validation import check_writable
 from services.gateway.conversations import Conversations
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline, Event
@@ -121,7 +122,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self, request_iterator: AsyncIterator[retriever_pb2.Document], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
         identity.current().require_admin("ingesting documents")  # into the caller's tenant, whatever a document says
-        async for progress in self.retriever.ingest(request_iterator):
+        async for progress in self.retriever.ingest(_writable(request_iterator)):
             yield progress
 
     async def Correct(self, request: gateway_pb2.CorrectionRequest, context: grpc.aio.ServicerContext):
@@ -144,3 +145,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return gateway_pb2.TranscriptResponse(
             doc_id=done.doc_id, collection=done.collection, chunks=done.chunks, tags=done.tags,
             tagged_by=done.tagged_by, note=done.note, stage=done.stage)
+
+
+async def _writable(documents: AsyncIterator[retriever_pb2.Document]) -> AsyncIterator[retriever_pb2.Document]:
+    """The client's documents, refusing (and so ending the stream at) one for a collection it may not write."""
+    async for doc in documents:
+        check_writable("collection", doc.collection)
+        yield doc

@@ -23,7 +23,7 @@ from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.identity import Identity
 from ragmesh.models import EXTRACTIVE
 from ragmesh.v1 import retriever_pb2
-from ragmesh.validation import MAX_FILENAME_CHARS, check_date, check_list, check_name, check_text
+from ragmesh.validation import MAX_FILENAME_CHARS, check_date, check_list, check_text, check_writable
 from services.gateway.request import MAX_NAME_CHARS
 
 MAX_TRANSCRIPT_CHARS = 500_000  # raw_text and refined_text each (a long call is ~100,000 characters)
@@ -81,7 +81,7 @@ class TranscriptInput:
         check_text("echotag", self.echotag, MAX_TAG_CHARS)
         check_text("transcript_id", self.transcript_id, MAX_TRANSCRIPT_ID_CHARS)
         self.collection = self.collection or DEFAULT_COLLECTION
-        check_name("collection", self.collection)
+        check_writable("collection", self.collection)
         check_date("date", self.date)
         check_text("tenant", self.tenant, MAX_NAME_CHARS)
 

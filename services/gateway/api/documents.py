@@ -39,7 +39,7 @@ from ragmesh.errors import InvalidArgument, NotFound, RagmeshError
 from ragmesh.identity import Identity, identity_var
 from ragmesh.types import MEMORY_COLLECTION, DocumentEntry
 from ragmesh.v1 import retriever_pb2
-from ragmesh.validation import MAX_PAGE, check_name, check_page, shown
+from ragmesh.validation import MAX_PAGE, check_name, check_page, check_writable, shown
 
 MAX_FILES = 100
 
@@ -57,9 +57,7 @@ class _Batch:
 def _template(collection: str, tenant: str, metadata: dict, summarize: object) -> retriever_pb2.Document:
     """The fields every document of the request shares (the tenant is the caller's; the retriever
     takes it from the credential the gateway forwards)."""
-    check_name("collection", collection)
-    if collection == MEMORY_COLLECTION:
-        raise InvalidArgument("collection", f"{collection!r} is the conversation memory: only Ask writes it")
+    check_writable("collection", collection)
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise InvalidArgument("metadata", "must be an object of string values")
     try:
