@@ -17,7 +17,10 @@ from tests.fakes.serving import serving, settings
 
 
 def embedder(fake: FakeGemini) -> EmbedderApp:
-    return EmbedderApp(settings(embed_backend="gemini", gemini_api_key="test-key", gemini_base_url=fake.url))
+    """EMBED_BATCH_SIZE 150 lets one Embed call carry 150 texts, so the backend's own split into
+    requests of 100 (the API's limit) shows."""
+    return EmbedderApp(settings(embed_backend="gemini", gemini_api_key="test-key", gemini_base_url=fake.url,
+                                embed_batch_size=150))
 
 
 def test_embeds_in_batches_of_100_with_task_types_and_unit_length_768_dim_vectors(fake_gemini: FakeGemini) -> None:
