@@ -13,24 +13,28 @@ on an idle stack, then while the rival (or nobody in particular) does one thing 
   bombs    two decompression bombs (DOCX files of ~150 KB whose document.xml inflates to 50 MB) uploaded
            by the rival, again as soon as one is answered;
   halfopen 300 connections that send an /api request's headers and a few bytes of a JSON body, with no
-           credential, and hold still (reopened when the server closes them);
-  embed    the rival's operator key calling `Embedder/Embed` with the largest call the embedder allows
-           (the most texts at the longest text), back to back.
+           credential, and hold still (one the server closes is opened again a second later);
+  embed    the rival's operator key calling `Embedder/Embed` with the costliest call the embedder's limits
+           allow (the most texts, each as long as the call's characters allow), back to back.
 
-Each figure is the victim's p50 and p99 under load divided by the same on the idle stack (target <= 2).
+Each load runs in a process of its own (the victim's client keeps its CPU time). Each figure is the
+victim's p50 and p99 under load divided by the same on the idle stack (target <= 2); a victim request
+refused or failed makes its figure infinite.
 """
 from __future__ import annotations
 
 import asyncio
 import io
-import json
-import socket
+import multiprocessing
+import multiprocessing.process
+import queue
 import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Event as EventType
 
 import grpc
 import httpx
@@ -138,9 +142,24 @@ async def victim(stack: Stack, plan: FairnessPlan, offset: int) -> dict[str, Mea
 
 
 # ----------------------------------------------------------------------------- what the load does
+# Each load runs in a process of its own, so the attacker's client never takes the victim's client's
+# CPU time or event loop: what the figures show is the stack's fairness, not the benchmark's.
 
 
-async def bombs(stack: Stack, key: str, stop: asyncio.Event, seen: list[str]) -> None:
+@dataclass(frozen=True)
+class Where:
+    """What a load process needs of the stack."""
+
+    http_port: int
+    embedder: str
+    key: str
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+
+async def bombs(where: Where, stop: asyncio.Event, seen: list[str]) -> None:
     """Two uploaders of a decompression bomb each, again as soon as one is answered."""
     bomb = docx_bomb()
 
@@ -152,9 +171,9 @@ async def bombs(stack: Stack, key: str, stop: asyncio.Event, seen: list[str]) ->
                 files = {"files": (f"bomb-{i}-{n}.docx", bomb,
                                    "application/vnd.openxmlformats-officedocument.wordprocessingml.document")}
                 try:
-                    async with client.stream("POST", stack.http_url + "/api/documents", files=files,
+                    async with client.stream("POST", where.http_url + "/api/documents", files=files,
                                              data={"collection": "documents"},
-                                             headers={"authorization": f"Bearer {key}"}) as reply:
+                                             headers={"authorization": f"Bearer {where.key}"}) as reply:
                         async for line in reply.aiter_lines():
                             if '"FAILED"' in line or '"INDEXED"' in line:
                                 seen.append(line[6:200])
@@ -164,18 +183,19 @@ async def bombs(stack: Stack, key: str, stop: asyncio.Event, seen: list[str]) ->
     await asyncio.gather(uploader(1), uploader(2))
 
 
-async def half_open(stack: Stack, stop: asyncio.Event, seen: list[str]) -> None:
-    """HALF_OPEN anonymous connections, each with an /api request's headers and a few bytes of its body."""
-    request = (f"POST /api/chat/ask HTTP/1.1\r\nHost: 127.0.0.1:{stack.ports['http']}\r\n"
+async def half_open(where: Where, stop: asyncio.Event, seen: list[str]) -> None:
+    """HALF_OPEN anonymous connections, each with an /api request's headers and a few bytes of its body,
+    held still; one the server closes is opened again a second later."""
+    request = (f"POST /api/chat/ask HTTP/1.1\r\nHost: 127.0.0.1:{where.http_port}\r\n"
                "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"quest").encode()
 
     async def holder() -> None:
         while not stop.is_set():
             try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", stack.ports["http"])
+                reader, writer = await asyncio.open_connection("127.0.0.1", where.http_port)
             except OSError as exc:
                 seen.append(f"connect: {exc}")
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(1.0)
                 continue
             writer.write(request)
             try:
@@ -187,6 +207,7 @@ async def half_open(stack: Stack, stop: asyncio.Event, seen: list[str]) -> None:
                 pass
             finally:
                 writer.close()
+            await asyncio.sleep(1.0)
 
     await asyncio.gather(*(holder() for _ in range(HALF_OPEN)))
 
@@ -204,46 +225,80 @@ async def _until(reader: asyncio.StreamReader, stop: asyncio.Event) -> bytes:
 
 
 def largest_embed() -> tuple[int, int]:
-    """(texts, characters per text) of the largest Embed call the embedder's limits allow."""
+    """(texts, characters per text) of the costliest Embed call the embedder's limits allow: the most
+    texts, each as long as the call's characters allow (the model reads 256 tokens of each)."""
     limits = EmbedLimits.from_settings(config.load())
-    texts = max(1, min(limits.texts, limits.call_chars // limits.text_chars))
-    return texts, limits.text_chars
+    return limits.texts, min(limits.text_chars, limits.call_chars // limits.texts)
 
 
-async def big_embeds(stack: Stack, key: str, stop: asyncio.Event, seen: list[str]) -> None:
-    """The rival's operator key sends the largest allowed Embed call, back to back."""
+async def big_embeds(where: Where, stop: asyncio.Event, seen: list[str]) -> None:
+    """The rival's operator key sends the costliest allowed Embed call, back to back."""
     texts, chars = largest_embed()
     words = ("revenue exposure hedge duration spread volatility " * (chars // 50 + 1))[:chars]
     request = embedder_pb2.EmbedRequest(texts=[words] * texts, task=embedder_pb2.DOCUMENT)
-    async with grpc.aio.insecure_channel(stack.address("embedder"), options=[
-            ("grpc.max_send_message_length", 256 * 2**20)]) as channel:
+    async with grpc.aio.insecure_channel(where.embedder) as channel:
         embed = embedder_pb2_grpc.EmbedderStub(channel).Embed
         while not stop.is_set():
             try:
-                await embed(request, metadata=(("authorization", f"Bearer {key}"),), timeout=TIMEOUT_S)
+                await embed(request, metadata=(("authorization", f"Bearer {where.key}"),), timeout=TIMEOUT_S)
                 seen.append("ok")
             except grpc.aio.AioRpcError as exc:
                 seen.append(f"{exc.code().name}: {exc.details()}")
                 await asyncio.sleep(0.2)
 
 
+LOADS = {"bombs": bombs, "halfopen": half_open, "embed": big_embeds}
+
+
+def _load_process(kind: str, where: Where, stop: EventType, out: Queue) -> None:
+    """A load process: runs the load until `stop` is set, then reports how many replies it saw and the first."""
+
+    async def run() -> list[str]:
+        seen: list[str] = []
+        stopping = asyncio.Event()
+        task = asyncio.ensure_future(LOADS[kind](where, stopping, seen))
+        while not stop.is_set() and not task.done():
+            await asyncio.sleep(0.1)
+        stopping.set()
+        try:
+            await asyncio.wait_for(task, 60)
+        except asyncio.TimeoutError:
+            task.cancel()
+        return seen
+
+    seen = asyncio.run(run())
+    out.put((len(seen), seen[:1]))
+
+
 # ----------------------------------------------------------------------------- the part
 
 
-async def measure(stack: Stack, plan: FairnessPlan, offset: int,
-                  load: Callable[[asyncio.Event, list[str]], Awaitable[None]] | None) -> tuple[dict, list[str]]:
-    stop, seen = asyncio.Event(), []
-    task = asyncio.ensure_future(load(stop, seen)) if load else None
+async def measure(stack: Stack, plan: FairnessPlan, offset: int, load: str | None, where: Where
+                  ) -> tuple[dict[str, Measured], str]:
+    """The victim's figures while `load` runs in its own process (None: idle); and what the load saw."""
+    if load is None:
+        return await victim(stack, plan, offset), ""
+    ctx = multiprocessing.get_context("spawn")
+    stop, out = ctx.Event(), ctx.Queue()
+    process = ctx.Process(target=_load_process, args=(load, where, stop, out), daemon=True)
+    process.start()
     try:
-        await asyncio.sleep(SETTLE_S if load else 0)
-        return await victim(stack, plan, offset), seen
+        await asyncio.sleep(SETTLE_S)
+        return await victim(stack, plan, offset), _described(stop, out, process)
     finally:
         stop.set()
-        if task is not None:
-            try:
-                await asyncio.wait_for(task, 60)
-            except asyncio.TimeoutError:
-                task.cancel()
+        process.join(90)
+        if process.is_alive():
+            process.kill()
+
+
+def _described(stop: EventType, out: Queue, process: multiprocessing.process.BaseProcess) -> str:
+    stop.set()
+    try:
+        count, first = out.get(timeout=90)
+    except queue.Empty:
+        return "the load process reported nothing"
+    return f"{count:,} load replies" + (f"; first: {first[0][:80]!r}" if first else "")
 
 
 def p(measured: Measured, q: float) -> float:
@@ -257,20 +312,15 @@ def run_fairness(quick: bool = False) -> Section:
     plan = QUICK if quick else FULL
     section = Section("Fairness between tenants (victim's p50 / p99 under another's load, as a ratio to idle)")
     with Stack() as stack:
-        key = rival_key(stack)
-        loads: dict[str, Callable[[asyncio.Event, list[str]], Awaitable[None]] | None] = {
-            "idle": None,
-            "two bombs parsing": lambda stop, seen: bombs(stack, key, stop, seen),
-            f"{HALF_OPEN} half-open connections": lambda stop, seen: half_open(stack, stop, seen),
-            "largest allowed Embed": lambda stop, seen: big_embeds(stack, key, stop, seen),
-        }
-        results: dict[str, tuple[dict, list[str]]] = {}
+        where = Where(stack.ports["http"], stack.address("embedder"), rival_key(stack))
+        loads = {"idle": None, "two bombs parsing": "bombs", f"{HALF_OPEN} half-open connections": "halfopen",
+                 "the costliest allowed Embed": "embed"}
+        results: dict[str, tuple[dict[str, Measured], str]] = {}
         for i, (name, load) in enumerate(loads.items()):
             log(f"fairness: {name}")
-            results[name] = asyncio.run(measure(stack, plan, 1000 * i, load))
+            results[name] = asyncio.run(measure(stack, plan, 1000 * i, load, where))
         idle = results.pop("idle")[0]
-        for name, (figures, seen) in results.items():
-            what = f"{len(seen)} load replies; first: {seen[0][:80]!r}" if seen else "no load reply"
+        for name, (figures, what) in results.items():
             for kind in ("upload", "ask"):
                 for q in (50, 99):
                     base, now = p(idle[kind], q), p(figures[kind], q)
@@ -281,7 +331,7 @@ def run_fairness(quick: bool = False) -> Section:
                                 Target("<=", TARGET_RATIO) if not quick else None,
                                 note + (f"; {what}" if kind == "upload" and q == 50 else ""))
         texts, chars = largest_embed()
-        section.notes.append(f"{plan.uploads} uploads and {plan.asks} asks per row, one at a time; the largest Embed: "
-                             f"{texts} texts of {chars:,} characters; the bombs: DOCX of {len(docx_bomb()):,} bytes "
-                             f"inflating to {BOMB_XML_BYTES // 2**20} MB.")
+        section.notes.append(f"{plan.uploads} uploads and {plan.asks} asks per row, one at a time; the load in a "
+                             f"process of its own; the costliest Embed: {texts} texts of {chars:,} characters; "
+                             f"the bombs: DOCX of {len(docx_bomb()):,} bytes inflating to {BOMB_XML_BYTES // 2**20} MB.")
     return section
