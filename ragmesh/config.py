@@ -316,6 +316,12 @@ class Settings:
     # The interactive API page (/docs, Swagger UI from vendored files); /openapi.json is always served.
     api_docs: bool = field(default_factory=lambda: _env("API_DOCS", "true").lower() == "true")
 
+    # Embedder fairness between tenants (issue 23)
+    # The most characters of one Embed call in one model call (one text at least): a larger call runs
+    # in slices, and other tenants' waiting calls run between them. Unset = 4096 for the local model
+    # (64 questions, or two texts of 2,000 characters, a call), no slicing for Gemini; 0 = no slicing.
+    embed_slice_chars: int | None = field(default_factory=lambda: _optional_int("EMBED_SLICE_CHARS"))
+
     def address(self, service: str) -> str:
         """host:port of a service, from its *_ADDR variable or this host and its port."""
         explicit = getattr(self, f"{service}_addr", "")
