@@ -317,9 +317,10 @@ class Settings:
     api_docs: bool = field(default_factory=lambda: _env("API_DOCS", "true").lower() == "true")
 
     # Embedder fairness between tenants (issue 23)
-    # The most characters of one Embed call in one model call (one text at least): a larger call runs
-    # in slices, and other tenants' waiting calls run between them. Unset = 4096 for the local model
-    # (64 questions, or two texts of 2,000 characters, a call), no slicing for Gemini; 0 = no slicing.
+    # The most characters of Embed calls in one model call (one text at least) while tenants share the
+    # embedder: a larger call runs in slices, other tenants' calls run between them; a tenant alone gets
+    # twice as many. Unset = 2048 for the local model (one text of 2,000 characters, or 40 questions,
+    # a call), no slicing for Gemini; 0 = no slicing.
     embed_slice_chars: int | None = field(default_factory=lambda: _optional_int("EMBED_SLICE_CHARS"))
 
     def address(self, service: str) -> str:

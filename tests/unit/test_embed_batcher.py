@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from ragmesh.errors import ResourceExhausted
-from services.embedder.batcher import DeadlineExceeded, MicroBatcher
+from services.embedder import batcher as batcher_module
+from services.embedder.batcher import ALONE_SLICE, DeadlineExceeded, MicroBatcher
 
 TASK_CODE = {"QUERY": 1.0, "DOCUMENT": 2.0}
 
@@ -216,6 +217,12 @@ def test_a_lone_request_at_an_idle_model_does_not_wait_out_the_window() -> None:
 # order of the backend's calls is the scheduler's decision alone, whatever the machine's speed.
 
 
+@pytest.fixture(autouse=True)
+def tenants_stay_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tenant served once counts as about for the whole test, however slow the machine."""
+    monkeypatch.setattr(batcher_module, "ACTIVE_S", 3600.0)
+
+
 def text(name: str, i: int, chars: int = 8) -> str:
     """A text of exactly `chars` characters that the fake embeds as `i`."""
     tail = f"-{i}"
@@ -232,18 +239,21 @@ async def queued(batcher: MicroBatcher, *requests: tuple[list[str], str, str]) -
 
 
 def test_another_tenants_request_runs_before_the_rest_of_a_big_requests_slices() -> None:
+    """Alone, the rival's call runs ALONE_SLICE (2) times two texts a slice; once another tenant is
+    about, two a slice."""
+    assert ALONE_SLICE == 2
     backend = FakeBackend(gated=True)
     batcher = MicroBatcher(backend, window_ms=0, slice_chars=16)  # two 8-character texts a call
 
     async def scenario() -> None:
-        big = [text("big", i) for i in range(8)]
+        big = [text("big", i) for i in range(10)]
         attacker = asyncio.create_task(batcher.embed(big, "DOCUMENT", tenant="rival"))
         await running(backend)  # its first slice holds the model
-        victim, = await queued(batcher, (["upload-100"], "DOCUMENT", "demo"))
+        victim, = await queued(batcher, ([text("upload", 100)], "DOCUMENT", "demo"))
         backend.gate.set()
-        assert (await victim).tolist() == [vector("upload-100", "DOCUMENT")]
+        assert (await victim).tolist() == [vector(text("upload", 100), "DOCUMENT")]
         assert (await attacker).tolist() == [vector(t, "DOCUMENT") for t in big], "rows in order across slices"
-        assert [call for _, call in backend.calls] == [big[0:2], ["upload-100"], big[2:4], big[4:6], big[6:8]]
+        assert [call for _, call in backend.calls] == [big[0:4], [text("upload", 100)], big[4:6], big[6:8], big[8:10]]
 
     run(batcher, scenario)
 
@@ -332,7 +342,7 @@ def test_a_big_request_cancelled_between_slices_runs_no_more_and_frees_the_queue
         await running(backend)
         big.cancel()
         await asyncio.sleep(0)
-        # Its 9 untaken texts no longer count: 10 new ones fit the queue of 10.
+        # Its untaken texts no longer count: 10 new ones fit the queue of 10.
         after = asyncio.create_task(batcher.embed([text("new", 20 + i) for i in range(10)], "DOCUMENT", tenant="demo"))
         await asyncio.sleep(0)
         backend.gate.set()
@@ -348,7 +358,7 @@ def test_a_big_request_cancelled_between_slices_runs_no_more_and_frees_the_queue
 
 def test_a_failing_slice_fails_its_request_and_its_later_slices_never_run() -> None:
     backend = FakeBackend(gated=True)
-    batcher = MicroBatcher(backend, window_ms=0, slice_chars=8)
+    batcher = MicroBatcher(backend, window_ms=0, slice_chars=4)  # alone: one 6-character text a call
 
     async def scenario() -> None:
         doomed = asyncio.create_task(batcher.embed(["fine-1", "boom-2", "never-3"], "DOCUMENT", tenant="a"))
