@@ -316,7 +316,7 @@ class Settings:
     # The interactive API page (/docs, Swagger UI from vendored files); /openapi.json is always served.
     api_docs: bool = field(default_factory=lambda: _env("API_DOCS", "true").lower() == "true")
 
-    # Embedder fairness between tenants (issue 23)
+    # Embedder fairness
     # The most characters of Embed calls in one model call (one text at least) while tenants share the
     # embedder: a larger call runs in slices, other tenants' calls run between them; a tenant alone gets
     # twice as many. Unset = 2048 for the local model (one text of 2,000 characters, or 40 questions,

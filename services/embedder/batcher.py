@@ -22,7 +22,8 @@ and then merged into the next. So:
   stand in for the model's work (a text of 2,000 characters takes about ten times a question's);
 - a tenant alone on the model (no other tenant served in the last ACTIVE_S) gets slices ALONE_SLICE
   times as large: nobody waits on them, and a few more texts a call keep a lone tenant's ingest as
-  fast as unsliced calls, and 64 of its questions in one call. Another tenant arriving then waits
+  fast as unsliced calls, and 64 of its questions (of up to 64 characters) in one call. Another
+  tenant arriving then waits
   for one of those larger slices at most, and the smaller slices from then on.
 
 A sliced request's rows are put back together in order: the caller sees one reply, as before.
