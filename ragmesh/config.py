@@ -318,9 +318,9 @@ class Settings:
 
     # Embedder fairness
     # The most characters of Embed calls in one model call (one text at least) while tenants share the
-    # embedder: a larger call runs in slices, other tenants' calls run between them; a tenant alone gets
-    # twice as many. Unset = 2048 for the local model (one text of 2,000 characters, or 40 questions,
-    # a call), no slicing for Gemini; 0 = no slicing.
+    # embedder: a larger call runs in slices, other tenants' calls run between them. A tenant alone gets
+    # slices twice as large, and its small calls share model calls as before. Unset = 2048 for the local
+    # model (one text of 2,000 characters, or 40 questions, a call), no slicing for Gemini; 0 = none.
     embed_slice_chars: int | None = field(default_factory=lambda: _optional_int("EMBED_SLICE_CHARS"))
 
     def address(self, service: str) -> str:

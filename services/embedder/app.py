@@ -16,8 +16,9 @@ from services.embedder.servicer import EmbedderServicer
 
 
 # Characters a backend call of the local model carries while tenants share it: one text of 2,000
-# characters (about 30 ms on 2 cores), 40 questions; a tenant alone gets twice that (5 ingest chunks of
-# 800 characters a call, which embed as fast as 64 a call). Measured for issue 23.
+# characters (about 30 ms on 2 cores), or 40 questions; a tenant alone gets slices twice that (5 ingest
+# chunks of 800 characters, which embed as fast as 64 a call; 2 a call would be 12% slower). Measured
+# for issue 23.
 LOCAL_SLICE_CHARS = 2048
 
 

@@ -21,10 +21,10 @@ and then merged into the next. So:
   wait for their own turn, so a small request never rides with another tenant's slice. Characters
   stand in for the model's work (a text of 2,000 characters takes about ten times a question's);
 - a tenant alone on the model (no other tenant served in the last ACTIVE_S) gets slices ALONE_SLICE
-  times as large: nobody waits on them, and a few more texts a call keep a lone tenant's ingest as
-  fast as unsliced calls, and 64 of its questions (of up to 64 characters) in one call. Another
-  tenant arriving then waits
-  for one of those larger slices at most, and the smaller slices from then on.
+  times as large, and its many small requests share calls of up to max_batch texts as before: nobody
+  waits on them, and so a lone tenant's ingest (5 chunks a call embed as fast as 64) and its users'
+  chats (their questions and memory chunks, 64 a call) lose nothing. Another tenant arriving then
+  waits for one such call at most, and for one slice from then on.
 
 A sliced request's rows are put back together in order: the caller sees one reply, as before.
 """
@@ -83,7 +83,7 @@ class _Piece:
 @dataclass
 class _Batch:
     task: str
-    chars_limit: float  # characters the batch may carry (a lone first text may go past it)
+    chars_limit: float  # characters the batch may carry beyond its first request
     pieces: list[_Piece] = field(default_factory=list)
     texts: int = 0
     chars: int = 0
@@ -229,11 +229,11 @@ class MicroBatcher:
 
     def _take(self, first: _Request, now: float) -> _Batch:
         """`first` (whole, or its next slice), then requests of its task tenant by tenant in turn order,
-        one a tenant a round, each whole while the batch has room; a tenant whose next request does
-        not fit waits for its own turn."""
+        one a tenant a round, each whole while the batch has room (texts, and characters unless the
+        tenant is alone); a tenant whose next request does not fit waits for its own turn."""
         alone = not any(t != first.tenant and now - at < ACTIVE_S for t, at in self._served_at.items())
         limit = self.slice_chars * (ALONE_SLICE if alone else 1) if self.slice_chars else float("inf")
-        batch = _Batch(first.task, limit)
+        batch = _Batch(first.task, float("inf") if alone else limit)
         self._add(batch, first, self._slice(first, limit))
         tenants = deque(h.tenant for h in self._heads(first.task) if h.tenant != first.tenant)
         tenants.append(first.tenant)  # it has had its turn this round
@@ -242,8 +242,10 @@ class MicroBatcher:
             request = self._head((tenant, first.task))
             if request is None:
                 continue
-            n = len(request.texts) - request.taken
-            if batch.texts + n > self.max_batch or batch.chars + request.remaining_chars() > batch.chars_limit:
+            n, chars = len(request.texts) - request.taken, request.remaining_chars()
+            # A request that runs in slices (cut, or too big for one) only ever goes first.
+            if request.taken or chars > limit or batch.texts + n > self.max_batch or (
+                    batch.chars + chars > batch.chars_limit):
                 continue
             self._add(batch, request, n)
             tenants.append(tenant)

@@ -370,3 +370,25 @@ def test_a_failing_slice_fails_its_request_and_its_later_slices_never_run() -> N
         assert [call for _, call in backend.calls] == [["fine-1"], ["boom-2"], ["after-4"]]
 
     run(batcher, scenario)
+
+
+def test_a_lone_tenants_concurrent_big_calls_still_run_slice_by_slice() -> None:
+    """Alone, a tenant's small requests share calls without a character bound, but its big ones do
+    not ride along: each runs in slices, so whoever comes next waits for one slice."""
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0, slice_chars=8)  # alone: two 8-character texts a call
+
+    async def scenario() -> None:
+        first = asyncio.create_task(batcher.embed([text("big", i) for i in range(4)], "DOCUMENT", tenant="rival"))
+        await running(backend)
+        tasks = await queued(batcher, *(([text("big", 10 * n + i) for i in range(4)], "DOCUMENT", "rival")
+                                        for n in (1, 2)),
+                             *(([text("doc", 100 + i)], "DOCUMENT", "rival") for i in range(5)))
+        backend.gate.set()
+        await asyncio.gather(first, *tasks)
+        bigs = [[t for t in call if t.startswith("big")] for _, call in backend.calls]
+        assert all(len(b) <= 2 for b in bigs) and sum(map(len, bigs)) == 12, backend.calls
+        docs = [[t for t in call if t.startswith("doc")] for _, call in backend.calls]
+        assert [text("doc", 100 + i) for i in range(5)] in docs, "the small ones share one call"
+
+    run(batcher, scenario)
