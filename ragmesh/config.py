@@ -316,6 +316,13 @@ class Settings:
     # The interactive API page (/docs, Swagger UI from vendored files); /openapi.json is always served.
     api_docs: bool = field(default_factory=lambda: _env("API_DOCS", "true").lower() == "true")
 
+    # Embedder fairness
+    # The most characters of Embed calls in one model call (one text at least) while tenants share the
+    # embedder: a larger call runs in slices, other tenants' calls run between them. A tenant alone gets
+    # slices twice as large, and its small calls share model calls as before. Unset = 2048 for the local
+    # model (one text of 2,000 characters, or 40 questions, a call), no slicing for Gemini; 0 = none.
+    embed_slice_chars: int | None = field(default_factory=lambda: _optional_int("EMBED_SLICE_CHARS"))
+
     def address(self, service: str) -> str:
         """host:port of a service, from its *_ADDR variable or this host and its port."""
         explicit = getattr(self, f"{service}_addr", "")

@@ -1,4 +1,5 @@
-"""Micro-batching for the embedder: concurrent Embed calls of the same task share one model call.
+"""Micro-batching for the embedder: concurrent Embed calls of the same task share one model call, and
+no tenant's calls stall another's.
 
 Serving one request per model call left the model idle between tiny batches: 200 concurrent searches
 ran at ~26/s, while the same model embeds dozens of short queries in about the time of one. Requests
@@ -7,21 +8,41 @@ thread; requests that arrive while it runs form the next batch. A request that f
 runs at once: the window only pays while requests keep coming. One call at a time, because on a
 couple of cores the model already uses every core for one batch.
 
-A request larger than a batch runs alone, in one backend call: the backend chunks it its own way
-(Gemini packs 100 texts per HTTP request, its API's limit), and ingest sends at most
-EMBED_BATCH_SIZE texts a call anyway.
+Fairness between tenants (issue 23): one tenant calling Embed back to back with the largest call the
+limits allow made another tenant's one-text upload wait 20x longer, behind the running 64-text call
+and then merged into the next. So:
+
+- each batch starts from the tenant served least recently among those with waiting work (round
+  robin), and is filled with same-task requests of every tenant in that order, so many users'
+  questions still share a model call;
+- a backend call carries at most `slice_chars` characters (one text at least): a larger request runs
+  in slices, one slice per turn of its tenant, so another tenant waits about one slice, not a whole
+  call. Only the batch's first tenant may have its request cut; the others' requests join whole or
+  wait for their own turn, so a small request never rides with another tenant's slice. Characters
+  stand in for the model's work (a text of 2,000 characters takes about ten times a question's);
+- a tenant alone on the model (no other tenant served in the last ACTIVE_S) gets slices ALONE_SLICE
+  times as large, and its many small requests share calls of up to max_batch texts as before: nobody
+  waits on them, and so a lone tenant's ingest (5 chunks a call embed as fast as 64) and its users'
+  chats (their questions and memory chunks, 64 a call) lose nothing. Another tenant arriving then
+  waits for one such call at most, and for one slice from then on.
+
+A sliced request's rows are put back together in order: the caller sees one reply, as before.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ragmesh.errors import RagmeshError, ResourceExhausted, Unavailable
 from services.embedder.backends import EmbeddingBackend
+
+
+ACTIVE_S = 1.0  # a tenant served this recently is still about: its next request is likely on its way
+ALONE_SLICE = 2
 
 
 class DeadlineExceeded(RagmeshError):
@@ -33,43 +54,81 @@ class DeadlineExceeded(RagmeshError):
 
 @dataclass(eq=False)
 class _Request:
-    """One caller's texts, waiting for a batch (queued) until taken into one."""
+    """One caller's texts, waiting (queued) until the last of them is taken into a batch."""
 
     texts: list[str]
     task: str
+    tenant: str
     deadline: float | None  # time.monotonic() by which the caller gives up; None = never
     arrived: float
     future: asyncio.Future[np.ndarray]
+    taken: int = 0  # texts handed to backend calls so far (the request's slices)
+    rows: np.ndarray | None = None  # the vectors of the slices done, until the last one
+    done: int = 0  # texts whose rows are in
     queued: bool = True
+
+    def remaining_chars(self) -> int:
+        return sum(map(len, self.texts[self.taken :]))
+
+
+@dataclass
+class _Piece:
+    """The texts [start, stop) of one request in one backend call."""
+
+    request: _Request
+    start: int
+    stop: int
+
+
+@dataclass
+class _Batch:
+    task: str
+    chars_limit: float  # characters the batch may carry beyond its first request
+    pieces: list[_Piece] = field(default_factory=list)
+    texts: int = 0
+    chars: int = 0
 
 
 class MicroBatcher:
-    """Collects concurrent embed requests per task and runs them as bounded batches, one at a time.
+    """Collects concurrent embed requests per task and runs them as bounded batches, one at a time,
+    taking tenants in turn.
 
     Single event loop: the queues are touched only from the loop; only backend.embed runs in a thread.
     """
 
     def __init__(self, backend: EmbeddingBackend, window_ms: float = 5.0, max_batch: int = 64,
-                 max_queue: int = 4096) -> None:
+                 max_queue: int = 4096, slice_chars: int = 0) -> None:
         if window_ms < 0:
             raise ValueError("EMBED_BATCH_WINDOW_MS must be 0 or more")
         if max_batch < 1:
             raise ValueError("EMBED_MAX_BATCH must be at least 1")
         if max_queue < 1:
             raise ValueError("EMBED_MAX_QUEUE must be at least 1")
+        if slice_chars < 0:
+            raise ValueError("EMBED_SLICE_CHARS must be 0 (no limit) or more")
         self.backend = backend
         self.window_s = window_ms / 1000
         self.max_batch = max_batch
         self.max_queue = max_queue
+        self.slice_chars = slice_chars  # 0: a request always runs as one call
         self.batches = 0  # backend calls made
         self.dropped = 0  # requests abandoned (cancelled, past their deadline) before their batch ran
-        self._queues: dict[str, deque[_Request]] = {}
+        self._queues: dict[tuple[str, str], deque[_Request]] = {}  # (tenant, task): oldest first
+        self._turns = 0  # requests (or slices) handed to backend calls so far
+        self._served: dict[str, int] = {}  # tenant: the turn that last served it
+        self._served_at: dict[str, float] = {}  # tenant: when its last backend call ended (loop time)
         self._waiting = 0  # texts queued and not yet taken into a batch, over all tasks
         self._waiting_by_task: dict[str, int] = {}
         self._arrived = asyncio.Event()  # remade with each worker: it belongs to the worker's loop
         self._worker: asyncio.Task[None] | None = None
 
-    async def embed(self, texts: list[str], task: str, deadline: float | None = None) -> np.ndarray:
+    @property
+    def waiting(self) -> int:
+        """Texts queued and not yet taken into a backend call."""
+        return self._waiting
+
+    async def embed(self, texts: list[str], task: str, deadline: float | None = None,
+                    tenant: str = "") -> np.ndarray:
         """(len(texts), dimensions) rows for this caller, in order. Raises ResourceExhausted when the
         queue is full, and whatever the backend raised for a batch this request was part of."""
         if not texts:
@@ -80,9 +139,9 @@ class MicroBatcher:
             raise ResourceExhausted(f"embedder: queue full ({self._waiting} texts waiting, at most "
                                     f"{self.max_queue}); retry shortly", retry_after_s=1.0)
         loop = asyncio.get_running_loop()
-        request = _Request(list(texts), task, deadline, loop.time(), loop.create_future())
+        request = _Request(list(texts), task, tenant, deadline, loop.time(), loop.create_future())
         request.future.add_done_callback(lambda _: self._forget(request))
-        self._queues.setdefault(task, deque()).append(request)
+        self._queues.setdefault((tenant, task), deque()).append(request)
         self._count(task, len(texts))
         if self._worker is None or self._worker.done():
             self._arrived = asyncio.Event()
@@ -106,18 +165,18 @@ class MicroBatcher:
         self._waiting_by_task[task] = self._waiting_by_task.get(task, 0) + n
 
     def _forget(self, request: _Request) -> None:
-        """A request that finished while queued (cancelled, past its deadline, shut down) no longer
-        counts against the queue."""
+        """A request that finished while queued (cancelled, past its deadline, shut down, or failed in
+        an earlier slice) no longer counts against the queue."""
         if request.queued:
             request.queued = False
-            self._count(request.task, -len(request.texts))
+            self._count(request.task, request.taken - len(request.texts))
             future = request.future
             if future.cancelled() or isinstance(future.exception(), DeadlineExceeded):
                 self.dropped += 1
 
-    def _head(self, task: str) -> _Request | None:
-        """The oldest live request of a task; abandoned ones are discarded on the way."""
-        queue = self._queues.get(task)
+    def _head(self, key: tuple[str, str]) -> _Request | None:
+        """The oldest live request of a tenant and task; abandoned ones are discarded on the way."""
+        queue = self._queues.get(key)
         while queue:
             request = queue[0]
             if request.future.done():
@@ -127,26 +186,37 @@ class MicroBatcher:
                 request.future.set_exception(DeadlineExceeded("embedder: deadline passed while queued"))
             else:
                 return request
+        if queue is not None:
+            del self._queues[key]
         return None
 
-    def _oldest(self) -> _Request | None:
-        heads = [h for h in map(self._head, list(self._queues)) if h is not None]
-        return min(heads, key=lambda h: h.arrived, default=None)
+    def _heads(self, task: str | None = None) -> list[_Request]:
+        """Each tenant's oldest live request (of `task`, or of each task), in turn order: the tenant
+        served least recently first (never served before any), then the oldest first."""
+        keys = [key for key in self._queues if task is None or key[1] == task]
+        heads = [h for h in map(self._head, keys) if h is not None]
+        return sorted(heads, key=lambda h: (self._served.get(h.tenant, -1), h.arrived))
+
+    def _next(self) -> _Request | None:
+        """The request the next batch starts from: the oldest of the tenant whose turn it is."""
+        heads = self._heads()
+        return min((h for h in heads if h.tenant == heads[0].tenant), key=lambda h: h.arrived) if heads else None
 
     async def _run(self, arrived: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         last_end = float("-inf")  # when the last batch finished (loop time)
         while True:
-            head = self._oldest()
+            head = self._next()
             if head is None:
                 arrived.clear()
                 await arrived.wait()
                 continue
-            # Wait for company until the oldest request's window closes or its task fills a batch, but
+            # Wait for company until the first request's window closes or its task fills a batch, but
             # only while requests keep coming (it arrived while a batch ran): a request that found the
-            # model idle runs at once, and the ones arriving meanwhile form the next batch.
+            # model idle runs at once, and the ones arriving meanwhile form the next batch. A request
+            # already partly run has had its wait.
             delay = head.arrived + self.window_s - loop.time()
-            busy = head.arrived <= last_end
+            busy = head.arrived <= last_end and not head.taken
             if busy and delay > 0 and self._waiting_by_task[head.task] < self.max_batch:
                 arrived.clear()
                 try:
@@ -154,29 +224,67 @@ class MicroBatcher:
                 except TimeoutError:
                     pass
                 continue
-            await self._run_batch(head.task)
+            await self._run_batch(self._take(head, loop.time()))
             last_end = loop.time()
 
-    def _take(self, task: str) -> list[_Request]:
-        """The oldest requests of one task, up to max_batch texts; a larger request alone."""
-        batch: list[_Request] = []
-        room = self.max_batch
-        while (request := self._head(task)) is not None and (not batch or len(request.texts) <= room):
-            self._queues[task].popleft()
-            request.queued = False
-            self._count(task, -len(request.texts))
-            batch.append(request)
-            room -= len(request.texts)
+    def _take(self, first: _Request, now: float) -> _Batch:
+        """`first` (whole, or its next slice), then requests of its task tenant by tenant in turn order,
+        one a tenant a round, each whole while the batch has room (texts, and characters unless the
+        tenant is alone); a tenant whose next request does not fit waits for its own turn."""
+        alone = not any(t != first.tenant and now - at < ACTIVE_S for t, at in self._served_at.items())
+        limit = self.slice_chars * (ALONE_SLICE if alone else 1) if self.slice_chars else float("inf")
+        batch = _Batch(first.task, float("inf") if alone else limit)
+        self._add(batch, first, self._slice(first, limit))
+        tenants = deque(h.tenant for h in self._heads(first.task) if h.tenant != first.tenant)
+        tenants.append(first.tenant)  # it has had its turn this round
+        while tenants and batch.texts < self.max_batch:
+            tenant = tenants.popleft()
+            request = self._head((tenant, first.task))
+            if request is None:
+                continue
+            n, chars = len(request.texts) - request.taken, request.remaining_chars()
+            # A request that runs in slices (cut, or too big for one) only ever goes first.
+            if request.taken or chars > limit or batch.texts + n > self.max_batch or (
+                    batch.chars + chars > batch.chars_limit):
+                continue
+            self._add(batch, request, n)
+            tenants.append(tenant)
         return batch
 
-    async def _run_batch(self, task: str) -> None:
-        batch = self._take(task)
-        if not batch:
-            return
-        texts = [t for request in batch for t in request.texts]
+    @staticmethod
+    def _slice(request: _Request, limit: float) -> int:
+        """How many of the request's remaining texts its next backend call takes: all of them within
+        `limit` characters, else as many as fit, one at least."""
+        n, chars = 0, 0
+        for text in request.texts[request.taken :]:
+            chars += len(text)
+            if n and chars > limit:
+                break
+            n += 1
+        return n
+
+    def _add(self, batch: _Batch, request: _Request, n: int) -> None:
+        start = request.taken
+        request.taken += n
+        batch.pieces.append(_Piece(request, start, request.taken))
+        batch.texts += n
+        batch.chars += sum(map(len, request.texts[start : request.taken]))
+        self._count(request.task, -n)
+        if request.taken == len(request.texts):
+            request.queued = False
+            self._queues[(request.tenant, request.task)].popleft()  # taken from the head, always
+
+    async def _run_batch(self, batch: _Batch) -> None:
+        texts = [t for p in batch.pieces for t in p.request.texts[p.start : p.stop]]
         self.batches += 1
+        for piece in batch.pieces:  # the batch's last tenant is the one served most recently
+            self._turns += 1
+            self._served[piece.request.tenant] = self._turns
         try:
-            vectors = await asyncio.to_thread(self.backend.embed, texts, task)
+            vectors = await asyncio.to_thread(self.backend.embed, texts, batch.task)
+            ended = asyncio.get_running_loop().time()
+            for piece in batch.pieces:
+                self._served_at[piece.request.tenant] = ended
             if len(vectors) != len(texts):  # rows would go to the wrong callers
                 raise RuntimeError(f"backend returned {len(vectors)} vectors for {len(texts)} texts")
         except asyncio.CancelledError:
@@ -186,13 +294,19 @@ class MicroBatcher:
             self._fail(batch, exc)
             return
         row = 0
-        for request in batch:
+        for piece in batch.pieces:
+            request, n = piece.request, piece.stop - piece.start
             if not request.future.done():  # a caller cancelled while its batch ran
-                request.future.set_result(vectors[row : row + len(request.texts)])
-            row += len(request.texts)
+                if request.rows is None:
+                    request.rows = np.empty((len(request.texts), vectors.shape[1]), dtype=vectors.dtype)
+                request.rows[piece.start : piece.stop] = vectors[row : row + n]
+                request.done += n
+                if request.done == len(request.texts):
+                    request.future.set_result(request.rows)
+            row += n
 
     @staticmethod
-    def _fail(batch: list[_Request], error: BaseException) -> None:
-        for request in batch:
-            if not request.future.done():
-                request.future.set_exception(error)
+    def _fail(batch: _Batch, error: BaseException) -> None:
+        for piece in batch.pieces:
+            if not piece.request.future.done():
+                piece.request.future.set_exception(error)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import grpc
 
+from ragmesh.identity import identity_var
 from ragmesh.serving import deadline_var
 from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
 from services.embedder.backends import EmbeddingBackend
@@ -20,8 +21,10 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
         texts = list(request.texts)
         self.limits.check(texts)
         task = "QUERY" if request.task == embedder_pb2.QUERY else "DOCUMENT"
-        # The deadline lets the batcher skip a caller that has given up before its batch runs.
-        vectors = await self.batcher.embed(texts, task, deadline_var.get())
+        # The deadline lets the batcher skip a caller that has given up before its batch runs; the
+        # tenant (the service credential's acting tenant, or the key's) takes its turn among the others.
+        who = identity_var.get()
+        vectors = await self.batcher.embed(texts, task, deadline_var.get(), who.tenant if who is not None else "")
         return embedder_pb2.EmbedResponse(
             vectors=[embedder_pb2.Vector(values=v) for v in vectors.tolist()],
             model=self.backend.model_name,

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from ragmesh.errors import ResourceExhausted
-from services.embedder.batcher import DeadlineExceeded, MicroBatcher
+from services.embedder import batcher as batcher_module
+from services.embedder.batcher import ALONE_SLICE, DeadlineExceeded, MicroBatcher
 
 TASK_CODE = {"QUERY": 1.0, "DOCUMENT": 2.0}
 
@@ -207,5 +208,187 @@ def test_a_lone_request_at_an_idle_model_does_not_wait_out_the_window() -> None:
             rows = await asyncio.wait_for(batcher.embed([f"q-{i}"], "QUERY"), 5)
             assert rows.tolist() == [vector(f"q-{i}", "QUERY")]
             await asyncio.sleep(0.01)
+
+    run(batcher, scenario)
+
+
+# ----------------------------------------------------------------------------- fairness between tenants
+# Every request below is queued while the gated backend holds a first call, then the gate opens: the
+# order of the backend's calls is the scheduler's decision alone, whatever the machine's speed.
+
+
+@pytest.fixture(autouse=True)
+def tenants_stay_about(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tenant served once counts as about for the whole test, however slow the machine."""
+    monkeypatch.setattr(batcher_module, "ACTIVE_S", 3600.0)
+
+
+def text(name: str, i: int, chars: int = 8) -> str:
+    """A text of exactly `chars` characters that the fake embeds as `i`."""
+    tail = f"-{i}"
+    return name[: chars - len(tail)].ljust(chars - len(tail), "x") + tail
+
+
+async def queued(batcher: MicroBatcher, *requests: tuple[list[str], str, str]) -> list[asyncio.Task]:
+    """Starts each (texts, task, tenant) request in order and returns once all of them wait."""
+    tasks = []
+    for texts, task, tenant in requests:
+        tasks.append(asyncio.create_task(batcher.embed(texts, task, tenant=tenant)))
+        await asyncio.sleep(0)  # each arrives after the one before
+    return tasks
+
+
+def test_another_tenants_request_runs_before_the_rest_of_a_big_requests_slices() -> None:
+    """Alone, the rival's call runs ALONE_SLICE (2) times two texts a slice; once another tenant is
+    about, two a slice."""
+    assert ALONE_SLICE == 2
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0, slice_chars=16)  # two 8-character texts a call
+
+    async def scenario() -> None:
+        big = [text("big", i) for i in range(10)]
+        attacker = asyncio.create_task(batcher.embed(big, "DOCUMENT", tenant="rival"))
+        await running(backend)  # its first slice holds the model
+        victim, = await queued(batcher, ([text("upload", 100)], "DOCUMENT", "demo"))
+        backend.gate.set()
+        assert (await victim).tolist() == [vector(text("upload", 100), "DOCUMENT")]
+        assert (await attacker).tolist() == [vector(t, "DOCUMENT") for t in big], "rows in order across slices"
+        assert [call for _, call in backend.calls] == [big[0:4], [text("upload", 100)], big[4:6], big[6:8], big[8:10]]
+
+    run(batcher, scenario)
+
+
+def test_a_slice_is_never_merged_into_another_tenants_batch() -> None:
+    """The victim's batch takes other tenants' requests only whole and within the slice: the rest of a
+    big request waits for its own tenant's turn instead of making the victim's call long."""
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0, slice_chars=16)
+
+    async def scenario() -> None:
+        blocker = asyncio.create_task(batcher.embed([text("hold", 0)], "QUERY", tenant="other"))
+        await running(backend)
+        tasks = await queued(batcher, ([text("big", i) for i in range(1, 7)], "QUERY", "rival"),
+                             ([text("ask", 50)], "QUERY", "demo"))
+        backend.gate.set()
+        await asyncio.gather(blocker, *tasks)
+        calls = [call for _, call in backend.calls]
+        assert calls[1] == [text("big", 1), text("big", 2)], "the older request's tenant goes first"
+        assert calls[2] == [text("ask", 50)], "then the victim, alone: no slice rides with it"
+
+    run(batcher, scenario)
+
+
+def test_one_tenants_many_small_requests_still_share_full_batches() -> None:
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0, max_batch=64, slice_chars=4096)
+
+    async def scenario() -> None:
+        blocker = asyncio.create_task(batcher.embed(["hold-0"], "QUERY", tenant="acme"))
+        await running(backend)
+        questions = [f"What was the net exposure of fund {i} in Q3?-{i}" for i in range(1, 129)]
+        tasks = await queued(batcher, *(([q], "QUERY", "acme") for q in questions))
+        backend.gate.set()
+        results = await asyncio.gather(blocker, *tasks)
+        for q, rows in zip(questions, results[1:]):
+            assert rows.tolist() == [vector(q, "QUERY")]
+        assert [len(call) for _, call in backend.calls] == [1, 64, 64]
+
+    run(batcher, scenario)
+
+
+def test_many_tenants_questions_share_a_call_taking_tenants_in_turn() -> None:
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0, max_batch=4, slice_chars=4096)
+
+    async def scenario() -> None:
+        blocker = asyncio.create_task(batcher.embed(["hold-0"], "QUERY", tenant="z"))
+        await running(backend)
+        tasks = await queued(batcher, *(([f"{tenant}-{i}"], "QUERY", tenant)
+                                        for tenant, i in (("a", 1), ("a", 2), ("a", 3), ("b", 4), ("c", 5), ("c", 6))))
+        backend.gate.set()
+        await asyncio.gather(blocker, *tasks)
+        # One of each tenant a round: a's third question waits for the next call, not b's or c's.
+        assert [call for _, call in backend.calls][1:] == [["a-1", "b-4", "c-5", "a-2"], ["c-6", "a-3"]]
+
+    run(batcher, scenario)
+
+
+def test_three_tenants_with_big_requests_take_turns_slice_by_slice() -> None:
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0, slice_chars=8)  # one 8-character text a call
+
+    async def scenario() -> None:
+        blocker = asyncio.create_task(batcher.embed([text("hold", 0)], "DOCUMENT", tenant="z"))
+        await running(backend)
+        bigs = {tenant: [text(tenant, 10 * n + i) for i in range(3)] for n, tenant in enumerate(("a", "b", "c"), 1)}
+        tasks = await queued(batcher, *((texts, "DOCUMENT", tenant) for tenant, texts in bigs.items()))
+        late, = await queued(batcher, ([text("d", 40)], "DOCUMENT", "d"))  # a newcomer gets the next turn
+        backend.gate.set()
+        results = await asyncio.gather(*tasks, late, blocker)
+        for (tenant, texts), rows in zip(bigs.items(), results):
+            assert rows.tolist() == [vector(t, "DOCUMENT") for t in texts]
+        order = [call[0][0] for _, call in backend.calls[1:]]
+        assert order == ["a", "b", "c", "d", "a", "b", "c", "a", "b", "c"]
+
+    run(batcher, scenario)
+
+
+def test_a_big_request_cancelled_between_slices_runs_no_more_and_frees_the_queue() -> None:
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0, slice_chars=8, max_queue=10)
+
+    async def scenario() -> None:
+        big = asyncio.create_task(batcher.embed([text("big", i) for i in range(10)], "DOCUMENT", tenant="rival"))
+        await running(backend)
+        big.cancel()
+        await asyncio.sleep(0)
+        # Its untaken texts no longer count: 10 new ones fit the queue of 10.
+        after = asyncio.create_task(batcher.embed([text("new", 20 + i) for i in range(10)], "DOCUMENT", tenant="demo"))
+        await asyncio.sleep(0)
+        backend.gate.set()
+        assert len(await after) == 10
+        with pytest.raises(asyncio.CancelledError):
+            await big
+        assert [call[0] for _, call in backend.calls[:2]] == [text("big", 0), text("new", 20)]
+        assert not any(t.startswith("big") for _, call in backend.calls[1:] for t in call)
+        assert batcher.dropped == 1
+
+    run(batcher, scenario)
+
+
+def test_a_failing_slice_fails_its_request_and_its_later_slices_never_run() -> None:
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0, slice_chars=4)  # alone: one 6-character text a call
+
+    async def scenario() -> None:
+        doomed = asyncio.create_task(batcher.embed(["fine-1", "boom-2", "never-3"], "DOCUMENT", tenant="a"))
+        await running(backend)
+        backend.gate.set()
+        with pytest.raises(RuntimeError, match="model exploded"):
+            await doomed
+        assert (await batcher.embed(["after-4"], "DOCUMENT", tenant="a")).tolist() == [vector("after-4", "DOCUMENT")]
+        assert [call for _, call in backend.calls] == [["fine-1"], ["boom-2"], ["after-4"]]
+
+    run(batcher, scenario)
+
+
+def test_a_lone_tenants_concurrent_big_calls_still_run_slice_by_slice() -> None:
+    """Alone, a tenant's small requests share calls without a character bound, but its big ones do
+    not ride along: each runs in slices, so whoever comes next waits for one slice."""
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0, slice_chars=8)  # alone: two 8-character texts a call
+
+    async def scenario() -> None:
+        first = asyncio.create_task(batcher.embed([text("big", i) for i in range(4)], "DOCUMENT", tenant="rival"))
+        await running(backend)
+        tasks = await queued(batcher, *(([text("big", 10 * n + i) for i in range(4)], "DOCUMENT", "rival")
+                                        for n in (1, 2)),
+                             *(([text("doc", 100 + i)], "DOCUMENT", "rival") for i in range(5)))
+        backend.gate.set()
+        await asyncio.gather(first, *tasks)
+        bigs = [[t for t in call if t.startswith("big")] for _, call in backend.calls]
+        assert all(len(b) <= 2 for b in bigs) and sum(map(len, bigs)) == 12, backend.calls
+        docs = [[t for t in call if t.startswith("doc")] for _, call in backend.calls]
+        assert [text("doc", 100 + i) for i in range(5)] in docs, "the small ones share one call"
 
     run(batcher, scenario)

@@ -1,0 +1,115 @@
+"""Embed, tried as a tenant that wants the model to itself: the rival's admin key sends the largest calls
+the limits allow (64 texts of 2,000 characters), several at once, so every other tenant's request used
+to queue behind all of them (or ride in one of their 64-text model calls): one short upload went from
+21 to 421 ms. Now a big call runs in slices and tenants take turns, so the victim's one-text call is
+answered while the rival's calls are still waiting.
+
+A real Embedder gRPC server with a fake backend that runs a model call only when the test lets it,
+so what is asserted is the order things finish in, never how fast."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import grpc
+import numpy as np
+
+from ragmesh.identity import keys
+from ragmesh.identity.authenticator import pepper, service_token
+from ragmesh.serving import ServiceHost
+from ragmesh.store.sqlite import SqliteStore
+from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
+from services.embedder.app import EmbedderApp
+from services.embedder.limits import CALL_CHARS, MAX_TEXTS
+from tests.auth import aio_channel, bearer
+from tests.fakes.serving import settings
+
+RIVAL_CALLS = 3
+TEXT_CHARS = min(2_000, CALL_CHARS // MAX_TEXTS)
+
+
+class SteppedBackend:
+    """A model that makes each call wait until the test allows one more; records each call's texts."""
+
+    model_name = "stepped"
+    dimensions = 2
+    max_batch = 10_000
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.steps = threading.Semaphore(0)
+
+    def warm_up(self) -> None:
+        pass
+
+    def embed(self, texts: list[str], task: str) -> np.ndarray:
+        self.calls.append(list(texts))
+        assert self.steps.acquire(timeout=30), "the test never let this call run"
+        return np.array([[float(len(t)), float(t.startswith("victim"))] for t in texts], dtype=np.float32)
+
+
+def admin_key(s, tenant: str, user: str) -> str:  # noqa: ANN001 - Settings
+    """An admin key, stored as `ragmesh keys create` stores it."""
+    key, record = keys.new_key(pepper(s), tenant, user, "admin")
+    store = SqliteStore(s.sqlite_path)
+    try:
+        store.add_api_key(record)
+    finally:
+        store.close()
+    return key
+
+
+async def until(condition, what: str) -> None:  # noqa: ANN001 - a callable
+    for _ in range(3000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never happened: {what}")
+
+
+def test_a_rivals_largest_calls_do_not_hold_back_another_tenants_one_text_call() -> None:
+    s = settings(embed_backend="local")  # the local model's slicing
+    backend = SteppedBackend()
+    app = EmbedderApp(s, backend)
+    big = embedder_pb2.EmbedRequest(texts=[f"rival {i:04d} " + "w" * (TEXT_CHARS - 11) for i in range(MAX_TEXTS)],
+                                    task=embedder_pb2.DOCUMENT)
+
+    async def go() -> None:
+        host = ServiceHost(app, s, 0, grace=0.5)
+        await host.start()
+        rival_key = admin_key(s, "rival", "eve")
+        try:
+            async with aio_channel(host.address, bearer(rival_key)) as rival, \
+                    aio_channel(host.address, bearer(service_token(s), "demo", "ana")) as victim:
+                finished: list[str] = []
+
+                async def call(channel: grpc.aio.Channel, request: embedder_pb2.EmbedRequest, name: str):
+                    reply = await embedder_pb2_grpc.EmbedderStub(channel).Embed(request, timeout=60)
+                    finished.append(name)
+                    return reply
+
+                rivals = [asyncio.create_task(call(rival, big, f"rival-{n}")) for n in range(RIVAL_CALLS)]
+                queued = lambda: RIVAL_CALLS * MAX_TEXTS - len(backend.calls[0])  # noqa: E731
+                await until(lambda: len(backend.calls) == 1 and app.batcher.waiting == queued(),
+                            "the rival's calls queued behind its first model call")
+                upload = asyncio.create_task(call(victim, embedder_pb2.EmbedRequest(
+                    texts=["victim: a short upload"], task=embedder_pb2.DOCUMENT), "victim"))
+                await until(lambda: app.batcher.waiting == queued() + 1, "the victim's call queued")
+                backend.steps.release(2)  # the rival's running model call, then one more
+                await asyncio.wait([upload, *rivals], return_when=asyncio.FIRST_COMPLETED)
+                assert finished == ["victim"], "answered first, while every rival call still waits"
+                reply = upload.result()
+                assert backend.calls[1] == ["victim: a short upload"], "its own model call: no rival texts ride along"
+                assert len(backend.calls[0]) < MAX_TEXTS, "the rival's first call ran as a slice"
+                assert [v.values for v in reply.vectors] == [[22.0, 1.0]]
+
+                backend.steps.release(10_000)
+                replies = await asyncio.gather(*rivals)
+                for rival_reply in replies:  # whole, in order, however it was sliced
+                    assert [v.values[0] for v in rival_reply.vectors] == [float(len(t)) for t in big.texts]
+                assert finished[0] == "victim"
+        finally:
+            backend.steps.release(10_000)
+            await host.stop()
+
+    asyncio.run(go())
