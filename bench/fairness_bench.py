@@ -1,8 +1,9 @@
 """Fairness between tenants (issue 23): what one tenant's heavy or hostile work costs another.
 
-The whole stack (`python -m deploy.run`, as `make run` starts it) on free ports and a temp DATA_DIR, and
-two tenants: `demo` (the victim, whose admin key the banner prints) and `rival` (an admin key made with
-`ragmesh keys create`). The victim measures, one request at a time:
+The whole stack (`python -m deploy.run`, as `make run` starts it) on free ports and a temp DATA_DIR, with
+the deployment's default limits, and two tenants made with `ragmesh keys create`: `demo` (the victim:
+ten analysts' admin keys, used in turn) and `rival` (one admin key). The victim measures, one request at
+a time:
 
   upload   a small text document (32 bytes, new content each time) through `POST /api/documents`, until
            its INDEXED progress event;
@@ -10,8 +11,8 @@ two tenants: `demo` (the victim, whose admin key the banner prints) and `rival` 
 
 on an idle stack, then while the rival (or nobody in particular) does one thing at a time:
 
-  bombs    two decompression bombs (DOCX files of ~150 KB whose document.xml inflates to 50 MB) uploaded
-           by the rival, again as soon as one is answered;
+  bombs    two decompression bombs (DOCX files of ~240 KB whose document.xml inflates to 50 MB) uploaded
+           by the rival, again as soon as one is answered (refused or not);
   halfopen 300 connections that send an /api request's headers and a few bytes of a JSON body, with no
            credential, and hold still (one the server closes is opened again a second later);
   embed    the rival's operator key calling `Embedder/Embed` with the costliest call the embedder's limits
@@ -47,6 +48,7 @@ from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
 from services.embedder.limits import EmbedLimits
 
 RIVAL = "rival"
+VICTIM_USERS = 10  # the victim's requests come from this many users in turn, each within its rate limit
 HALF_OPEN = 300
 BOMB_XML_BYTES = 50 * 2**20
 TARGET_RATIO = 2.0
@@ -81,11 +83,11 @@ def docx_bomb() -> bytes:
     return out.getvalue()
 
 
-def rival_key(stack: Stack) -> str:
-    """An admin key of the rival tenant, made as an operator would (`ragmesh keys create`)."""
+def make_key(stack: Stack, tenant: str, user: str) -> str:
+    """An admin key, made as an operator would (`ragmesh keys create`)."""
     env = {"DATA_DIR": str(stack.data_dir), "MONGODB_URI": "", "API_KEY_PEPPER": "", "RAGMESH_HOST": "127.0.0.1",
            "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-m", "ragmesh.cli", "keys", "create", "--tenant", RIVAL, "--user", "eve",
+    out = subprocess.run([sys.executable, "-m", "ragmesh.cli", "keys", "create", "--tenant", tenant, "--user", user,
                           "--role", "admin"], env=env, cwd=REPO, capture_output=True, text=True, check=True)
     return out.stdout.strip().splitlines()[-1]
 
@@ -93,13 +95,13 @@ def rival_key(stack: Stack) -> str:
 # ----------------------------------------------------------------------------- what the victim measures
 
 
-async def upload_once(client: httpx.AsyncClient, stack: Stack, n: int) -> float:
+async def upload_once(client: httpx.AsyncClient, stack: Stack, key: str, n: int) -> float:
     """Seconds from sending a 32-byte document to its INDEXED event."""
     text = f"Fairness probe {n:06d} {time.time_ns() % 10**6:06d}."[:32]
     body = {"collection": "documents", "documents": [{"doc_id": f"fairness-{n}", "text": text}]}
     started = time.perf_counter()
     async with client.stream("POST", stack.http_url + "/api/documents", json=body,
-                             headers={"authorization": f"Bearer {stack.key}"}) as reply:
+                             headers={"authorization": f"Bearer {key}"}) as reply:
         if reply.status_code != 200:
             raise RuntimeError(f"upload: HTTP {reply.status_code}: {(await reply.aread())[:200]!r}")
         async for line in reply.aiter_lines():
@@ -110,11 +112,11 @@ async def upload_once(client: httpx.AsyncClient, stack: Stack, n: int) -> float:
     raise RuntimeError("upload: the stream ended without INDEXED")
 
 
-async def ask_once(client: httpx.AsyncClient, stack: Stack, n: int) -> float:
+async def ask_once(client: httpx.AsyncClient, stack: Stack, key: str, n: int) -> float:
     """Seconds from sending a demo question to its whole answer."""
     started = time.perf_counter()
     reply = await client.post(stack.http_url + "/api/chat/ask", json={"question": QUESTIONS[n % len(QUESTIONS)]},
-                              headers={"authorization": f"Bearer {stack.key}"})
+                              headers={"authorization": f"Bearer {key}"})
     if reply.status_code != 200:
         raise RuntimeError(f"ask: HTTP {reply.status_code}: {reply.text[:200]}")
     return time.perf_counter() - started
@@ -129,13 +131,14 @@ class Measured:
     failed: list[str] = field(default_factory=list)
 
 
-async def victim(stack: Stack, plan: FairnessPlan, offset: int) -> dict[str, Measured]:
+async def victim(stack: Stack, plan: FairnessPlan, offset: int, keys: list[str]) -> dict[str, Measured]:
+    """The victim's requests one at a time, from its users in turn (each within the per-user rate limit)."""
     out = {"upload": Measured(), "ask": Measured()}
     async with httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT_S)) as client:
         for kind, once, count in (("upload", upload_once, plan.uploads), ("ask", ask_once, plan.asks)):
             for i in range(count):
                 try:
-                    out[kind].seconds.append(await once(client, stack, offset + i))
+                    out[kind].seconds.append(await once(client, stack, keys[i % len(keys)], offset + i))
                 except (RuntimeError, httpx.HTTPError) as exc:
                     out[kind].failed.append(f"{type(exc).__name__}: {exc}")
     return out
@@ -273,18 +276,18 @@ def _load_process(kind: str, where: Where, stop: EventType, out: Queue) -> None:
 # ----------------------------------------------------------------------------- the part
 
 
-async def measure(stack: Stack, plan: FairnessPlan, offset: int, load: str | None, where: Where
-                  ) -> tuple[dict[str, Measured], str]:
+async def measure(stack: Stack, plan: FairnessPlan, offset: int, load: str | None, where: Where,
+                  keys: list[str]) -> tuple[dict[str, Measured], str]:
     """The victim's figures while `load` runs in its own process (None: idle); and what the load saw."""
     if load is None:
-        return await victim(stack, plan, offset), ""
+        return await victim(stack, plan, offset, keys), ""
     ctx = multiprocessing.get_context("spawn")
     stop, out = ctx.Event(), ctx.Queue()
     process = ctx.Process(target=_load_process, args=(load, where, stop, out), daemon=True)
     process.start()
     try:
         await asyncio.sleep(SETTLE_S)
-        return await victim(stack, plan, offset), _described(stop, out, process)
+        return await victim(stack, plan, offset, keys), _described(stop, out, process)
     finally:
         stop.set()
         process.join(90)
@@ -311,14 +314,15 @@ def p(measured: Measured, q: float) -> float:
 def run_fairness(quick: bool = False) -> Section:
     plan = QUICK if quick else FULL
     section = Section("Fairness between tenants (victim's p50 / p99 under another's load, as a ratio to idle)")
-    with Stack() as stack:
-        where = Where(stack.ports["http"], stack.address("embedder"), rival_key(stack))
+    with Stack(RATE_LIMIT_PER_MINUTE="") as stack:  # the deployment's default limits, for the rival too
+        where = Where(stack.ports["http"], stack.address("embedder"), make_key(stack, RIVAL, "eve"))
+        keys = [make_key(stack, "demo", f"analyst-{i}") for i in range(VICTIM_USERS)]
         loads = {"idle": None, "two bombs parsing": "bombs", f"{HALF_OPEN} half-open connections": "halfopen",
                  "the costliest allowed Embed": "embed"}
         results: dict[str, tuple[dict[str, Measured], str]] = {}
         for i, (name, load) in enumerate(loads.items()):
             log(f"fairness: {name}")
-            results[name] = asyncio.run(measure(stack, plan, 1000 * i, load, where))
+            results[name] = asyncio.run(measure(stack, plan, 1000 * i, load, where, keys))
         idle = results.pop("idle")[0]
         for name, (figures, what) in results.items():
             for kind in ("upload", "ask"):
@@ -331,7 +335,9 @@ def run_fairness(quick: bool = False) -> Section:
                                 Target("<=", TARGET_RATIO) if not quick else None,
                                 note + (f"; {what}" if kind == "upload" and q == 50 else ""))
         texts, chars = largest_embed()
-        section.notes.append(f"{plan.uploads} uploads and {plan.asks} asks per row, one at a time; the load in a "
+        section.notes.append(f"{plan.uploads} uploads and {plan.asks} asks per row, one at a time, from "
+                             f"{VICTIM_USERS} users of the victim in turn; the deployment's default limits (the "
+                             f"rival's uploads count against its per-user rate); the load in a "
                              f"process of its own; the costliest Embed: {texts} texts of {chars:,} characters; "
                              f"the bombs: DOCX of {len(docx_bomb()):,} bytes inflating to {BOMB_XML_BYTES // 2**20} MB.")
     return section

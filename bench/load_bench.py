@@ -82,7 +82,9 @@ QUICK = LoadPlan(chats=(10,), chat_s=10.0, searchers=20, search_s=5.0, judged=Fa
 class Stack:
     """`python -m deploy.run` with its own ports and DATA_DIR (removed on exit); stopped with Ctrl-C (SIGINT)."""
 
-    def __init__(self) -> None:
+    def __init__(self, **env: str) -> None:
+        """`env`: variables set last (over the defaults below)."""
+        self.env = env
         self._tmp = tempfile.TemporaryDirectory(prefix="ragmesh-bench-load-")
         self.data_dir = Path(self._tmp.name)
         self.ports = {name: free_port() for name in (*SERVICES, "http")}
@@ -106,6 +108,7 @@ class Stack:
                 "ALLOWED_HOSTS": "", "RAGMESH_API_KEY": "", "HF_HUB_OFFLINE": "1",
                 "RATE_LIMIT_PER_MINUTE": "0"}  # one key asks for every simulated user
         env.pop("EXTRACTIVE_DELAY_MS", None)  # the default answer pace
+        env |= self.env
         self.proc = subprocess.Popen([sys.executable, "-m", "deploy.run"], env=env, cwd=REPO, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:

@@ -208,8 +208,9 @@ class Settings:
     # Per user and calendar month (0 = no limit); beyond it HTTP 429 / RESOURCE_EXHAUSTED.
     monthly_message_limit: int = field(default_factory=lambda: _int("MONTHLY_MESSAGE_LIMIT", 0))
     monthly_token_limit: int = field(default_factory=lambda: _int("MONTHLY_TOKEN_LIMIT", 0))
-    # Asks per user per minute (0 = no limit), counted by each gateway replica. On by default: one
-    # key cannot take every slot of the deployment; the test stack and `make bench` set 0.
+    # Asks and uploads (requests to ingest documents) per user per minute (0 = no limit), counted by each
+    # gateway replica. On by default: one key cannot take every slot of the deployment, nor flood the
+    # ingest path with files it knows will be refused; the test stack and `make bench` set 0.
     rate_limit_per_minute: int = field(default_factory=lambda: _int("RATE_LIMIT_PER_MINUTE", 60))
     # Background memory embedding: at most this many turns waiting; retries with backoff.
     memory_queue_max: int = field(default_factory=lambda: _int("MEMORY_QUEUE_MAX", 1000))

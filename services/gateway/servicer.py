@@ -121,7 +121,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def Ingest(
         self, request_iterator: AsyncIterator[retriever_pb2.Document], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
-        identity.current().require_admin("ingesting documents")  # into the caller's tenant, whatever a document says
+        who = identity.current()
+        who.require_admin("ingesting documents")  # into the caller's tenant, whatever a document says
+        self.pipeline.rate.check(who.tenant, who.user)  # an upload counts with the user's asks
         async for progress in self.retriever.ingest(_writable(request_iterator)):
             yield progress
 

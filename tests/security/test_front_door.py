@@ -11,15 +11,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import grpc
 import httpx
 import pytest
 
 from ragmesh import config
 from ragmesh.errors import ResourceExhausted, Unauthenticated
 from ragmesh.identity import Identity
-from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc, retriever_pb2
 from services.gateway.api.auth import Identifier
-from tests.auth import channel
+from tests.auth import bearer, channel
 from tests.stack import HOST, Stack
 
 QUESTION = "When did Meridian close to new investors?"
@@ -291,3 +292,24 @@ def test_one_key_is_rate_limited_by_default(stack: Stack, monkeypatch: pytest.Mo
     codes = [httpx.post(url, json={"question": "hello"}, headers={"authorization": f"Bearer {key}"},
                         timeout=60).status_code for _ in range(default + 1)]
     assert codes == [200] * default + [429], codes
+
+
+def test_a_flood_of_uploads_is_rate_limited_like_asks(stack: Stack) -> None:
+    """Files refused in milliseconds (a zip bomb, a broken PDF) can be sent again at line rate: uploads,
+    over HTTP and Gateway.Ingest, count against the same per-user limit as asks, checked before the
+    body is read."""
+    gateway = stack.start_variant("gateway", rate_limit_per_minute=3)
+    url = f"http://{HOST}:{gateway.app.http_port}/api/documents"
+    key = stack.key("floodco", "flooder", "admin")
+    body = {"collection": "documents", "documents": [{"doc_id": "x", "text": "not a bomb"}]}
+    codes = [httpx.post(url, json=body, headers={"authorization": f"Bearer {key}"}, timeout=60).status_code
+             for _ in range(3)]
+    assert codes == [200] * 3, codes
+    refused = httpx.post(url, json=body, headers={"authorization": f"Bearer {key}"}, timeout=60)
+    assert refused.status_code == 429 and "rate limit" in refused.json()["error"]["message"], refused.text
+    assert int(refused.headers["retry-after"]) >= 1
+    with channel(gateway.address, bearer(key)) as ch:
+        with pytest.raises(grpc.RpcError) as over:
+            list(gateway_pb2_grpc.GatewayStub(ch).Ingest(iter([retriever_pb2.Document(
+                doc_id="y", collection="documents", text="not a bomb")]), timeout=30))
+    assert over.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, over.value

@@ -195,7 +195,7 @@ def create_app(
 
     app.include_router(chat_router(pipeline, memory, conversations, caller))
     app.include_router(conversations_router(conversations, caller))
-    app.include_router(documents_router(retriever, max_file_bytes, caller))
+    app.include_router(documents_router(retriever, max_file_bytes, caller, pipeline.rate))
     app.include_router(transcripts_router(transcripts, caller))
     app.include_router(chunks_router(retriever, caller))
     app.include_router(catalog_router(retriever, funds, caller))

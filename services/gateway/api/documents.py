@@ -40,6 +40,7 @@ from ragmesh.identity import Identity, identity_var
 from ragmesh.types import MEMORY_COLLECTION, DocumentEntry
 from ragmesh.v1 import retriever_pb2
 from ragmesh.validation import MAX_PAGE, check_name, check_page, check_writable, shown
+from services.gateway.limits import RateLimiter
 
 MAX_FILES = 100
 
@@ -296,13 +297,15 @@ def _unknown_as_one(collection: str, doc_id: str) -> Iterator[None]:
 
 
 def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int,
-                     caller: Callable[..., Awaitable[Identity]]) -> APIRouter:
-    """The router; `retriever` returns the gateway's client (made once its event loop runs)."""
+                     caller: Callable[..., Awaitable[Identity]], rate: RateLimiter) -> APIRouter:
+    """The router; `retriever` returns the gateway's client (made once its event loop runs); `rate`
+    counts uploads with the same user's asks, before an upload's body is read."""
     router = APIRouter()
 
     @router.post("/api/documents")
     async def ingest_documents(request: Request, who: Identity = Depends(caller)):
         who.require_admin("ingesting documents")
+        rate.check(who.tenant, who.user)
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         try:
             if kind == "multipart/form-data":
