@@ -64,7 +64,6 @@ class _Request:
     future: asyncio.Future[np.ndarray]
     taken: int = 0  # texts handed to backend calls so far (the request's slices)
     rows: np.ndarray | None = None  # the vectors of the slices done, until the last one
-    done: int = 0  # texts whose rows are in
     queued: bool = True
 
     def remaining_chars(self) -> int:
@@ -300,8 +299,7 @@ class MicroBatcher:
                 if request.rows is None:
                     request.rows = np.empty((len(request.texts), vectors.shape[1]), dtype=vectors.dtype)
                 request.rows[piece.start : piece.stop] = vectors[row : row + n]
-                request.done += n
-                if request.done == len(request.texts):
+                if piece.stop == len(request.texts):  # a request's slices run in order, one batch at a time
                     request.future.set_result(request.rows)
             row += n
 
