@@ -45,7 +45,7 @@ def test_follow_ups_reuse_or_skip_retrieval_and_filter_changes_search_again(stac
 
     events = ask(stack, "summarize that", conv)
     third = one(events, "strategy")
-    assert third["route"] == "NO_RAG" and third["retrieval"] == "NO_RAG" and "2 earlier turns" in third["reason"]
+    assert third["route"] == "NO_RAG" and third["retrieval"] == "NO_RAG" and third["followup"]["signal"] == "rework"
     assert searches(stack) == before, "NO_RAG must not call the retriever"
     assert "12% to 4%" in answer_of(events)
 
