@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ragmesh.clients import GeneratorClient
 from ragmesh.errors import RagmeshError
 from ragmesh.text import STOPWORDS, strip_citations
-from ragmesh.types import Turn
+from ragmesh.types import Hit, Turn
 from services.gateway.query_analysis import time_hint, time_window
 from services.gateway.request import AskInput
 from services.gateway.scope_cache import ScopeEntry, scope_key
@@ -41,7 +41,7 @@ REWORK = "rework"  # refers back and brings nothing new: answered from the conve
 
 REFERENT_PHRASES = (
     "tell me more", "more detail", "more details", "in simpler words", "in simpler terms", "simpler words",
-    "in plain english", "in other words", "what do you mean", "can you clarify", "the above", "about the above",
+    "in plain english", "in other words", "so far", "what do you mean", "can you clarify", "the above", "about the above",
     "what about the", "regarding the", "say that again", "rephrase", "as a list", "in bullet points",
     "that", "this", "it", "its", "those", "these", "them", "they", "their", "he", "she", "his", "her", "him",
 )
@@ -57,7 +57,7 @@ _REWORK_WORDS = frozenset(
     please briefly brief short shorter longer version bullet bullets points point way answer said say
     key main above previous earlier mentioned so just also exactly really actually quick quickly happen happened
     go went make made sense thing things one ones same give show break down could would all any both
-    each some much many well very more most only other""".split()
+    each some much many well very more most only other sentence sentences paragraph line lines two three""".split()
 ) | STOPWORDS
 _PHRASES = re.compile(r"\b(" + "|".join(re.escape(p) for p in REFERENT_PHRASES) + r")\b", re.I)
 _TRANSFORM = re.compile(r"\b(" + "|".join(TRANSFORM_WORDS) + r")\b", re.I)
@@ -110,8 +110,16 @@ def asked_key(ask: AskInput) -> str:
 
 def _content(question: str) -> dict[str, str]:
     """The question's content words, stemmed, each with the word as written."""
-    return {stem(w.lower()): w for w in _WORD.findall(question)
-            if len(w) >= 2 and w.lower() not in _REWORK_WORDS}
+    words = {stem(w.lower()): w for w in _WORD.findall(question) if len(w) >= 2}
+    return {s: w for s, w in words.items() if w.lower() not in _REWORK_WORDS and s not in _REWORK_WORDS}
+
+
+def not_in_hits(question: str, hits: Sequence[Hit]) -> list[str]:
+    """The question's content words that none of `hits` holds: reusing those hits (RAG_REUSE) would
+    answer without what the question asks for."""
+    held = {stem(w.lower()) for h in hits for w in _WORD.findall(h.chunk.text)}
+    held |= {stem(w.lower()) for h in hits for v in h.chunk.metadata.values() for w in _WORD.findall(str(v))}
+    return [w for s, w in _content(question).items() if s not in held]
 
 
 def _held(turns: Sequence[Turn]) -> set[str]:

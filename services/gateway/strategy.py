@@ -151,6 +151,8 @@ class Planner:
             s.retrieval, why = RAG_NEW_QUERY, f"filters changed ({cached.key} -> {s.cache_key})"
         else:
             same, note = await self._same_topic(cached, ask, vector, s.model)
+            if same and (missing := followup.not_in_hits(ask.question, cached.hits)):
+                same, note = False, f"{note}: {', '.join(missing)} not in the cached hits"
             if same:
                 s.retrieval, s.cache_hit, why = RAG_REUSE, True, f"same filters and topic {note}"
                 s.hits, s.candidate_count = cached.hits, cached.candidate_count
