@@ -53,7 +53,7 @@ TRANSFORM_WORDS = (
 # Words that ask for a rework of what was said, not for a fact: never "new".
 _REWORK_WORDS = frozenset(
     """summarize summarise summary list compare contrast explain elaborate clarify rephrase shorten simplify
-    expand tell me more detail details simpler simple plain english words terms other mean meant again
+    expand remind recap tell me more detail details simpler simple plain english words terms other mean meant again
     please briefly brief short shorter longer version bullet bullets points point way answer said say
     key main above previous earlier mentioned so just also exactly really actually quick quickly happen happened
     go went make made sense thing things one ones same give show break down could would all any both

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from ragmesh.errors import Unavailable
-from ragmesh.types import Turn
+from ragmesh.types import Chunk, Hit, Turn
 from services.gateway import followup
 from services.gateway.followup import Followup, asked_key, decide, may_rework
 from services.gateway.request import AskInput
@@ -147,3 +147,10 @@ def test_the_model_is_not_asked_about_a_question_that_searches() -> None:
     searched = decide(ask("What about Northwind?"), TURNS, entry(ask("first")), TODAY)
     assert asyncio.run(followup.confirm(searched, "What about Northwind?", TURNS, model, "m", 0.2)) == searched
     assert model.prompts == []
+
+
+def test_a_reused_scope_must_hold_the_question_s_words() -> None:
+    hits = [Hit(Chunk(chunk_id="n#0", doc_id="n", collection="meeting_notes", text="Herrera cut Brazil to 4% of NAV.",
+                      metadata={"fund_name": "Kestrel Emerging Markets"}), 1.0)]
+    assert followup.not_in_hits("Remind me: why did Kestrel cut Brazil?", hits) == []
+    assert followup.not_in_hits("Who is Kestrel's head of research?", hits) == ["head", "research"]
