@@ -95,6 +95,16 @@ class QualityStep(_Exact):
     detail: str = Field(description="What it did, or why it was skipped or fell back")
 
 
+class Followup(_Exact):
+    """Whether the question reworks what the conversation holds (answered from it, no search), and the
+    signal that decided (services/gateway/followup.py)."""
+
+    rework: bool
+    signal: str = Field(description="no_referent | no_earlier_search | filters_changed | new_period | new_entity | "
+                                    "new_term | model | rework")
+    detail: str
+
+
 class Strategy(_Exact):
     """How the question is answered: the route, what was searched and found."""
 
@@ -125,6 +135,7 @@ class Strategy(_Exact):
     variants: list[str] = Field(description="The model's rewrites of the question, searched beside it")
     rerank_count: int = Field(description="Candidates the model reranked (0: none)")
     quality: list[QualityStep]
+    followup: Followup
 
 
 class Retrieval(_Exact):
