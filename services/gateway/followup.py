@@ -41,8 +41,9 @@ REWORK = "rework"  # refers back and brings nothing new: answered from the conve
 
 REFERENT_PHRASES = (
     "tell me more", "more detail", "more details", "in simpler words", "in simpler terms", "simpler words",
-    "in plain english", "in other words", "so far", "what do you mean", "can you clarify", "the above", "about the above",
-    "what about the", "regarding the", "say that again", "rephrase", "as a list", "in bullet points",
+    "in plain english", "in other words", "so far", "what do you mean", "can you clarify", "the above",
+    "about the above", "what about the", "regarding the", "say that again", "rephrase", "as a list",
+    "in bullet points",
     "that", "this", "it", "its", "those", "these", "them", "they", "their", "he", "she", "his", "her", "him",
 )
 # 000's transform words: a question made of them alone ("why?", "summarize") refers to the last answer.
@@ -65,6 +66,7 @@ _THIS_PERIOD = re.compile(r"\bthis (year|quarter|month|week)\b", re.I)  # a peri
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][A-Za-z]+")  # capitalised, not opening a sentence
 _SUFFIXES = ("ing", "ies", "ed", "es", "er", "ly", "s")
+_WORD_STARTS = " \n(\"'$-/"
 
 
 @dataclass(frozen=True)
@@ -117,9 +119,9 @@ def _content(question: str) -> dict[str, str]:
 def not_in_hits(question: str, hits: Sequence[Hit]) -> list[str]:
     """The question's content words that none of `hits` holds: reusing those hits (RAG_REUSE) would
     answer without what the question asks for."""
-    held = {stem(w.lower()) for h in hits for w in _WORD.findall(h.chunk.text)}
-    held |= {stem(w.lower()) for h in hits for v in h.chunk.metadata.values() for w in _WORD.findall(str(v))}
-    return [w for s, w in _content(question).items() if s not in held]
+    text = " " + " ".join(f"{h.chunk.text} {' '.join(map(str, h.chunk.metadata.values()))}" for h in hits).lower()
+    # A word starts after one of these: substring tests stay in C (this runs before every reuse).
+    return [w for s, w in _content(question).items() if not any(f"{c}{s}" in text for c in _WORD_STARTS)]
 
 
 def _held(turns: Sequence[Turn]) -> set[str]:
@@ -135,7 +137,7 @@ def decide(ask: AskInput, turns: Sequence[Turn], entry: ScopeEntry | None, today
         return Followup(False, NO_EARLIER_SEARCH, f"refers back ({ref!r}) but no searched answers to rework")
     if entry.asked != asked_key(ask) or entry.collections != ask.collections:
         return Followup(False, FILTERS_CHANGED, f"filters or sources changed since the last search "
-                                                f"({entry.asked or entry.key} -> {asked_key(ask)})")
+                                                f"({entry.asked} -> {asked_key(ask)})")
     if period := time_window(question) or time_hint(question, today):
         return Followup(False, NEW_PERIOD, f"names a period ({period.phrase!r})")
     held = _held(turns)

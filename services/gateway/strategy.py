@@ -149,10 +149,10 @@ class Planner:
             s.retrieval, why = RAG_NEW_QUERY, "no cached scope for this conversation"
         elif cached.key != s.cache_key or cached.collections != s.collections:
             s.retrieval, why = RAG_NEW_QUERY, f"filters changed ({cached.key} -> {s.cache_key})"
+        elif missing := followup.not_in_hits(ask.question, cached.hits):
+            s.retrieval, why = RAG_NEW_QUERY, f"same filters, but {', '.join(missing)} not in the cached hits"
         else:
             same, note = await self._same_topic(cached, ask, vector, s.model)
-            if same and (missing := followup.not_in_hits(ask.question, cached.hits)):
-                same, note = False, f"{note}: {', '.join(missing)} not in the cached hits"
             if same:
                 s.retrieval, s.cache_hit, why = RAG_REUSE, True, f"same filters and topic {note}"
                 s.hits, s.candidate_count = cached.hits, cached.candidate_count
@@ -215,7 +215,7 @@ class Planner:
         verdict = followup.decide(ask, conversation.turns, self.cache.get(ask.tenant, ask.conversation_id),
                                   self.today())
         model = ask.model or self.settings.default_model
-        if not verdict.rework or not self.settings.scope_llm_check or model == EXTRACTIVE:
+        if not self.settings.scope_llm_check or model == EXTRACTIVE:
             return verdict
         return await followup.confirm(verdict, ask.question, conversation.turns, self.generator, model,
                                       self.settings.scope_llm_timeout_s)
