@@ -141,6 +141,11 @@ def run_conversations(quick: bool = False) -> Section:
                 f"{sum(len(p.missing) for p in score.fresh)} facts missing in {len(score.missing)} turns")
     section.add("wasted searches on transform turns", score.wasted_share, "", Target("<=", WASTED_TARGET),
                 f"{len(score.wasted)} of {len(score.transforms)}")
+    own = [p for p in score.fresh if not p.needs]
+    section.add("fact recall on fresh turns needing no other part of issue 24", Score(own).recall, "",
+                note=f"{len(own)} turns; the others name what they need (`needs` in the set)")
+    section.add("fresh turns answered from an earlier search's hits (RAG_REUSE)",
+                sum(p.retrieval == "RAG_REUSE" for p in score.fresh), note="searched, not from the conversation")
     section.notes += [f"stale: {p.describe()}" for p in score.stale]
     section.notes += [f"missing facts: {p.describe()}" for p in score.missing]
     section.notes += [f"wasted search: {p.describe()}" for p in score.wasted]
