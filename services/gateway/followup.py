@@ -128,6 +128,14 @@ def _held(turns: Sequence[Turn]) -> set[str]:
     return {stem(w.lower()) for t in turns for w in _WORD.findall(strip_citations(t.answer))}
 
 
+def search_context(question: str, turns: Sequence[Turn]) -> list[str]:
+    """More search queries for a question that refers back but is searched (under new filters, say):
+    "Summarize that" alone finds nothing, so the earlier question it refers to is searched with it."""
+    if not turns or not referent(question) or _content(question):
+        return []
+    return [turns[-1].question]
+
+
 def decide(ask: AskInput, turns: Sequence[Turn], entry: ScopeEntry | None, today: dt.date) -> Followup:
     """The cheap signals, in order; `turns` are the conversation's last turns, `entry` its last search."""
     question = ask.question

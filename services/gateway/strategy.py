@@ -161,6 +161,7 @@ class Planner:
         s.reason = f"{rt.reason}; {why}"
         paused = time.monotonic()
         await self.quality.rewrite(ask.question, s)
+        s.variants += followup.search_context(ask.question, conversation.turns)
         deadline += time.monotonic() - paused  # the model's time is not taken from the searches'
         if s.retrieval == RAG_NEW_QUERY:
             searching = time.perf_counter()

@@ -154,3 +154,10 @@ def test_a_reused_scope_must_hold_the_question_s_words() -> None:
                       metadata={"fund_name": "Kestrel Emerging Markets"}), 1.0)]
     assert followup.not_in_hits("Remind me: why did Kestrel cut Brazil?", hits) == []
     assert followup.not_in_hits("Who is Kestrel's head of research?", hits) == ["head", "research"]
+
+
+def test_a_follow_up_searched_with_no_words_of_its_own_searches_with_the_question_it_refers_to() -> None:
+    assert followup.search_context("Summarize that", TURNS) == [TURNS[-1].question]
+    assert followup.search_context("Tell me more about Banco Serra Azul", TURNS) == []  # words of its own
+    assert followup.search_context("What did Kestrel do?", TURNS) == []  # refers to nothing
+    assert followup.search_context("Summarize that", []) == []

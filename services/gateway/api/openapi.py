@@ -132,7 +132,8 @@ class Strategy(_Exact):
     dense_skipped: bool
     unavailable: list[str] = Field(description="Collections whose search failed or timed out")
     model: str
-    variants: list[str] = Field(description="The model's rewrites of the question, searched beside it")
+    variants: list[str] = Field(description="More queries searched beside the question: the model's rewrites, or "
+                                           "the earlier question a follow-up with no words of its own refers to")
     rerank_count: int = Field(description="Candidates the model reranked (0: none)")
     quality: list[QualityStep]
     followup: Followup
