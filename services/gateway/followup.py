@@ -54,11 +54,11 @@ TRANSFORM_WORDS = (
 # Words that ask for a rework of what was said, not for a fact: never "new".
 _REWORK_WORDS = frozenset(
     """summarize summarise summary list compare contrast explain elaborate clarify rephrase shorten simplify
-    expand remind recap tell me more detail details simpler simple plain english words terms other mean meant again
-    please briefly brief short shorter longer version bullet bullets points point way answer said say
-    key main above previous earlier mentioned so just also exactly really actually quick quickly happen happened
-    go went make made sense thing things one ones same give show break down could would all any both
-    each some much many well very more most only other sentence sentences paragraph line lines two three""".split()
+    expand remind recap tell me more most detail details simpler simple plain english words terms other mean
+    meant again please briefly brief short shorter longer version bullet bullets points point key main way
+    answer said say above previous earlier mentioned so just also exactly really actually quick quickly
+    happen happened go went make made sense thing things one ones same give show break down could would all
+    any both each some much many well very only sentence sentences paragraph line lines two three""".split()
 ) | STOPWORDS
 _PHRASES = re.compile(r"\b(" + "|".join(re.escape(p) for p in REFERENT_PHRASES) + r")\b", re.I)
 _TRANSFORM = re.compile(r"\b(" + "|".join(TRANSFORM_WORDS) + r")\b", re.I)
