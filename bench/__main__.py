@@ -21,6 +21,8 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
   fairness another tenant's small upload and ask, p50/p99, while a rival's decompression bombs parse, 300
            anonymous half-open connections are held, or the largest allowed Embed runs, each as a ratio to the
            same on an idle stack (bench/fairness_bench.py)
+  conversations  the labelled conversations (tests/data/conversations.yaml) on the whole stack: stale answers,
+           fact recall on fresh turns, wasted searches on transforms (bench/conversations_bench.py, issue 24)
   pipeline the whole stack over 100k chunks, one question at a time per route (NEW_QUERY, REUSE, NO_RAG,
            DIRECT): time to the strategy and first content events, the gateway's own share (bench/pipeline_bench.py)
 
@@ -46,6 +48,7 @@ import faiss
 from bench import scifact_eval
 from bench.auth_bench import run_auth
 from bench.backends_bench import run_backends
+from bench.conversations_bench import run_conversations
 from bench.embed_bench import run_embed
 from bench.fairness_bench import run_fairness
 from bench.load_bench import run_load
@@ -61,7 +64,7 @@ DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quali
                "option at 1M chunks, the whole path from question to first token (issue 15) and fairness between "
                "tenants (issue 23).")
 PARTS = ("search", "bm25", "hnsw", "approx", "scifact", "embed", "auth", "backends", "load", "metrics", "peers",
-         "pipeline", "fairness")
+         "pipeline", "fairness", "conversations")
 METRICS_SIZE = {False: 100_000, True: 5_000}
 DEFAULT_SIZES = [100_000, 1_000_000]
 APPROX_SIZE = 1_000_000  # the size issue 15's approximate target is for
@@ -119,6 +122,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("pipeline", partial(run_pipeline, quick)))
     if "fairness" in args.only:
         steps.append(("fairness", partial(run_fairness, quick)))
+    if "conversations" in args.only:
+        steps.append(("conversations", partial(run_conversations, quick)))
     return steps
 
 

@@ -174,7 +174,7 @@ class AskPipeline:
             # The user's corrections are looked up while the question is planned, not after.
             lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
             with self.planning.slot():
-                strategy = await self.planner.plan(ask, conversation.count, embedding)
+                strategy = await self.planner.plan(ask, conversation, embedding)
             metrics.route_taken(strategy.route)
             if note := web_search_note(strategy.model, ask.web_search):
                 strategy.reason += f"; {note}"

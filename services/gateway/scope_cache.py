@@ -32,6 +32,9 @@ class ScopeEntry:
     created: float = field(default_factory=time.monotonic)
     # The last context built from these hits: (the hits it was built from, the context).
     context: tuple[list[Hit], Context] | None = None
+    # The scope the user set on that request (not what was read from its question): a follow-up
+    # under another one searches (services/gateway/followup.py).
+    asked: str = ""
 
 
 class ScopeCache:
