@@ -46,7 +46,7 @@ def servicer_parts(stack: Stack, name: str) -> tuple:
         return (generator_pb2.DESCRIPTOR.services_by_name["Generator"],
                 generator_pb2_grpc.add_GeneratorServicer_to_server, GeneratorServicer(app.service))
     return (gateway_pb2.DESCRIPTOR.services_by_name["Gateway"], gateway_pb2_grpc.add_GatewayServicer_to_server,
-            GatewayServicer(app.pipeline, app.conversations, app.retriever, app.memory, app.transcripts))
+            app.servicer())
 
 
 @pytest.fixture(scope="module")
