@@ -184,3 +184,17 @@ def test_gateway_ingest_needs_an_admin_key(servers, stack: Stack) -> None:
     rpc.requests_closed()
     progress, code, details = drain(rpc)
     assert (progress, code) == ([], grpc.StatusCode.PERMISSION_DENIED) and "admin" in details
+
+
+def test_gateway_library_methods_answer_for_a_key_and_refuse_without_one(servers, stack: Stack) -> None:
+    gateway = servers["gateway"]
+    meta, code, _ = unary(gateway, gateway_pb2, "Gateway", "GetMeta", gateway_pb2.GetMetaRequest(), stack.metadata)
+    assert code == OK and meta.identity.tenant == "demo" and "extractive" in meta.models
+    listed, code, _ = unary(gateway, gateway_pb2, "Gateway", "ListDocuments",
+                            retriever_pb2.ListDocumentsRequest(collection="meeting_notes", limit=2), stack.metadata)
+    assert code == OK and len(listed.documents) == 2 and listed.next_offset == 2
+    _, code, details = unary(gateway, gateway_pb2, "Gateway", "GetChunk",
+                             retriever_pb2.GetChunkRequest(chunk_id="no-such-chunk"), stack.metadata)
+    assert code == grpc.StatusCode.NOT_FOUND and "no-such-chunk" in details
+    _, code, _ = unary(gateway, gateway_pb2, "Gateway", "ListFunds", gateway_pb2.ListFundsRequest())
+    assert code == UNAUTHENTICATED
