@@ -25,6 +25,7 @@ from services.gateway.api.auth import allowed_hosts
 from services.gateway.api.protocol import with_header_deadline
 from services.gateway.conversations import Conversations
 from services.gateway.history import History
+from services.gateway.library import Library
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
@@ -86,9 +87,12 @@ class GatewayApp(ServiceApp):
                                     Admission("gateway: retrieval", s.max_concurrent_retrievals))
         self.conversations = Conversations(self.history, self.memory, self.pipeline)
         self.transcripts = Transcripts(self.retriever, self.generator, self.pipeline.default_model)
-        gateway_pb2_grpc.add_GatewayServicer_to_server(
-            GatewayServicer(self.pipeline, self.conversations, self.retriever, self.memory, self.transcripts), server
-        )
+        self.library = Library(lambda: self.retriever, self.known_funds)
+        gateway_pb2_grpc.add_GatewayServicer_to_server(self.servicer(), server)
+
+    def servicer(self) -> GatewayServicer:
+        return GatewayServicer(self.pipeline, self.conversations, self.retriever, self.memory, self.transcripts,
+                               self.library)
 
     async def upstream_health(self) -> dict[str, str]:
         async def check(name: str, channel: grpc.aio.Channel) -> tuple[str, str]:
@@ -122,8 +126,8 @@ class GatewayApp(ServiceApp):
         await self.pipeline.models.configured()  # what the OpenAPI document offers, as the generator says
         app = create_app(
             pipeline=self.pipeline, memory=self.memory, conversations=self.conversations, transcripts=self.transcripts,
-            retriever=lambda: self.retriever, authenticator=Authenticator(s, self.store, "users"),
-            allowed_hosts=self.allowed_hosts, health=self.upstream_health, funds=self.known_funds,
+            retriever=lambda: self.retriever, library=self.library, authenticator=Authenticator(s, self.store, "users"),
+            allowed_hosts=self.allowed_hosts, health=self.upstream_health,
             models=self.pipeline.models.configured,
             admission=self.admission, front_door=FrontDoor.of(s), max_body_bytes=s.http_max_body_bytes,
             max_upload_bytes=s.upload_max_bytes, max_file_bytes=s.ingest_max_bytes,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from ragmesh.identity import Identity
+from ragmesh.paging import DEFAULT_PAGE, Page, page
 from ragmesh.store import ConversationInfo, MessageRecord
 from ragmesh.validation import check_page, check_text
 from services.gateway.history import History
@@ -20,11 +21,11 @@ class Conversations:
         self.memory = memory
         self.pipeline = pipeline
 
-    async def list(self, who: Identity, limit: int | None = None, offset: int = 0) -> list[ConversationInfo]:
+    async def list(self, who: Identity, limit: int | None = None, offset: int = 0) -> Page[ConversationInfo]:
         """Newest first; `offset` skips that many (the next page starts where the last one ended)."""
-        limit = 50 if limit is None else limit
+        limit = DEFAULT_PAGE if limit is None else limit
         check_page(limit, offset)
-        return await asyncio.to_thread(self.history.conversations, who, limit, offset)
+        return page(await asyncio.to_thread(self.history.conversations, who, limit, offset), limit, offset)
 
     async def rename(self, who: Identity, conversation_id: str, title: str) -> str:
         """Sets the title the list shows (blank: the first question again); returns the title kept."""
