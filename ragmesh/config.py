@@ -324,6 +324,15 @@ class Settings:
     # model (one text of 2,000 characters, or 40 questions, a call), no slicing for Gemini; 0 = none.
     embed_slice_chars: int | None = field(default_factory=lambda: _optional_int("EMBED_SLICE_CHARS"))
 
+    # Shared conversation state (gateway replicas)
+    # Redis shared by the gateway replicas for running answers and stop requests, scope-cache entries
+    # and rate windows (redis://[user:password@]host:port/db, rediss:// for TLS); unset = in this
+    # process (one gateway). Redis holds nothing that cannot be lost.
+    redis_url: str = field(default_factory=lambda: _env("REDIS_URL", ""))
+    # Longest wait for one Redis call (seconds); past it, or when Redis is unreachable, the gateway goes
+    # on without it for a second (stop and reuse on this replica only, rate windows counted here).
+    redis_timeout_s: float = field(default_factory=lambda: _float("REDIS_TIMEOUT_S", 0.25))
+
     def address(self, service: str) -> str:
         """host:port of a service, from its *_ADDR variable or this host and its port."""
         explicit = getattr(self, f"{service}_addr", "")
@@ -338,7 +347,7 @@ class Settings:
         out: dict[str, object] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "mongodb_uri" or f.name == "milvus_uri" and "://" in value:  # a milvus-lite file path is shown
+            if f.name in ("mongodb_uri", "redis_url") or f.name == "milvus_uri" and "://" in value:  # a milvus-lite file path is shown
                 out[f.name] = redact_uri(value)
             else:
                 secret = any(word in f.name for word in ("key", "token", "secret", "pepper"))

@@ -25,7 +25,7 @@ from services.gateway.quality import QualitySettings, QualityStack, QualityStep
 from services.gateway.query_analysis import mentioned_funds, time_hint, time_window
 from services.gateway.question_lookup import numbered_filter
 from services.gateway.request import AskInput, document_ref
-from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
+from services.gateway.scope_cache import ScopeEntry, Scopes, scope_key
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class PipelineSettings:
 
 class Planner:
     def __init__(self, retriever: RetrieverClient, generator: GeneratorClient, embedder: EmbedderClient,
-                 cache: ScopeCache, known_funds: Callable[[str], Awaitable[list[str]]], settings: PipelineSettings,
+                 cache: Scopes, known_funds: Callable[[str], Awaitable[list[str]]], settings: PipelineSettings,
                  today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.timezone.utc).date()) -> None:
         self.retriever = retriever
         self.generator = generator
@@ -138,7 +138,7 @@ class Planner:
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
         with tracing.span("embedding"):
             vector, s.embed_ms = await (embedding or self._embed_question(ask.question))
-        cached = self.cache.get(ask.tenant, ask.conversation_id)
+        cached = await self.cache.get(ask.tenant, ask.conversation_id)
         if cached is None:
             s.retrieval, why = RAG_NEW_QUERY, "no cached scope for this conversation"
         elif cached.key != s.cache_key or cached.collections != s.collections:
@@ -159,7 +159,7 @@ class Planner:
             await self._search(ask, rt, s, vector, deadline)
             s.search_ms = (time.perf_counter() - searching) * 1000
             if not s.unavailable:
-                self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
+                await self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
                     s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count))
         await self.quality.rerank(ask.question, s)
         s.hits = s.hits[: s.k]
