@@ -167,7 +167,7 @@ class Settings:
     milvus_prefix: str = field(default_factory=lambda: _env("MILVUS_PREFIX", "ragmesh_"))
 
     # Gateway
-    # Scope cache of retrieved hits per tenant and conversation: lifetime (seconds) and entries.
+    # Scope cache of retrieved hits per tenant and conversation: lifetime (seconds) and entries per tenant.
     scope_cache_ttl_s: float = field(default_factory=lambda: _float("SCOPE_CACHE_TTL_S", 900.0))
     scope_cache_size: int = field(default_factory=lambda: _int("SCOPE_CACHE_SIZE", 1024))
     # Cosine similarity of two questions' embeddings at or above which the cached hits are reused.
@@ -208,8 +208,8 @@ class Settings:
     # Per user and calendar month (0 = no limit); beyond it HTTP 429 / RESOURCE_EXHAUSTED.
     monthly_message_limit: int = field(default_factory=lambda: _int("MONTHLY_MESSAGE_LIMIT", 0))
     monthly_token_limit: int = field(default_factory=lambda: _int("MONTHLY_TOKEN_LIMIT", 0))
-    # Asks and uploads (requests to ingest documents) per user per minute (0 = no limit), counted by each
-    # gateway replica. On by default: one key cannot take every slot of the deployment, nor flood the
+    # Asks and uploads (requests to ingest documents) per user per minute (0 = no limit), counted once for
+    # all gateway replicas on one REDIS_URL (by each replica while Redis is unreachable). On by default: one key cannot take every slot of the deployment, nor flood the
     # ingest path with files it knows will be refused; the test stack and `make bench` set 0.
     rate_limit_per_minute: int = field(default_factory=lambda: _int("RATE_LIMIT_PER_MINUTE", 60))
     # Background memory embedding: at most this many turns waiting; retries with backoff.
