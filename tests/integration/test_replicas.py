@@ -170,3 +170,24 @@ def test_with_redis_killed_answers_still_come_and_say_what_is_degraded(
     time.sleep(QUIET_AFTER_FAILURE_S)  # Redis is tried again after this
     again = one(sse(a.url + "/api/chat/ask/stream", {"question": QUESTION}, user), "strategy")
     assert "shared state" not in again["reason"], "shared again once Redis is back"
+
+
+def test_scope_entries_in_redis_expire_with_the_ttl_and_are_bounded_per_tenant(redis: RedisServer) -> None:
+    from services.gateway.scope_cache import ScopeEntry
+    from services.gateway.shared_state.redis_state import RedisLink, RedisScopes, _key
+
+    async def scenario() -> None:
+        link = RedisLink(redis.url, 1.0)
+        scopes = RedisScopes(link, ttl_s=900, max_entries=2)
+        try:
+            for conv in ("a", "b", "c"):
+                await scopes.put("bounded", conv, ScopeEntry("k", ["c"], conv, None, [], 0))
+                await scopes.get("bounded", "a")  # used: the least recently used goes first
+            await scopes.put("neighbour", "x", ScopeEntry("k", ["c"], "x", None, [], 0))
+            assert [(await scopes.get("bounded", c)) is not None for c in ("a", "b", "c")] == [True, False, True]
+            assert (await scopes.get("neighbour", "x")).question == "x", "one tenant's bound is its own"
+            assert 0 < await link.client.pttl(_key("scope", "bounded", "a")) <= 900_000
+        finally:
+            await link.client.aclose()
+
+    asyncio.run(scenario())

@@ -48,12 +48,14 @@ QUIET_AFTER_FAILURE_S = 1.0  # Redis is not tried again for this long after a fa
 DECODED_ENTRIES = 64  # scope entries kept decoded per replica
 
 _NOW_MS = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
-# KEYS: entry, index; ARGV: blob, ttl ms, max entries, conversation, the tenant's entry-key prefix.
-PUT_SCOPE = _NOW_MS + """
+_NOW_US = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) "  # orders uses
+# KEYS: entry, index (conversations by last use, in us); ARGV: blob, ttl ms, max entries, conversation,
+# the tenant's entry-key prefix.
+PUT_SCOPE = _NOW_US + """
 local ttl = tonumber(ARGV[2])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 redis.call('ZADD', KEYS[2], now, ARGV[4])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - ttl)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - ttl * 1000)
 local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[3])
 if extra > 0 then
   local gone = redis.call('ZPOPMIN', KEYS[2], extra)
@@ -64,7 +66,7 @@ return 1"""
 # KEYS: entry, index; ARGV: conversation. The entry, marked used.
 GET_SCOPE = """
 local blob = redis.call('GET', KEYS[1])
-if blob then """ + _NOW_MS + """ redis.call('ZADD', KEYS[2], 'XX', now, ARGV[1]) end
+if blob then """ + _NOW_US + """ redis.call('ZADD', KEYS[2], 'XX', now, ARGV[1]) end
 return blob"""
 # KEYS: window; ARGV: limit, window ms, a unique member. 0 when counted, else ms until one leaves.
 COUNT_RATE = _NOW_MS + """
