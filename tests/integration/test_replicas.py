@@ -182,10 +182,14 @@ def test_scope_entries_in_redis_expire_with_the_ttl_and_are_bounded_per_tenant(r
         try:
             for conv in ("a", "b", "c"):
                 await scopes.put("bounded", conv, ScopeEntry("k", ["c"], conv, None, [], 0))
-                await scopes.get("bounded", "a")  # used: the least recently used goes first
+                await link.drain()  # written beside the answer: here, before it is read
+                await asyncio.create_task(scopes.get("bounded", "a"))  # another request uses it: a goes last
             await scopes.put("neighbour", "x", ScopeEntry("k", ["c"], "x", None, [], 0))
-            assert [(await scopes.get("bounded", c)) is not None for c in ("a", "b", "c")] == [True, False, True]
-            assert (await scopes.get("neighbour", "x")).question == "x", "one tenant's bound is its own"
+            await link.drain()
+            found = [await asyncio.create_task(scopes.get("bounded", c)) for c in ("a", "b", "c")]
+            assert [entry is not None for entry in found] == [True, False, True]
+            assert (await asyncio.create_task(scopes.get("neighbour", "x"))).question == "x", \
+                "one tenant's bound is its own"
             assert 0 < await link.client.pttl(_key("scope", "bounded", "a")) <= 900_000
         finally:
             await link.client.aclose()

@@ -8,6 +8,9 @@ Keys (all under `ragmesh:`; a tenant is written with its length first, so no two
   rate:{tenant}:{user}          the user's requests of the last minute (a sorted set of times)
 Times come from the Redis server's clock, so replicas count one window whatever their own clocks say.
 
+Only what an answer needs before its strategy event waits for Redis (the rate window, the scope entry:
+one trip each); claiming a running answer and writing scope entries go on beside it, in order per key.
+
 Redis unreachable (refused, or slower than REDIS_TIMEOUT_S): answers go on. For a second the gateway
 does not try again; meanwhile a stop reaches answers on this replica only (a stop for one it does not
 run answers UNAVAILABLE saying why), scopes are neither read nor written (every question searches),
@@ -21,12 +24,14 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from ragmesh.config import Settings, redact_uri
@@ -102,11 +107,13 @@ class RedisLink:
     Redis that is down costs an answer nothing (no connect timeout on every call)."""
 
     def __init__(self, url: str, timeout_s: float) -> None:
+        # One retry on a broken connection (a pooled one Redis closed when it restarted), none on a timeout.
         self.client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                                           retry=Retry(NoBackoff(), 0))
+                                           retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)))
         self.where = redact_uri(url)
         self.problem = ""
         self._quiet_until = 0.0
+        self._background: set[asyncio.Task] = set()
 
     async def call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         if self.problem and time.monotonic() < self._quiet_until:
@@ -127,6 +134,28 @@ class RedisLink:
         self.problem = f"shared state unreachable (Redis at {self.where}: {str(exc) or type(exc).__name__})"
         self._quiet_until = time.monotonic() + QUIET_AFTER_FAILURE_S
 
+    def spawn(self, work: Coroutine[Any, Any, None], after: asyncio.Task | None = None) -> asyncio.Task:
+        """Runs `work` beside the caller (after `after`, when given): a write nobody waits for. Redis
+        being away is already said by `problem`; anything else is logged."""
+        async def run() -> None:
+            if after is not None:
+                await asyncio.wait([after])
+            try:
+                await work
+            except SharedUnavailable:
+                pass
+            except Exception:
+                log.exception("shared state write failed")
+
+        task = asyncio.ensure_future(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def drain(self, timeout_s: float = 1.0) -> None:
+        if self._background:
+            await asyncio.wait(self._background, timeout=timeout_s)
+
 
 class RedisRuns(LocalRuns):
     """Answers running here are also claimed in Redis; a stop for one that runs elsewhere is published,
@@ -138,25 +167,23 @@ class RedisRuns(LocalRuns):
         self.replica = uuid.uuid4().hex
         self._stop_script = link.client.register_script(STOP_RUN)
         self._waiting: dict[str, list[asyncio.Future[None]]] = {}
-        self._tasks: set[asyncio.Task] = set()
+        self._claims: dict[str, asyncio.Task] = {}
 
     async def begin(self, conversation_id: str) -> Run:
+        """Claimed beside the answer: the claim is in Redis long before a client can know the conversation
+        id of a new answer (its strategy event), or see content worth stopping. Redis away: a stop reaches
+        the answer on this replica only (until `renew` claims it)."""
         run = await super().begin(conversation_id)
-        with contextlib.suppress(SharedUnavailable):  # a stop then reaches it on this replica only
-            await self.link.call(self.link.client.set, _run_key(conversation_id), self.replica, px=RUN_TTL_MS)
+        self._claims[conversation_id] = self.link.spawn(
+            self.link.call(self.link.client.set, _run_key(conversation_id), self.replica, px=RUN_TTL_MS))
         return run
 
     def end(self, conversation_id: str, run: Run) -> None:
         super().end(conversation_id, run)
-        task = asyncio.ensure_future(self._ended(conversation_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _ended(self, conversation_id: str) -> None:
         pipe = self.link.client.pipeline(transaction=False)
         pipe.delete(_run_key(conversation_id)).publish(ENDED_CHANNEL, conversation_id)
-        with contextlib.suppress(SharedUnavailable):  # the claim expires; a waiting stop times out
-            await self.link.call(pipe.execute)
+        # After the claim; Redis away: the claim expires, and a stop waiting elsewhere times out.
+        self.link.spawn(self.link.call(pipe.execute), after=self._claims.pop(conversation_id, None))
 
     async def stop(self, conversation_id: str, wait_s: float) -> bool:
         if conversation_id in self.running:
@@ -200,16 +227,18 @@ class RedisRuns(LocalRuns):
             pipe.set(_run_key(conversation_id), self.replica, px=RUN_TTL_MS)
         await self.link.call(pipe.execute)
 
-    async def close(self) -> None:
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=1.0)
+
+
+# The scope entry a request has read or written (key, entry): read again by the same request (the pipeline
+# reads it in planning, then to build the context), it is the same objects, without a second trip.
+_this_request: ContextVar[tuple[str, ScopeEntry | None] | None] = ContextVar("scope_this_request", default=None)
 
 
 class RedisScopes:
     """Scope entries in Redis: TTL from the write, at most `max_entries` per tenant (least recently
-    used out). The entries last read or written here are kept decoded with their bytes, so reading an
-    unchanged entry twice gives the same objects (the pipeline reuses a context built from the very
-    hits) and costs no decoding."""
+    used out). Writes go beside the answer, in order per key. The entries last read or written here
+    are kept decoded with their bytes, so an unchanged entry is decoded once per replica and read as
+    the same objects (the pipeline reuses a context built from the very hits)."""
 
     def __init__(self, link: RedisLink, ttl_s: float, max_entries: int) -> None:
         self.link = link
@@ -218,9 +247,17 @@ class RedisScopes:
         self._get = link.client.register_script(GET_SCOPE)
         self._put = link.client.register_script(PUT_SCOPE)
         self._decoded: OrderedDict[str, tuple[bytes, ScopeEntry]] = OrderedDict()
+        self._writing: dict[str, asyncio.Task] = {}  # the last write of each key
 
     async def get(self, tenant: str, conversation_id: str) -> ScopeEntry | None:
         key = _key("scope", tenant, conversation_id)
+        if (seen := _this_request.get()) is not None and seen[0] == key:
+            return seen[1]
+        entry = await self._read(key, tenant, conversation_id)
+        _this_request.set((key, entry))
+        return entry
+
+    async def _read(self, key: str, tenant: str, conversation_id: str) -> ScopeEntry | None:
         try:
             blob = await self.link.call(self._get, keys=[key, _key("scopes", tenant)], args=[conversation_id])
         except SharedUnavailable:
@@ -242,17 +279,31 @@ class RedisScopes:
 
     async def put(self, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
         entry.created = time.monotonic()
-        key, blob = _key("scope", tenant, conversation_id), codec.encode(entry)
-        with contextlib.suppress(SharedUnavailable):
+        key = _key("scope", tenant, conversation_id)
+        _this_request.set((key, entry))
+
+        async def write() -> None:
+            blob = codec.encode(entry)
             await self.link.call(self._put, keys=[key, _key("scopes", tenant)],
                                  args=[blob, self.ttl_ms, self.max_entries, conversation_id, _key("scope", tenant)])
             self._remember(key, blob, entry)
 
+        self._write(key, write())
+
     async def keep_context(self, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
-        key, blob = _key("scope", tenant, conversation_id), codec.encode(entry)
-        with contextlib.suppress(SharedUnavailable):
+        key = _key("scope", tenant, conversation_id)
+
+        async def write() -> None:
+            blob = codec.encode(entry)
             if await self.link.call(self.link.client.set, key, blob, xx=True, keepttl=True):
                 self._remember(key, blob, entry)
+
+        self._write(key, write())
+
+    def _write(self, key: str, work: Coroutine[Any, Any, None]) -> None:
+        task = self.link.spawn(work, after=self._writing.get(key))
+        self._writing[key] = task
+        task.add_done_callback(lambda done: self._writing.pop(key) if self._writing.get(key) is done else None)
 
     def _remember(self, key: str, blob: bytes, entry: ScopeEntry) -> None:
         self._decoded[key] = (blob, entry)
@@ -309,7 +360,7 @@ class RedisState(SharedState):
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.redis_runs.close()
+        await self.link.drain()
         await self.link.client.aclose()
 
     async def _listen(self) -> None:
