@@ -175,8 +175,9 @@ async def answers_per_s(fronts: list[Any], clients: int, seconds: float) -> tupl
     tally = ChatTally()
     for part, _ in results:
         tally.completed += part.completed
-        tally.errors.counts.update(part.errors.counts)
-        tally.refused.counts.update(part.refused.counts)
+        for mine, theirs in ((tally.errors, part.errors), (tally.refused, part.refused)):
+            mine.counts.update(theirs.counts)
+            mine.first = theirs.first | mine.first
     return tally.completed / max(wall for _, wall in results), tally
 
 
@@ -231,10 +232,10 @@ def run_replicas(quick: bool = False) -> Section:
                 one_rate, one = asyncio.run(answers_per_s([a], plan.clients, plan.load_s))
                 two_rate, two = asyncio.run(answers_per_s([a, b], plan.clients, plan.load_s))
                 section.add(f"answers/s, {plan.clients} SSE clients: one replica", one_rate, "/s",
-                            note=f"errors {one.errors.total}, refused {one.refused.total}")
+                            note=f"errors {one.errors.total} ({one.errors}), refused {one.refused.total}")
                 section.add(f"answers/s, {plan.clients} SSE clients: two replicas", two_rate, "/s",
-                            note=f"ratio {two_rate / one_rate:.2f}; errors {two.errors.total}, refused "
-                                 f"{two.refused.total}; both replicas on this machine's CPUs")
+                            note=f"ratio {two_rate / one_rate:.2f}; errors {two.errors.total} ({two.errors}), "
+                                 f"refused {two.refused.total}; both replicas on this machine's CPUs")
         finally:
             for gateway in gateways:
                 gateway.stop()

@@ -228,7 +228,6 @@ class RedisRuns(LocalRuns):
         await self.link.call(pipe.execute)
 
 
-
 # The scope entry a request has read or written (key, entry): read again by the same request (the pipeline
 # reads it in planning, then to build the context), it is the same objects, without a second trip.
 _this_request: ContextVar[tuple[str, ScopeEntry | None] | None] = ContextVar("scope_this_request", default=None)
