@@ -16,7 +16,8 @@ import pytest
 from ragmesh.types import GenEvent
 from services.gateway.history import STOPPED_MARK
 from services.gateway.shared_state.redis_state import QUIET_AFTER_FAILURE_S
-from tests.auth import headers
+from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from tests.auth import bearer, channel, headers
 from tests.conftest import one, sse
 from tests.redis_server import RedisServer
 from tests.stack import DEMO, Stack
@@ -120,8 +121,10 @@ def test_a_stop_before_any_content_on_the_other_replica_drops_the_question(
     reader, events = _stream(b, {"question": QUESTION}, user)
     assert generating.wait(20) and _wait_for(lambda: any("strategy" in e for e in events))
     conv = one(events, "strategy")["conversation_id"]
-    reply = httpx.post(a.url + "/api/chat/stop", json={"conversation_id": conv}, headers=user, timeout=10)
-    assert reply.json() == {"stopped": True}
+    with channel(a.host.address, bearer(user["authorization"].removeprefix("Bearer "))) as grpc_channel:
+        reply = gateway_pb2_grpc.GatewayStub(grpc_channel).Stop(gateway_pb2.StopRequest(conversation_id=conv),
+                                                                 timeout=10)
+    assert reply.stopped, "Gateway.Stop on the other replica"
     assert httpx.get(f"{a.url}/api/conversations/{conv}", headers=user).status_code == 404, \
         "the question, and the conversation it opened, are gone when the reply comes"
     reader.join(10)
