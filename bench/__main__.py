@@ -25,6 +25,8 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
            fact recall on fresh turns, wasted searches on transforms (bench/conversations_bench.py, issue 24)
   pipeline the whole stack over 100k chunks, one question at a time per route (NEW_QUERY, REUSE, NO_RAG,
            DIRECT): time to the strategy and first content events, the gateway's own share (bench/pipeline_bench.py)
+  replicas two gateway replicas on one Redis: stop across replicas p50/p99, time to the strategy event with
+           Redis against in process (target <= 1.15), answers/s on one and two replicas (bench/replicas_bench.py)
 
 `--quick` is a smoke run of every part at small sizes (for tests); its figures are not
 comparable to the targets, which are only applied at the sizes the issue names.
@@ -55,6 +57,7 @@ from bench.load_bench import run_load
 from bench.metrics_bench import run_metrics
 from bench.peers_bench import run_peers
 from bench.pipeline_bench import run_pipeline
+from bench.replicas_bench import run_replicas
 from bench.search_bench import Section, failed_targets, machine_load, log, render, run_bm25, run_hnsw, run_search
 from services.retriever.dense import IVF
 
@@ -64,7 +67,7 @@ DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quali
                "option at 1M chunks, the whole path from question to first token (issue 15) and fairness between "
                "tenants (issue 23).")
 PARTS = ("search", "bm25", "hnsw", "approx", "scifact", "embed", "auth", "backends", "load", "metrics", "peers",
-         "pipeline", "fairness", "conversations")
+         "pipeline", "fairness", "conversations", "replicas")
 METRICS_SIZE = {False: 100_000, True: 5_000}
 DEFAULT_SIZES = [100_000, 1_000_000]
 APPROX_SIZE = 1_000_000  # the size issue 15's approximate target is for
@@ -124,6 +127,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("fairness", partial(run_fairness, quick)))
     if "conversations" in args.only:
         steps.append(("conversations", partial(run_conversations, quick)))
+    if "replicas" in args.only:
+        steps.append(("replicas", partial(run_replicas, quick)))
     return steps
 
 

@@ -32,8 +32,8 @@ from services.gateway.pipeline import AskPipeline
 from services.gateway.quality import QualitySettings
 from services.gateway.strategy import PipelineSettings, Planner
 from services.gateway.request import SOURCE_COLLECTIONS
-from services.gateway.scope_cache import ScopeCache
 from services.gateway.servicer import GatewayServicer
+from services.gateway.shared_state import open_shared_state
 from services.gateway.transcripts import Transcripts
 
 log = logging.getLogger(__name__)
@@ -66,9 +66,10 @@ class GatewayApp(ServiceApp):
         self.generator = GeneratorClient(s.address("generator"), s.generate_timeout, auth)
         self.memory = Memory(self.store, self.retriever, self.generator, self.embedder, s.summary_after_turns,
                              s.memory_queue_max)
+        # Running answers, scope cache and rate windows: in this process, or in Redis shared by replicas.
+        self.shared = open_shared_state(s)
         planner = Planner(
-            self.retriever, self.generator, self.embedder, ScopeCache(s.scope_cache_ttl_s, s.scope_cache_size),
-            self.known_funds,
+            self.retriever, self.generator, self.embedder, self.shared.scopes, self.known_funds,
             PipelineSettings(
                 default_model=default_model(s.default_model, s.gemini_api_key), reasoning_model=s.reasoning_model,
                 history_turns=s.history_turns, same_topic_threshold=s.same_topic_threshold,
@@ -83,8 +84,8 @@ class GatewayApp(ServiceApp):
         )
         self.pipeline = AskPipeline(self.history, self.generator, planner, self.memory,
                                     UsageLimiter(self.store, s.monthly_message_limit, s.monthly_token_limit),
-                                    RateLimiter(s.rate_limit_per_minute),
-                                    Admission("gateway: retrieval", s.max_concurrent_retrievals))
+                                    RateLimiter(s.rate_limit_per_minute, self.shared.rates),
+                                    Admission("gateway: retrieval", s.max_concurrent_retrievals), self.shared)
         self.conversations = Conversations(self.history, self.memory, self.pipeline)
         self.transcripts = Transcripts(self.retriever, self.generator, self.pipeline.default_model)
         self.library = Library(lambda: self.retriever, self.known_funds)
@@ -120,6 +121,8 @@ class GatewayApp(ServiceApp):
 
     async def warm_up(self) -> None:
         await asyncio.to_thread(self.store.connect)
+        await self.shared.start()  # Redis down is no reason not to serve: answers flow, degraded (says so)
+        log.info("shared conversation state", extra={"where": self.shared.where})
         if self._http is not None:
             return  # a retry after the store came back: the HTTP bridge is up already
         s = self.settings
@@ -157,4 +160,5 @@ class GatewayApp(ServiceApp):
             await self._http_task
         for client in (self.embedder, self.retriever, self.generator):
             await client.close()
+        await self.shared.close()
         self.store.close()

@@ -3,7 +3,9 @@ caller's identity. One place for both the gRPC servicer and the HTTP router."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
+from ragmesh.errors import Unavailable
 from ragmesh.identity import Identity
 from ragmesh.paging import DEFAULT_PAGE, Page, page
 from ragmesh.store import ConversationInfo, MessageRecord
@@ -47,6 +49,7 @@ class Conversations:
         """The conversation, its messages, summary and corrections, and its messages embedded in the
         conversation memory: nothing of it stays searchable."""
         await asyncio.to_thread(self.history.require, who, conversation_id)
-        await self.pipeline.stop(conversation_id)  # nothing of a running answer is stored after the delete
+        with contextlib.suppress(Unavailable):  # an answer on a replica the shared state cannot reach goes on
+            await self.pipeline.stop(conversation_id)  # nothing of a running answer is stored after the delete
         await asyncio.to_thread(self.history.store.delete_conversation, who.tenant, conversation_id)
         await self.memory.forget(conversation_id)

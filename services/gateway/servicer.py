@@ -135,7 +135,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
         who = identity.current()
         who.require_admin("ingesting documents")  # into the caller's tenant, whatever a document says
-        self.pipeline.rate.check(who.tenant, who.user)  # an upload counts with the user's asks
+        await self.pipeline.rate.check(who.tenant, who.user)  # an upload counts with the user's asks
         async for progress in self.retriever.ingest(_writable(request_iterator)):
             yield progress
 

@@ -27,7 +27,7 @@ from services.gateway.quality import QualitySettings, QualityStack, QualityStep
 from services.gateway.query_analysis import mentioned_funds, time_hint, time_window
 from services.gateway.question_lookup import numbered_filter
 from services.gateway.request import AskInput, document_ref
-from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
+from services.gateway.scope_cache import ScopeEntry, Scopes, scope_key
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class PipelineSettings:
 
 class Planner:
     def __init__(self, retriever: RetrieverClient, generator: GeneratorClient, embedder: EmbedderClient,
-                 cache: ScopeCache, known_funds: Callable[[str], Awaitable[list[str]]], settings: PipelineSettings,
+                 cache: Scopes, known_funds: Callable[[str], Awaitable[list[str]]], settings: PipelineSettings,
                  today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.timezone.utc).date()) -> None:
         self.retriever = retriever
         self.generator = generator
@@ -120,8 +120,10 @@ class Planner:
         """Route, filters, scope decision and hits for one question in `conversation`;
         `embedding` is the question's embedding if `embed_early` started it."""
         turns = conversation.count
+        # The conversation's last search: the follow-up check reads it, and so does the reuse decision.
+        cached = await self.cache.get(ask.tenant, ask.conversation_id) if turns else None
         with tracing.span("routing"):
-            follow = await self._followup(ask, conversation)
+            follow = await self._followup(ask, conversation, cached)
             rt = router.route(ask.question, follow, len(ask.document_ids))
             tracing.annotate(route=rt.name, reason=rt.reason, followup=follow.signal)
         if ask.top_k and rt.retrieves:
@@ -144,7 +146,6 @@ class Planner:
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
         with tracing.span("embedding"):
             vector, s.embed_ms = await (embedding or self._embed_question(ask.question))
-        cached = self.cache.get(ask.tenant, ask.conversation_id)
         if cached is None:
             s.retrieval, why = RAG_NEW_QUERY, "no cached scope for this conversation"
         elif cached.key != s.cache_key or cached.collections != s.collections:
@@ -168,7 +169,7 @@ class Planner:
             await self._search(ask, rt, s, vector, deadline)
             s.search_ms = (time.perf_counter() - searching) * 1000
             if not s.unavailable:
-                self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
+                await self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
                     s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count,
                     asked=followup.asked_key(ask)))
         await self.quality.rerank(ask.question, s)
@@ -210,11 +211,10 @@ class Planner:
         s.chunks, s.reason = len(s.hits), f"{s.reason}; {'summary' if record.summary else 'table of contents'} of {ref}"
         return True
 
-    async def _followup(self, ask: AskInput, conversation: Recent) -> Followup:
+    async def _followup(self, ask: AskInput, conversation: Recent, cached: ScopeEntry | None) -> Followup:
         """Whether the question reworks what the conversation holds: the cheap signals, then the
         model's word when it is configured to check."""
-        verdict = followup.decide(ask, conversation.turns, self.cache.get(ask.tenant, ask.conversation_id),
-                                  self.today())
+        verdict = followup.decide(ask, conversation.turns, cached, self.today())
         model = ask.model or self.settings.default_model
         if not self.settings.scope_llm_check or model == EXTRACTIVE:
             return verdict

@@ -265,7 +265,7 @@ def documents_router(retriever: Callable[[], RetrieverClient], library: Library,
     @router.post("/api/documents")
     async def ingest_documents(request: Request, who: Identity = Depends(caller)):
         who.require_admin("ingesting documents")
-        rate.check(who.tenant, who.user)
+        await rate.check(who.tenant, who.user)
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         try:
             if kind == "multipart/form-data":
