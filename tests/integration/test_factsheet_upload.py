@@ -1,0 +1,63 @@
+"""A customer's factsheets get what the demo's get: factsheets.jsonl uploaded through
+`POST /api/documents` into a tenant of its own gives, question for question, the same context
+(sections, per-section chunks, "Complete Factsheet Data" with the whole JSON) as the demo corpus the
+demo loader sent. The context is read from the prompt a Gemini-backed gateway sends to the fake
+Gemini server."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from demo.loader import CORPUS_DIR, FILES
+from tests.auth import headers
+from tests.fakes.gemini import text
+from tests.stack import Stack
+
+TENANT = "factsheet-customer"
+QUESTIONS = ["What was Kestrel's 2025 full-year return?",
+             "Harborview factsheet top holdings and exposure in March 2024"]
+
+
+@pytest.fixture(scope="module")
+def customer(stack: Stack, gemini_gateway) -> Iterator[dict[str, str]]:
+    """The customer's headers, once its factsheets.jsonl is uploaded through the gateway's HTTP API."""
+    url, _, _ = gemini_gateway
+    who = headers(stack.key(TENANT, "analyst", "admin"))
+    name = FILES["factsheets"]
+    reply = httpx.post(url + "/api/documents", headers=who, timeout=300,
+                       files=[("files", (name, (CORPUS_DIR / name).read_bytes(), "application/x-ndjson"))],
+                       data={"collection": "factsheets", "summarize": "false"})
+    assert reply.status_code == 200, reply.text
+    events = [json.loads(line[len("data: "):]) for line in reply.text.split("\n") if line]
+    assert events[-1].get("done") and not events[-1]["errors"], events[-1]
+    yield who
+
+
+def _context(url: str, fake, who: dict[str, str], question: str) -> str:
+    """The Internal Data part of the prompt the model is sent for the question, over the factsheets."""
+    fake.stream(text("From the factsheet [1]."))
+    reply = httpx.post(url + "/api/chat/ask", json={"question": question, "data_sources": ["Factsheet"]},
+                       headers=who, timeout=60)
+    assert reply.status_code == 200, reply.text
+    body = fake.requests("streamGenerateContent")[-1].body
+    prompt = "".join(p.get("text", "") for c in body["contents"] for p in c["parts"])
+    return prompt[prompt.index("Internal Data:"):]
+
+
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_uploaded_factsheets_give_the_demos_context(stack: Stack, gemini_gateway, customer: dict[str, str],
+                                                     question: str) -> None:
+    url, fake, _ = gemini_gateway
+    demo, uploaded = _context(url, fake, stack.headers, question), _context(url, fake, customer, question)
+    assert uploaded == demo
+    records = {json.loads(line)["factsheet_id"]: json.loads(line)
+               for line in (CORPUS_DIR / FILES["factsheets"]).read_text().splitlines()}
+    complete = [json.loads(line.removeprefix("Complete Factsheet Data: "))
+                for line in uploaded.splitlines() if line.startswith("Complete Factsheet Data: ")]
+    assert complete and all(c == records[c["factsheet_id"]] for c in complete), "each factsheet's JSON whole"
+    assert "Context: {" not in uploaded, "no factsheet JSON cut short"
+    sections = {line.strip().split(" ")[1] for line in uploaded.splitlines() if line.startswith("  - ")}
+    assert sections and sections <= {"performance", "holdings", "commentary"}
