@@ -12,7 +12,7 @@ CASES = [  # question, what the answer must hold
     ("Who manages Altair Credit Opportunities?", "Priya Raman"),
     ("Who runs the Solstice Healthcare Innovation fund?", "Ingrid Salvesen"),
     ("Who left Northwind in early 2025?", "Rafael Osei"),
-    ("Who joined Harborview as head of short research?", "Sofia Lindgren"),
+    ("Which Altair executive left in June 2024?", "Marcus Lindqvist"),
     ("How much did Northwind lose in August 2024?", "4.1%"),
     ("What premium was paid for Brightwater Bio?", "88%"),
     ("When did Meridian close to new investors?", "1 March 2025"),

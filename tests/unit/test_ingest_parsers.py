@@ -173,8 +173,8 @@ def test_json_records_map_fields_to_metadata_and_sections() -> None:
     assert note.sections[0].whole_meta == {"chunk_type": "full_notes"}
     assert sheet.title == "Kestrel Emerging Markets Factsheet (2024-06-30)" and sheet.date == "2024-06-30"
     assert [s.meta["section_type"] for s in sheet.sections] == ["performance", "holdings", "commentary"]
-    assert sheet.sections[0].text == ("Kestrel Emerging Markets performance as of 2024-06-30. Month return 1.2%. "
-                                      "Year-to-date 4.5%. Assets under management $2.4bn.")
+    assert sheet.sections[0].text == ("Kestrel Emerging Markets performance as of 2024-06-30: month return 1.2%, "
+                                      "year-to-date 4.5%, assets under management $2.4bn.")
     assert sheet.sections[1].text == "Kestrel Emerging Markets top holdings as of 2024-06-30: Andes Copper (Materials) 5.1%."
     assert sheet.metadata["aum_usd_bn"] == "2.4"
     assert json.loads(sheet.source) == FACTSHEET  # kept whole, once

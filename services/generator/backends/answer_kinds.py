@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from ragmesh.text import STOPWORDS
 from ragmesh.types import ContextBlock
 
 PERSON, FIGURE, DATE = "person", "figure", "date"
@@ -31,9 +32,11 @@ _CARRIES = {
                        r"m\b|x\b|cents?\b|percent|per\s+cent)"),
     DATE: re.compile(rf"\b{_MONTH}\b|\b\d{{4}}-\d{{2}}-\d{{2}}\b|\bQ[1-4]\b|\b(?:19|20)\d{{2}}\b"),
 }
-# A person's name: two or three capitalised words (a title first, maybe), not at the start of the sentence.
-_NAME = re.compile(r"(?<=[\s(,])(?:(?:Dr|Mr|Ms|Mrs|Prof)\.\s)?[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z]+)?"
-                   r"(?:\s[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z]+)?){1,2}\b")
+# Runs of capitalised words: a person's name is two or three of them (after any stopword such as a
+# sentence's first "The"), that are not all words of the block's fund.
+_CAPITALISED = re.compile(r"\b[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z]+)?(?:\s[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z]+)?)+\b")
+# Who runs the fund: the question the block's manager (metadata) answers.
+_MANAGING = re.compile(r"\b(?:manag\w*|runs?|running|run by|pms?|portfolio manager|in charge|leads?|led by)\b", re.I)
 
 
 def asked(question: str) -> set[str]:
@@ -59,15 +62,22 @@ def _names(sentence: str, block: ContextBlock) -> bool:
     if manager and (manager in sentence or manager.split()[-1] in sentence.split()):
         return True
     fund_words = set(meta.get("fund_name", "").split())
-    return any(not set(m.split()) <= fund_words for m in _NAME.findall(sentence))
+    for run in _CAPITALISED.findall(sentence):
+        words = run.split()
+        while words and words[0].lower() in STOPWORDS:
+            words.pop(0)
+        if 2 <= len(words) <= 3 and not set(words) <= fund_words:
+            return True
+    return False
 
 
-def metadata_sentences(block: ContextBlock, kinds: set[str]) -> list[str]:
-    """What the block's metadata says of a kind asked for, as sentences to quote beside its text."""
+def metadata_sentences(question: str, kinds: set[str], block: ContextBlock) -> list[str]:
+    """What the block's metadata says of a kind asked for, as sentences to quote beside its text: its
+    fund's manager when the question asks who runs it, its date when it asks when."""
     meta = block.chunk.metadata if block.chunk else {}
     fund = meta.get("fund_name", "")
     out = []
-    if PERSON in kinds and fund and meta.get("manager"):
+    if PERSON in kinds and fund and meta.get("manager") and _MANAGING.search(question):
         out.append(f"{fund} is managed by {meta['manager']}.")
     if DATE in kinds and fund and block.chunk and block.chunk.date:
         what = "factsheet reports as of" if block.chunk.collection == "factsheets" else "meeting notes are dated"

@@ -29,6 +29,12 @@ NOTHING_RELEVANT = (
 )
 _MARKER = re.compile(r"\[\d+\]")
 _SUFFIXES = ("ing", "ies", "ed", "es", "er", "e", "s")
+_IRREGULAR = {  # the forms a question and a note use for the same event that no suffix joins
+    "lost": "lose", "loss": "lose", "losses": "lose", "losing": "lose", "left": "leave", "leaving": "leave",
+    "ran": "run", "running": "run", "paid": "pay", "rose": "rise", "risen": "rise", "fell": "fall",
+    "fallen": "fall", "grew": "grow", "grown": "grow", "sold": "sell", "bought": "buy", "held": "hold",
+    "made": "make", "won": "win", "gains": "gain", "gained": "gain",
+}
 ASKED_WEIGHT = 3.0  # a sentence holding the kind of thing asked for, against one that only shares words
 METADATA_WEIGHT = 0.9  # a metadata sentence yields to the text's own sentence that says as much
 
@@ -46,7 +52,9 @@ def _jaccard(a: set[str], b: set[str]) -> float:
 
 
 def _stem(token: str) -> str:
-    """The token without one common ending, keeping at least four letters: managed, manages, manager -> manag."""
+    """The token without one common ending, keeping at least four letters: managed, manages, manager -> manag;
+    irregular forms first become their verb (lost, loss -> lose)."""
+    token = _IRREGULAR.get(token, token)
     for suffix in _SUFFIXES:
         if token.endswith(suffix) and len(token) - len(suffix) >= 4:
             return token[: -len(suffix)]
@@ -105,7 +113,7 @@ class ExtractiveBackend:
             (block, sentence, 1.0)
             for block in blocks
             for sentence in split_sentences(block.text)
-        ] + [(block, sentence, METADATA_WEIGHT) for block in blocks for sentence in metadata_sentences(block, kinds)]
+        ] + [(block, sentence, METADATA_WEIGHT) for block in blocks for sentence in metadata_sentences(question, kinds, block)]
         stems = [_stems(sentence) for _, sentence, _ in candidates]
         # Inverse frequency over the candidate sentences: rare question terms count more.
         df = Counter(t for tokens in stems for t in tokens)

@@ -3,7 +3,9 @@ the demo loader and a customer's `ragmesh ingest` or `/api/documents` go through
 
 Factsheets: three sections, `performance` (the figures with their names and units, and the
 assets under management), `holdings` (the top holdings and the exposure) and `commentary`, each
-opening with the fund and the report date so a chunk says what it is about on its own. Meeting
+opening with the fund and the report date so a chunk says what it is about on its own; the opening
+leads into the section's first sentence rather than standing alone, so no sentence an answer may
+quote says only which factsheet it is. Meeting
 notes: the notes as `notes_part` chunks (one `full_notes` chunk when they fit in one) and the
 conclusion as a `conclusion` chunk, 000's chunk types."""
 from __future__ import annotations
@@ -18,13 +20,13 @@ from services.retriever.ingest.parsed import Section
 Layout = Callable[[dict], tuple[list[Section], set[str]]]
 
 _PERFORMANCE = {  # field: (how the text names it, unit)
-    "month": ("Month return", "%"), "mtd": ("Month-to-date", "%"), "qtd": ("Quarter-to-date", "%"),
-    "ytd": ("Year-to-date", "%"), "one_year": ("One-year return", "%"), "three_year": ("Three-year return", "%"),
-    "since_inception": ("Since inception", "%"), "since_inception_annualised": ("Annualised since inception", "%"),
-    "volatility": ("Volatility", "%"), "sharpe": ("Sharpe ratio", ""), "max_drawdown": ("Maximum drawdown", "%"),
+    "month": ("month return", "%"), "mtd": ("month-to-date", "%"), "qtd": ("quarter-to-date", "%"),
+    "ytd": ("year-to-date", "%"), "one_year": ("one-year return", "%"), "three_year": ("three-year return", "%"),
+    "since_inception": ("since inception", "%"), "since_inception_annualised": ("annualised since inception", "%"),
+    "volatility": ("volatility", "%"), "sharpe": ("Sharpe ratio", ""), "max_drawdown": ("maximum drawdown", "%"),
 }
 _EXPOSURE = {"gross": "Gross exposure", "net": "net exposure", "long": "long", "short": "short"}
-_AUM = {"aum_usd_bn": ("Assets under management $", "bn"), "aum_usd_mn": ("Assets under management $", "m")}
+_AUM = {"aum_usd_bn": ("assets under management $", "bn"), "aum_usd_mn": ("assets under management $", "m")}
 
 
 def _words(key: str) -> str:
@@ -32,7 +34,7 @@ def _words(key: str) -> str:
 
 
 def _figure(key: str, value: Any, names: dict[str, tuple[str, str]]) -> str:
-    name, unit = names.get(key, (_words(key).capitalize(), ""))
+    name, unit = names.get(key, (_words(key), ""))
     return f"{name}{value}{unit}" if name.endswith("$") else f"{name} {value}{unit}"
 
 
@@ -62,7 +64,7 @@ def factsheet(r: dict) -> tuple[list[Section], set[str]]:
     used.update(numbers)
     figures += [_figure(k, r[k], _AUM) for k in numbers]
     if figures:
-        sections.append(_section("performance", f"{fund} performance as of {date}. " + ". ".join(figures) + "."))
+        sections.append(_section("performance", f"{fund} performance as of {date}: " + ", ".join(figures) + "."))
     parts: list[str] = []
     if isinstance(r.get("holdings"), list):
         used.add("holdings")
@@ -75,7 +77,7 @@ def factsheet(r: dict) -> tuple[list[Section], set[str]]:
         sections.append(_section("holdings", " ".join(parts)))
     if isinstance(r.get("commentary"), str) and r["commentary"].strip():
         used.add("commentary")
-        sections.append(_section("commentary", f"{fund} manager commentary for the period ending {date}. "
+        sections.append(_section("commentary", f"{fund} commentary for the period ending {date}: "
                                                f"{r['commentary'].strip()}"))
     return sections, used
 
