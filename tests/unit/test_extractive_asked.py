@@ -59,3 +59,14 @@ def test_when_prefers_the_sentence_with_the_date_and_offers_the_report_date() ->
     sheet = [block(1, "Month return 1.9%. Year-to-date 6.43%.", "factsheets", "2024-03-31",
                    fund_name="Harborview Long/Short Equity")]
     assert "2024-03-31" in first_line("When is the latest Harborview factsheet from?", sheet)
+
+
+def test_a_meeting_date_answers_when_the_meeting_was_not_when_its_news_happened() -> None:
+    blocks = [block(1, "Sofia Lindgren joined Harborview in January 2025 as head of short research.",
+                    fund_name="Harborview Long/Short Equity", manager="Daniel Marchetti")]
+    backend = ExtractiveBackend(delay_ms=0)
+    news = backend.compose(GenerationRequest("extractive", "Who joined Harborview as head of short research, and when?",
+                                             blocks))
+    assert "dated" not in news and "managed by" not in news and "Sofia Lindgren" in news.split("\n")[2]
+    meeting = backend.compose(GenerationRequest("extractive", "When did we last meet Harborview?", blocks))
+    assert "The Harborview Long/Short Equity meeting notes are dated 2024-03-27." in meeting

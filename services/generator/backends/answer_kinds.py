@@ -35,6 +35,8 @@ _CARRIES = {
 # Runs of capitalised words: a person's name is two or three of them (after any stopword such as a
 # sentence's first "The"), that are not all words of the block's fund.
 _CAPITALISED = re.compile(r"\b[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z]+)?(?:\s[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z]+)?)+\b")
+# When a meeting or a report was: the question the block's date (metadata) answers.
+_DATED = re.compile(r"\b(?:meet\w*|met|factsheets?|reports?|reported|calls?|reviews?|notes?)\b", re.I)
 # Who runs the fund: the question the block's manager (metadata) answers.
 _MANAGING = re.compile(r"\b(?:manag\w*|runs?|running|run by|pms?|portfolio manager|in charge|leads?|led by)\b", re.I)
 
@@ -73,13 +75,14 @@ def _names(sentence: str, block: ContextBlock) -> bool:
 
 def metadata_sentences(question: str, kinds: set[str], block: ContextBlock) -> list[str]:
     """What the block's metadata says of a kind asked for, as sentences to quote beside its text: its
-    fund's manager when the question asks who runs it, its date when it asks when."""
+    fund's manager when the question asks who runs it, its date when it asks when the meeting or the
+    report was (not when something the notes tell of happened)."""
     meta = block.chunk.metadata if block.chunk else {}
     fund = meta.get("fund_name", "")
     out = []
     if PERSON in kinds and fund and meta.get("manager") and _MANAGING.search(question):
         out.append(f"{fund} is managed by {meta['manager']}.")
-    if DATE in kinds and fund and block.chunk and block.chunk.date:
+    if DATE in kinds and fund and block.chunk and block.chunk.date and _DATED.search(question):
         what = "factsheet reports as of" if block.chunk.collection == "factsheets" else "meeting notes are dated"
         out.append(f"The {fund} {what} {block.chunk.date}.")
     return out
