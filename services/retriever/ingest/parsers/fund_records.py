@@ -5,9 +5,9 @@ Factsheets: three sections, `performance` (the figures with their names and unit
 assets under management), `holdings` (the top holdings and the exposure) and `commentary`, each
 opening with the fund and the report date so a chunk says what it is about on its own; the opening
 leads into the section's first sentence rather than standing alone, so no sentence an answer may
-quote says only which factsheet it is. Meeting
-notes: the notes as `notes_part` chunks (one `full_notes` chunk when they fit in one) and the
-conclusion as a `conclusion` chunk, 000's chunk types."""
+quote says only which factsheet it is. Meeting notes: the notes as `notes_part` chunks (one
+`full_notes` chunk when they fit in one) and the conclusion as a `conclusion` chunk, 000's chunk
+types."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -60,7 +60,7 @@ def factsheet(r: dict) -> tuple[list[Section], set[str]]:
     if isinstance(r.get("performance"), dict):
         used.add("performance")
         figures += [_figure(k, v, _PERFORMANCE) for k, v in r["performance"].items() if v not in (None, "")]
-    numbers = [k for k, v in r.items() if _number(v) and k not in used]
+    numbers = [k for k, v in r.items() if _number(v) and k not in used and k != "id" and not k.endswith("_id")]
     used.update(numbers)
     figures += [_figure(k, r[k], _AUM) for k in numbers]
     if figures:
