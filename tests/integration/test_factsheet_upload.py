@@ -11,8 +11,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from demo.loader import CORPUS_DIR, FILES
-from tests.auth import headers
+from demo.loader import CORPUS_DIR, FILES, load
+from ragmesh.clients import ClientAuth, RetrieverClient
+from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
+from tests.auth import channel, headers
 from tests.fakes.gemini import text
 from tests.stack import Stack
 
@@ -61,3 +63,23 @@ def test_uploaded_factsheets_give_the_demos_context(stack: Stack, gemini_gateway
     assert "Context: {" not in uploaded, "no factsheet JSON cut short"
     sections = {line.strip().split(" ")[1] for line in uploaded.splitlines() if line.startswith("  - ")}
     assert sections and sections <= {"performance", "holdings", "commentary"}
+
+
+def test_loading_again_removes_the_hand_made_sections_of_an_older_demo_load(stack: Stack) -> None:
+    old = retriever_pb2.Document(doc_id="fs-kestrel-2024-03-31:performance", collection="factsheets",
+                                 text="Kestrel Emerging Markets performance as of 2024-03-31. Month return 2.4%.")
+    with channel(stack.address("retriever"), stack.metadata) as ch:
+        stub = retriever_pb2_grpc.RetrieverStub(ch)
+        assert [p.stage for p in stub.Ingest(iter([old]), timeout=60)][-1] == retriever_pb2.INDEXED
+
+        async def reload():
+            client = RetrieverClient(stack.address("retriever"), 30, 600, ClientAuth.key(stack.settings, stack.admin_key))
+            try:
+                return await load(client)
+            finally:
+                await client.close()
+
+        assert stack.call(reload(), timeout=600) == {"UNCHANGED": 61}
+        hits = stub.Search(retriever_pb2.SearchRequest(query="Kestrel performance 2024-03-31 month return",
+                                                       collections=["factsheets"], top_k=20), timeout=30).hits
+        assert hits and all(":" not in h.chunk.doc_id for h in hits)

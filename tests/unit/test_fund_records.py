@@ -46,3 +46,15 @@ def test_a_factsheet_is_three_sections_under_its_complete_json() -> None:
     assert "Calverton Systems (Software) 6.2%" in holdings and "Gross exposure 165.0%, net exposure 55.0%" in holdings
     assert children[2].text.startswith("Harborview Long/Short Equity commentary for the period ending 2024-03-31: "
                                        "Harborview gained 1.9% in March")
+
+
+def test_the_demo_loader_sends_the_corpus_files_records_as_they_are() -> None:
+    """No hand-made text or metadata: each document is one line of the corpus file, under the file's name."""
+    from demo.loader import FILES, documents
+
+    docs = documents()
+    lines = {c: (CORPUS_DIR / name).read_text().splitlines() for c, name in FILES.items()}
+    assert len(docs) == sum(len(v) for v in lines.values()) == 61
+    for doc in docs:
+        assert doc.content.decode() in lines[doc.collection] and doc.filename == FILES[doc.collection]
+        assert not (doc.text or doc.metadata or doc.title or doc.date)
