@@ -1,8 +1,8 @@
 """A customer's factsheets get what the demo's get: factsheets.jsonl uploaded through
 `POST /api/documents` into a tenant of its own gives, question for question, the same context
 (sections, per-section chunks, "Complete Factsheet Data" with the whole JSON) as the demo corpus the
-demo loader sent. The context is read from the prompt a Gemini-backed gateway sends to the fake
-Gemini server."""
+demo loader sent; the demo's meeting notes show 000's chunk types. The context is read from the prompt
+a Gemini-backed gateway sends to the fake Gemini server."""
 from __future__ import annotations
 
 import json
@@ -38,10 +38,10 @@ def customer(stack: Stack, gemini_gateway) -> Iterator[dict[str, str]]:
     yield who
 
 
-def _context(url: str, fake, who: dict[str, str], question: str) -> str:
-    """The Internal Data part of the prompt the model is sent for the question, over the factsheets."""
-    fake.stream(text("From the factsheet [1]."))
-    reply = httpx.post(url + "/api/chat/ask", json={"question": question, "data_sources": ["Factsheet"]},
+def _context(url: str, fake, who: dict[str, str], question: str, source: str = "Factsheet") -> str:
+    """The Internal Data part of the prompt the model is sent for the question, over one data source."""
+    fake.stream(text("From the sources [1]."))
+    reply = httpx.post(url + "/api/chat/ask", json={"question": question, "data_sources": [source]},
                        headers=who, timeout=60)
     assert reply.status_code == 200, reply.text
     body = fake.requests("streamGenerateContent")[-1].body
@@ -83,3 +83,11 @@ def test_loading_again_removes_the_hand_made_sections_of_an_older_demo_load(stac
         hits = stub.Search(retriever_pb2.SearchRequest(query="Kestrel performance 2024-03-31 month return",
                                                        collections=["factsheets"], top_k=20), timeout=30).hits
         assert hits and all(":" not in h.chunk.doc_id for h in hits)
+
+
+def test_meeting_notes_show_their_chunk_types(stack: Stack, gemini_gateway) -> None:
+    url, fake, _ = gemini_gateway
+    context = _context(url, fake, stack.headers, "What did Harborview conclude about analyst retention?",
+                       "Meeting Notes")
+    kinds = [line.removeprefix("Chunk Type: ") for line in context.splitlines() if line.startswith("Chunk Type: ")]
+    assert kinds and set(kinds) <= {"notes_part", "conclusion", "full_notes"}, kinds
