@@ -663,10 +663,7 @@ PATH_PARAMETERS = {
     "conversation_id": {"type": "string", "minLength": 1},
     "collection": {"type": "string", "pattern": COLLECTION_NAME.pattern},
 }
-DOC_ID = {  # GET needs a non-blank id; DELETE only a non-empty one
-    "get": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS, "pattern": NOT_BLANK},
-    "delete": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
-}
+DOC_ID = {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS, "pattern": NOT_BLANK}  # read or delete
 
 
 # -- the document -------------------------------------------------------------------------------------
@@ -821,7 +818,7 @@ def _parameter(method: str, parameter: dict) -> None:
         parameter["schema"] = {"type": "string", "minLength": 1, "maxLength": MAX_CHUNK_ID_CHARS, "pattern": NOT_BLANK}
         parameter["description"] = "A citation's chunk_id (tenant/collection/doc_id#n: percent-encode '#' and '/')"
     elif name == "doc_id":
-        parameter["schema"] = dict(DOC_ID[method])
+        parameter["schema"] = dict(DOC_ID)
         parameter["description"] = "The document's id (may contain '/')"
     elif name in PATH_PARAMETERS:
         parameter["schema"] = dict(PATH_PARAMETERS[name])
