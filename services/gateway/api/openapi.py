@@ -784,7 +784,7 @@ def build(app: FastAPI, *, offered_models: list[str], max_body_bytes: int, max_u
             for status in sorted(statuses):
                 op["responses"][str(status)] = _error_response(status, errors[status])
             for parameter in op.get("parameters", []):
-                _parameter(method, parameter)
+                _parameter(parameter)
             body = op.get("requestBody")
             if body is not None:
                 body["description"] = f"At most {max_body_bytes:,} bytes (HTTP_MAX_BODY_BYTES)"
@@ -803,7 +803,7 @@ def _constrain(schema: dict, fields: dict[str, dict], required: list[str]) -> No
     schema["required"] = sorted(set(schema.get("required", [])) | set(required))
 
 
-def _parameter(method: str, parameter: dict) -> None:
+def _parameter(parameter: dict) -> None:
     name = parameter["name"]
     if name == "limit":
         parameter["schema"] = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50}
