@@ -98,7 +98,9 @@ def supervised(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Super
         supervisor.start()
         supervisor.supervise()
         yield supervisor, demo_key(settings)
-    finally:
+    finally:  # killed first: a graceful stop is test_supervisor's, and the embedder's takes seconds
+        for proc in list(supervisor.procs.values()):
+            proc.kill()
         supervisor.stop()
 
 
