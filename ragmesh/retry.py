@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 RETRY_FOR_S = 20.0
 FIRST_BACKOFF_S = 0.05
 MAX_BACKOFF_S = 1.0
-MIN_TRY_S = 0.05  # a try with less time than this left could not succeed: not started
+MIN_TRY_S = 0.05  # a try with less time than this left could not succeed: not made
 # How much of a client stream is kept to send again (a document is at most INGEST_MAX_BYTES, 50 MB).
 REPLAY_BYTES = 64 * 1024 * 1024
 
@@ -68,8 +68,10 @@ class Attempts:
         pushback = pushback_s(exc)
         if pushback is None:
             raise exc
-        delay = max(pushback, self.backoff_s * random.uniform(0.5, 1.0))
-        if time.monotonic() + delay + MIN_TRY_S > self.give_up_at:
+        # The last try comes sooner than the backoff says rather than not at all.
+        delay = min(max(pushback, self.backoff_s * random.uniform(0.5, 1.0)),
+                    self.give_up_at - MIN_TRY_S - time.monotonic())
+        if delay < 0:
             raise exc
         self.backoff_s = min(self.backoff_s * 2, MAX_BACKOFF_S)
         log.info("call not through; retrying", extra={"address": self.target, "try": self.tries,

