@@ -126,24 +126,26 @@ def test_kill_9_of_each_service_under_load_never_looks_broken(supervised: tuple[
 
     load = Load(gateway)
     threads = [load.run("ask"), load.run("ingest")]
-    restarted = {}
+    recovered = {}
     for name in ORDER:
-        pid, done = supervisor.procs[name].pid, (len(load.asks), len(load.ingests))
+        pid = supervisor.procs[name].pid
         os.kill(pid, signal.SIGKILL)
         load.killed = name
         deadline = time.monotonic() + 60
         while supervisor.procs[name].pid == pid:
             assert time.monotonic() < deadline, f"{name} was not started again"
             time.sleep(0.1)
-        restarted[name] = serving(settings.address(name), supervisor.procs[name], timeout=60)
-        # Calls came and went across the restart before the next kill.
-        while (len(load.asks) < done[0] + 2 or len(load.ingests) < done[1] + 2) and time.monotonic() < deadline:
+        assert serving(settings.address(name), supervisor.procs[name], timeout=60), f"{name} not SERVING again"
+        # The stack answers again: an ask and an ingest sent after the restart succeed, before the next kill.
+        since = len(load.asks), len(load.ingests)
+        while time.monotonic() < deadline and not recovered.get(name):
+            recovered[name] = "OK" in load.asks[since[0]:] and "OK" in load.ingests[since[1]:]
             time.sleep(0.1)
     load.stop.set()
     for thread in threads:
         thread.join(90)
 
-    assert all(restarted.values()), restarted
+    assert all(recovered.values()), f"no successful ask and ingest after restarting {recovered}"
     asks, ingests = Counter(load.asks), Counter(load.ingests)
     assert set(asks) | set(ingests) <= {"OK"} | RETRYABLE, (asks, ingests)
     # A call that ended OK reported each document's end; one cut short may have stored it whole, or not at all.
@@ -155,6 +157,5 @@ def test_kill_9_of_each_service_under_load_never_looks_broken(supervised: tuple[
     assert not half_written(settings.data_dir), "a document with chunks missing"
     kept = stored(settings.data_dir)
     assert {d for d, stage in ends.items() if stage in ("INDEXED", "UNCHANGED")} <= kept and not set(failed) & kept
-    assert load.asks[-1] == "OK" and load.ingests[-1] == "OK", "the stack answers after the restarts"
     print(f"documents {dict(stages)}; calls by the service killed last: "
           + "; ".join(f"{k} {w} {o}: {n}" for (k, w, o), n in sorted(load.tally.items())))
