@@ -1,7 +1,8 @@
 """Trying a call again when it did not reach a ready service: the service was restarting, warming
 up or draining (it refused with UNAVAILABLE before running anything: ragmesh.readiness), or the
-connection was lost. The clients (ragmesh.clients) use this for every call, so it is the one place
-retries happen between the services.
+connection was lost. The clients (ragmesh.clients) use this for every call: it is the one place a
+call is tried again. (Work that must outlast a longer outage retries whole steps on its own terms:
+the retriever's ingest embedding, the gateway's memory writes.)
 
 Each try gets what is left of the caller's deadline; between tries a backoff that grows from 50 ms
 to 1 s, jittered so restarted services are not hit in step, and never past the deadline (nor past
