@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -16,10 +17,12 @@ from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient
 from ragmesh.errors import Unavailable
 from ragmesh.readiness import State
 from ragmesh.serving import ServiceApp, ServiceHost
+from ragmesh.types import Document
 from ragmesh.v1 import (
     embedder_pb2, embedder_pb2_grpc, generator_pb2, generator_pb2_grpc, retriever_pb2, retriever_pb2_grpc,
 )
 from tests.fakes.serving import settings
+from tests.unit.test_ingest_pipeline import FakeEmbedder, final, make, run, stored
 
 EMBED = embedder_pb2.EmbedRequest(texts=["x"])
 
@@ -253,3 +256,16 @@ def test_an_ingest_the_retriever_never_took_is_sent_again_whole(lost_after_progr
         await server.stop(0)
 
     asyncio.run(scenario())
+
+
+def test_a_document_the_embedder_stayed_away_for_fails_retryable_and_leaves_nothing(tmp_path: Path) -> None:
+    """Past the retries (the embedder restarting for longer than they last) the document fails saying
+    that sending it again will do; a document the embedder refused says nothing of the kind."""
+    away = make(tmp_path, FakeEmbedder(failures=99), retries=1)
+    failed = final(run(away, Document("x", "c", text="Never embedded.", filename="x.md")))["x"]
+    assert failed.stage == "FAILED" and failed.error.startswith("x.md: embedder: UNAVAILABLE")
+    assert "retryable" in failed.error and not stored(away) and away.store.get_document("", "c", "x") is None
+
+    refused = make(tmp_path / "refused", FakeEmbedder(poison="POISON"), retries=1)
+    bad = final(run(refused, Document("y", "c", text="POISON for the embedder.")))["y"]
+    assert bad.stage == "FAILED" and "retryable" not in bad.error
