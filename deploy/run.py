@@ -260,14 +260,14 @@ class Supervisor:
                        for n in self.procs)
 
     def stop(self) -> None:
-        """SIGTERM in reverse order (each service stops gracefully), SIGKILL after 15 s; no restarts."""
+        """SIGTERM in reverse order, each service once those calling it have stopped (the gateway's last
+        background work still reaches the embedder), SIGKILL after 15 s; no restarts."""
         with self._lock:
             self.stopping = True
             procs = dict(self.procs)
         for proc in reversed(list(procs.values())):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in procs.values():
             try:
                 proc.wait(15)
             except subprocess.TimeoutExpired:

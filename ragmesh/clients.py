@@ -1,13 +1,15 @@
 """Clients for the services. Every call carries a deadline (the caller's remaining
 deadline, capped by the configured default), the current request id and, with tracing
-on, the trace context, and failures surface as domain errors so callers need not import grpc."""
+on, the trace context, and failures surface as domain errors so callers need not import grpc.
+A call that did not reach a ready service (a restart, a warm-up, a drain) is tried again within
+its deadline (ragmesh.retry: when, how often, and what is never tried again)."""
 from __future__ import annotations
 
 import asyncio
 import collections
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Sequence
 from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +24,7 @@ from ragmesh.errors import InvalidArgument, Misconfigured, NotFound, RagmeshErro
 from ragmesh.identity import identity_var
 from ragmesh.identity.authenticator import service_token
 from ragmesh.logging import clean_request_id, request_id_var
+from ragmesh.retry import RETRY_FOR_S, Attempts, Replay
 from ragmesh.serving import REQUEST_ID_HEADER, deadline_var
 from ragmesh.v1 import (
     embedder_pb2,
@@ -42,8 +45,6 @@ _CHANNEL_OPTIONS = [
 
 
 log = logging.getLogger(__name__)
-
-RECONNECT_WAIT_S = 0.5  # at most this long (and half the time left) for a channel to reconnect
 
 
 def call_timeout(default: float) -> float:
@@ -159,6 +160,9 @@ def _translated(service: str) -> Iterator[None]:
 
 
 class _Client:
+    #: How long a call keeps retrying a service that is not ready (within its deadline).
+    retry_for_s = RETRY_FOR_S
+
     def __init__(self, address: str, timeout: float, auth: ClientAuth | None = None) -> None:
         self.address = address
         self.timeout = timeout
@@ -168,31 +172,40 @@ class _Client:
     def _opts(self, timeout: float | None = None) -> dict:
         return {"timeout": call_timeout(timeout or self.timeout), "metadata": call_metadata(self.auth)}
 
-    async def _unary(self, method: Any, request: Any, timeout: float | None = None) -> Any:
-        """One call; one that could not get through (UNAVAILABLE: the service is restarting, or the
-        channel is between reconnects) is tried once more, waiting for the connection within what is
-        left of the deadline. Every unary call here is a read or an idempotent write."""
-        opts = self._opts(timeout)
-        deadline = time.monotonic() + opts["timeout"]
-        try:
-            return await method(request, **opts)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() != grpc.StatusCode.UNAVAILABLE or not await self._reconnected(deadline):
-                raise
-            log.info("call not through; trying once more", extra={"address": self.address, "error": exc.details()})
-            return await method(request, timeout=max(0.001, deadline - time.monotonic()), metadata=opts["metadata"])
+    def _attempts(self, opts: dict) -> Attempts:
+        return Attempts(time.monotonic() + opts["timeout"], self.address, self.retry_for_s)
 
-    async def _reconnected(self, deadline: float) -> bool:
-        """Whether the channel is ready again within a short wait (half the time left, at most
-        RECONNECT_WAIT_S): a service that restarted a moment ago, not one that is down."""
-        wait = min(RECONNECT_WAIT_S, (deadline - time.monotonic()) / 2)
-        if wait < 0.05:
-            return False
-        try:
-            await asyncio.wait_for(self.channel.channel_ready(), wait)
-            return True
-        except asyncio.TimeoutError:
-            return False
+    async def _unary(self, method: Any, request: Any, timeout: float | None = None) -> Any:
+        """One call, tried again while the service is not ready. Every unary call here is a read or an
+        idempotent write."""
+        opts = self._opts(timeout)
+        attempts = self._attempts(opts)
+        while True:
+            try:
+                return await method(request, timeout=attempts.timeout(), metadata=opts["metadata"])
+            except grpc.aio.AioRpcError as exc:
+                await attempts.wait(exc)
+
+    async def _stream(self, start: Callable[[float], Any], opts: dict,
+                      replayable: Callable[[], bool] = lambda: True) -> AsyncIterator[Any]:
+        """The messages of a server stream (`start(timeout)` makes the call), tried again while the
+        service is not ready, until the first message: one the caller has seen is never repeated, so a
+        stream lost after that fails. Close it (aclosing) to cancel the call at once."""
+        attempts = self._attempts(opts)
+        while True:
+            call, started = start(attempts.timeout()), False
+            try:
+                async for message in call:
+                    started = True
+                    yield message
+                return
+            except grpc.aio.AioRpcError as exc:
+                if started or not replayable():
+                    raise
+                await attempts.wait(exc)
+            finally:
+                if not call.done():
+                    call.cancel()
 
     async def close(self) -> None:
         await self.channel.close()
@@ -212,9 +225,9 @@ class EmbedderClient(_Client):
             return np.zeros((0, reply.dimensions), dtype=np.float32)
         return np.asarray([v.values for v in reply.vectors], dtype=np.float32)
 
-    async def info(self) -> embedder_pb2.InfoResponse:
+    async def info(self, timeout: float | None = None) -> embedder_pb2.InfoResponse:
         with _translated("embedder"):
-            return await self._unary(self.stub.Info, embedder_pb2.InfoRequest())
+            return await self._unary(self.stub.Info, embedder_pb2.InfoRequest(), timeout)
 
 
 @dataclass
@@ -276,28 +289,32 @@ class RetrieverClient(_Client):
     async def ingest(
         self, documents: AsyncIterable[retriever_pb2.Document]
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
-        failed: list[Exception] = []
+        """Progress for each document. A call the retriever never took (refused while it warmed up or
+        drained, or lost as it restarted before any progress came back) is sent again whole; once
+        progress came back, a lost call fails UNAVAILABLE: the documents reported INDEXED are stored,
+        the others not at all (each is one store transaction), so sending those again is safe.
+        A document the source refuses (it raised) ends the call with that error: raised inside
+        gRPC's sending task it would be lost, and the call would wait for its deadline."""
+        sent = Replay(documents)
+        opts = self._opts(self.ingest_timeout)
 
-        async def sent() -> AsyncIterator[retriever_pb2.Document]:
-            """The documents; one the source refuses (it raised) ends the call with that error. Raised
-            inside gRPC's sending task it would be lost, and the call would wait for its deadline."""
-            try:
-                async for doc in documents:
-                    yield doc
-            except Exception as exc:  # noqa: BLE001 - handed to the caller below
-                failed.append(exc)
-                call.cancel()
+        def start(timeout: float) -> Any:
+            call = self.stub.Ingest(sent.attempt(lambda: call.cancel()), timeout=timeout, metadata=opts["metadata"])
+            return call
 
         with _translated("retriever"):
-            call = self.stub.Ingest(sent(), **self._opts(self.ingest_timeout))
             try:
-                async for progress in call:
-                    yield progress
+                async with aclosing(self._stream(start, opts, lambda: sent.replayable)) as progresses:
+                    async for progress in progresses:
+                        sent.commit()
+                        yield progress
             except asyncio.CancelledError:
-                if not failed:
+                if sent.error is None:
                     raise
-            if failed:
-                raise failed[0]
+            finally:
+                sent.close()
+            if sent.error is not None:
+                raise sent.error
 
     async def stats(self) -> retriever_pb2.StatsResponse:
         with _translated("retriever"):
@@ -373,27 +390,14 @@ class GeneratorClient(_Client):
             system_instruction=system_instruction, prompt=prompt, web_search=web_search, temperature=temperature,
         )
         opts = self._opts()
-        deadline = time.monotonic() + opts["timeout"]
-        call = self.stub.Generate(request, **opts)
-        started = False
-        try:
-            with _translated("generator"):
-                try:
-                    async for event in call:
-                        started = True
-                        yield convert.gen_event_from_proto(event)
-                    return
-                except grpc.aio.AioRpcError as exc:
-                    if started or exc.code() != grpc.StatusCode.UNAVAILABLE or not await self._reconnected(deadline):
-                        raise
-                # Nothing came back and the call did not get through: once more, as _unary does.
-                call = self.stub.Generate(request, timeout=max(0.001, deadline - time.monotonic()),
-                                          metadata=opts["metadata"])
-                async for event in call:
+
+        def start(timeout: float) -> Any:
+            return self.stub.Generate(request, timeout=timeout, metadata=opts["metadata"])
+
+        with _translated("generator"):
+            async with aclosing(self._stream(start, opts)) as events:
+                async for event in events:
                     yield convert.gen_event_from_proto(event)
-        finally:
-            if not call.done():
-                call.cancel()
 
     async def complete(self, *, model: str, system_instruction: str, prompt: str, question: str = "",
                        blocks: list[t.ContextBlock] | None = None, temperature: float | None = None) -> str:

@@ -1,11 +1,14 @@
 """One server bootstrap for all four services.
 
 grpc.aio server (TLS, and mTLS for internal services, when configured), health (NOT_SERVING
-until warm-up finishes), reflection (so `grpcurl list` works), graceful stop on SIGTERM/SIGINT,
-and an interceptor that authenticates every call (health and reflection stay open) and carries
-the caller's identity, request id and deadline into the handler's context, so the clients in
-`ragmesh.clients` pass them to the next hop. The same interceptor counts and times every call
-(ragmesh.metrics) and opens its server span from the caller's trace context (ragmesh.tracing).
+until warm-up finishes, and again while draining), reflection (so `grpcurl list` works), graceful
+stop on SIGTERM/SIGINT, and an interceptor that authenticates every call (health and reflection
+stay open) and carries the caller's identity, request id and deadline into the handler's context,
+so the clients in `ragmesh.clients` pass them to the next hop. Until warm-up is done, and from
+SIGTERM on, that interceptor refuses every call with UNAVAILABLE (ragmesh.readiness) before
+anything of it runs, so a restarting service looks not ready, never broken. The same interceptor
+counts and times every call (ragmesh.metrics) and opens its server span from the caller's trace
+context (ragmesh.tracing).
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from ragmesh.identity import identity_var
 from ragmesh.identity.authenticator import Audience, Authenticator, ConfigError
 from ragmesh.message_limits import MessageLimits
 from ragmesh.private_files import keep_private
+from ragmesh.readiness import NotReady, Readiness, State
 from ragmesh.store.lazy import LazyStore
 
 log = logging.getLogger(__name__)
@@ -44,8 +48,14 @@ log = logging.getLogger(__name__)
 deadline_var: ContextVar[float | None] = ContextVar("deadline", default=None)
 
 REQUEST_ID_HEADER = "x-request-id"
+# gRPC's own trailer for "retry this call, or not": -1 on an UNAVAILABLE the service answered itself
+# (a dependency of its own failed, after the service retried it within the same deadline), so callers
+# do not retry it again at every hop. A refusal before the call ran (NotReady) or a lost connection
+# carries none: callers retry those (ragmesh.clients).
+RETRY_PUSHBACK_HEADER = "grpc-retry-pushback-ms"
 # Open to anyone: load balancers probe health, and reflection only describes the public contract.
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+DRAIN_POLL_S = 0.05  # how often a draining service looks whether its calls in flight are done
 
 def _server_options(settings: Settings, receive_limit: int) -> list[tuple[str, int]]:
     """gRPC itself refuses a message larger than any of the service's methods takes; the interceptor
@@ -86,6 +96,8 @@ async def _abort(context: grpc.aio.ServicerContext, method: str, request_id: str
         log.info("request rejected", extra={"method": method, "error": str(exc)})
         if isinstance(exc, ResourceExhausted):
             context.set_trailing_metadata((("retry-after", f"{max(1, round(exc.retry_after_s))}"),))
+        elif isinstance(exc, Unavailable) and not isinstance(exc, NotReady):
+            context.set_trailing_metadata(((RETRY_PUSHBACK_HEADER, "-1"),))
         await context.abort(_status(exc), str(exc))
     log.exception("internal error", extra={"method": method})
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error (request id {request_id})")
@@ -162,20 +174,23 @@ async def _responses(result: Any) -> AsyncIterator[Any]:
 
 
 class ContextInterceptor(grpc.aio.ServerInterceptor):
-    """Authenticates the caller before its request is read, admits the call (or refuses it fast when
-    the service is full), parses the request within its method's size limit, sets identity, request
-    id and deadline for the handler, and turns errors into status codes.
+    """Refuses the call while the service is not ready (UNAVAILABLE), authenticates the caller before
+    its request is read, admits the call (or refuses it fast when the service is full), parses the
+    request within its method's size limit, sets identity, request id and deadline for the handler,
+    and turns errors into status codes.
 
     Every handler it returns reads its requests as a stream of bytes (a unary call's one message
     included), so that nothing of an unauthenticated call is received or parsed: the credential and
     the peer are checked first, from the metadata and the connection."""
 
     def __init__(self, authenticator: Authenticator | None, admission: Admission, service_name: str = "",
-                 limits: MessageLimits | None = None) -> None:
+                 limits: MessageLimits | None = None, readiness: Readiness | None = None) -> None:
+        """`readiness`: the host's; None for a servicer driven without one (always ready)."""
         self.authenticator = authenticator  # None: a test server with no identity
         self.admission = admission
         self.service = metrics.service_label(service_name or admission.name)
         self.limits = limits or MessageLimits()
+        self.readiness = readiness or Readiness(service_name or admission.name, State.SERVING)
 
     @contextlib.contextmanager
     def _observed(self, method: str, metadata: dict, request_id: str) -> Iterator[_Outcome]:
@@ -196,8 +211,13 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
                         "rpc.system": "grpc", "rpc.service": service, "rpc.method": name,
                         "rpc.grpc.status_code": grpc.StatusCode[outcome.code].value[0]})
 
-    async def _authenticate(self, context: grpc.aio.ServicerContext, metadata: dict, method: str) -> None:
-        if self.authenticator is None or method.startswith(_OPEN_PREFIXES):
+    async def _let_in(self, context: grpc.aio.ServicerContext, metadata: dict, method: str) -> None:
+        """Refuses the call unless the service is ready (first: before warm-up even the key store may
+        not be open), then authenticates the caller."""
+        if method.startswith(_OPEN_PREFIXES):
+            return
+        self.readiness.check()
+        if self.authenticator is None:
             return
         certified = bool(context.auth_context().get("x509_pem_cert"))
         peer = client_address(context.peer())
@@ -226,7 +246,7 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
             with self._observed(method, metadata, request_id) as outcome:
                 try:
                     _enter_call(context, request_id)
-                    await self._authenticate(context, metadata, method)
+                    await self._let_in(context, metadata, method)
                     with admission():
                         reply = await behavior(await request(requests), context)
                     if (error := parse.outcome()) is not None:
@@ -241,7 +261,7 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
             with self._observed(method, metadata, request_id) as outcome:
                 try:
                     _enter_call(context, request_id)
-                    await self._authenticate(context, metadata, method)
+                    await self._let_in(context, metadata, method)
                     with admission():
                         async for item in _responses(behavior(await request(requests), context)):
                             yield item
@@ -297,11 +317,12 @@ class ServiceHost:
         self.port = port
         self.grace = grace
         authenticator = Authenticator(settings, app.key_store, app.audience) if app.key_store is not None else None
-        app.admission = app.admission or Admission(app.service_name, settings.max_concurrent_calls)
+        app.admission = self.admission = app.admission or Admission(app.service_name, settings.max_concurrent_calls)
         metrics.watch_in_flight(app.admission)
         limits = MessageLimits.from_settings(settings)
+        self.readiness = Readiness(app.service_name)
         self.server = grpc.aio.server(
-            interceptors=[ContextInterceptor(authenticator, app.admission, app.service_name, limits)],
+            interceptors=[ContextInterceptor(authenticator, app.admission, app.service_name, limits, self.readiness)],
             options=_server_options(settings, limits.largest(app.service_name)))
         self.health = health.aio.HealthServicer()
         self._stopped = asyncio.Event()
@@ -316,7 +337,8 @@ class ServiceHost:
             await self.health.set(name, status)
 
     async def start(self) -> int:
-        """Binds, serves NOT_SERVING, warms up, then serves SERVING. Returns the bound port."""
+        """Binds, refuses calls (UNAVAILABLE, health NOT_SERVING) while it warms up, then takes them
+        (SERVING). Returns the bound port."""
         self.app.register(self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
@@ -353,6 +375,9 @@ class ServiceHost:
     async def _warm_up(self) -> None:
         started = time.perf_counter()
         await self.app.warm_up()
+        self.readiness.warmed()
+        if not self.readiness.serving:  # SIGTERM came during the warm-up
+            return
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info(
             "serving",
@@ -371,14 +396,20 @@ class ServiceHost:
                 log.error("warm-up failed again", extra={"error": str(exc), "retry_in_s": delay})
 
     async def stop(self) -> None:
-        """Refuses new calls, lets running ones finish within the grace period, then closes."""
+        """Drains: refuses new calls (UNAVAILABLE, health NOT_SERVING) while the running ones finish
+        within the grace period, then stops the server (gRPC ends calls still running with UNAVAILABLE,
+        and tells clients to connect again: elsewhere, or here once restarted) and closes."""
         if self._stopped.is_set():
             return
         self._stopped.set()
+        self.readiness.drain()
         if self._retrying is not None:
             self._retrying.cancel()
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        await self.server.stop(self.grace)
+        deadline = time.monotonic() + self.grace
+        while self.admission.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(DRAIN_POLL_S)
+        await self.server.stop(max(0.0, deadline - time.monotonic()))
         await self.app.close()
         log.info("stopped", extra={"service_name": self.app.service_name})
 

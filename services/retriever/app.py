@@ -8,7 +8,7 @@ import grpc
 import numpy as np
 
 from ragmesh import metrics
-from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient
+from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient, call_timeout
 from ragmesh.config import Settings
 from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.identity.authenticator import ConfigError
@@ -30,6 +30,9 @@ from services.retriever.servicer import RetrieverServicer
 log = logging.getLogger(__name__)
 
 FALLBACK_DIMENSIONS = 384
+# How long warm-up waits for the embedder's dimensions: a moment for one starting beside it; without
+# them dense search waits for the embedder (the retriever serves keyword search meanwhile).
+EMBEDDER_INFO_TIMEOUT_S = 1.0
 
 
 class RetrieverApp(ServiceApp):
@@ -62,8 +65,11 @@ class RetrieverApp(ServiceApp):
         )
 
     async def _embed(self, texts: list[str], task: str) -> np.ndarray:
+        """A question's vector waits at most half the search's time for an embedder that is not ready
+        (the client retries until the deadline it is given): keyword search answers in the other half."""
         assert self.embedder is not None, "embed called before warm-up"
-        return await self.embedder.embed(texts, task)
+        timeout = call_timeout(self.settings.embed_timeout) / 2 if task == "QUERY" else None
+        return await self.embedder.embed(texts, task, timeout)
 
     async def _summarise(self, p: SummaryPrompt) -> str:
         assert self.generator is not None, "summaries asked for before warm-up"
@@ -96,7 +102,7 @@ class RetrieverApp(ServiceApp):
         self.generator = self.generator or GeneratorClient(self.settings.address("generator"),
                                                            self.settings.generate_timeout, auth)
         try:
-            info = await self.embedder.info()
+            info = await self.embedder.info(EMBEDDER_INFO_TIMEOUT_S)
             self.registry.dimensions = info.dimensions
             if info.max_batch:  # e.g. Gemini's 100 texts a call
                 self.ingestor.embedder.batch_size = min(self.ingestor.embedder.batch_size, info.max_batch)

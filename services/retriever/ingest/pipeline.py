@@ -27,7 +27,7 @@ from ragmesh.validation import (
 from services.retriever import filters
 from services.retriever.backend import SearchBackend
 from services.retriever.ingest.commit import Committer
-from services.retriever.ingest.embedding import BatchEmbedder
+from services.retriever.ingest.embedding import TRANSIENT, BatchEmbedder
 from services.retriever.ingest.parsed import BadRecord, Parsed
 from services.retriever.ingest.sanitize import is_redacted
 from services.retriever.ingest.strategies import Chunked, Sizes, chunk_document
@@ -86,6 +86,13 @@ def _validate(doc: Document) -> None:
     check_metadata("metadata", doc.metadata)
 
 
+def failure(exc: RagmeshError, label: str = "") -> str:
+    """Why a document failed. One that failed for a passing reason (the embedder restarting after its
+    retries ran out, a full queue) says so: nothing of it was stored, and sending it again will do."""
+    again = " (retryable: nothing of it was stored; send it again)" if isinstance(exc, TRANSIENT) else ""
+    return f"{label}: {exc}{again}" if label else f"{exc}{again}"
+
+
 def _record_metadata(p: Parsed) -> dict[str, str]:
     """A parsed record's own fields as metadata, checked like a client's. Keys starting with "__"
     (a Mongoose "__v") are dropped rather than failing the record: they name the index's own columns."""
@@ -135,7 +142,7 @@ class Ingestor:
         except RagmeshError as exc:
             doc_id, filename = doc.doc_id[:MAX_ID_CHARS], doc.filename[:MAX_FILENAME_CHARS]  # not echoed whole
             log.warning("document failed", extra={"doc_id": doc_id, "error": str(exc)})
-            yield Progress(doc_id, doc.collection[:64], "FAILED", error=str(exc), filename=filename)
+            yield Progress(doc_id, doc.collection[:64], "FAILED", error=failure(exc), filename=filename)
             return
         label = doc.filename or doc.doc_id
         for number, p in enumerate(parsed, 1):
@@ -185,7 +192,7 @@ class Ingestor:
             yield step("INDEXED", len(chunks), chunked, summarized=bool(summary))
         except RagmeshError as exc:
             log.warning("document failed", extra={"doc_id": p.doc_id, "error": str(exc)})
-            yield step("FAILED", error=f"{label}: {exc}")
+            yield step("FAILED", error=failure(exc, label))
         except Exception as exc:  # a bug or a store failure must not end the other documents' ingest
             log.exception("document failed", extra={"doc_id": p.doc_id})
             yield step("FAILED", error=f"{label}: internal error ({type(exc).__name__}: {exc})")
