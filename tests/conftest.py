@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Every embedder a test starts (in process or as a subprocess) shares one ONNX export of the model, named by
+# a fingerprint of the weights and the exporting versions, instead of exporting it again in each data dir.
+os.environ.setdefault("MODEL_CACHE_DIR", str(Path(sys.prefix) / "ragmesh-model-cache"))
 
 from ragmesh.clients import ClientAuth, RetrieverClient  # noqa: E402
 from tests.stack import Stack  # noqa: E402
