@@ -285,16 +285,18 @@ class Planner:
 
     def _relaxations(self, ask: AskInput, s: Strategy) -> Iterator[str]:
         """Loosens, one at a time, the filters read from the question (never those the user set), for a
-        search they left with nothing: the dates of a period it names (a note reporting on 2023 is dated
-        2024; the period's words still rank what mentions it), then the funds it names (unless the user set dates: those
-        stay, and other funds' notes would not answer). A window such as
-        "the last 24 hours" stays: there the notes' own dates are what is asked."""
+        search they left with nothing. First the dates of a period it names: a note reporting on 2023 is
+        dated 2024, and the period's words still rank what mentions it. Then the funds it names (a source
+        may hold no fund names), but only with no dates or window left: those would be what found nothing,
+        and other funds' notes would not answer. A window such as "the last 24 hours" stays: there the
+        notes' own dates are what is asked."""
         f = s.filter
         if s.time_hint and not (ask.start_date or ask.end_date) and (f.start_date or f.end_date):
             s.filter = dataclasses.replace(s.filter, start_date="", end_date="")
             yield (f"dates read from the question ({s.time_hint!r}: {f.start_date}..{f.end_date}) matched nothing: "
                    f"relaxed to every date")
-        if s.detected_funds and not (ask.selected_funds or ask.start_date or ask.end_date):
+        undated = not (s.filter.start_date or s.filter.end_date or s.time_window not in ("", "all"))
+        if s.detected_funds and not ask.selected_funds and undated:
             s.filter = dataclasses.replace(s.filter, any_of={k: v for k, v in s.filter.any_of.items() if k != "fund_name"})
             yield f"funds read from the question ({', '.join(s.detected_funds)}) matched nothing: relaxed to every fund"
 
