@@ -44,9 +44,12 @@ class Ranking:
     def flat_for(self, newest: str) -> bool:
         """Whether the decay, counted from `now`, is at its floor for every hit (the newest is older
         than half-life x ln(1 / floor)): it then orders nothing, so it is counted from the newest instead."""
-        if not self.half_life_days or not newest or not self.now or not 0 < self.decay_floor < 1:
+        if not self.half_life_days or not self.now or not 0 < self.decay_floor < 1:
             return False
-        age = (dt.date.fromisoformat(self.now) - dt.date.fromisoformat(newest)).days
+        try:
+            age = (dt.date.fromisoformat(self.now) - dt.date.fromisoformat(newest)).days
+        except ValueError:  # undated hits: nothing to count from
+            return False
         return age > self.half_life_days * math.log(1 / self.decay_floor)
 
 

@@ -53,6 +53,13 @@ def fitting(turns: list[Turn], budget: int) -> int:
     return n
 
 
+def carried_whole(recent: Recent, budget: int) -> Remembered | None:
+    """The conversation whole, when the turns already read are all of it and fit the budget."""
+    if recent.count <= len(recent.turns) and sum(map(turn_chars, recent.turns)) <= budget:
+        return Remembered("", 0, recent.turns)
+    return None
+
+
 def with_coverage(summary: str, covered: int) -> str:
     return f"Turns 1-{covered}:\n{summary}"
 
@@ -96,12 +103,13 @@ class History:
         if known is not None and len(known) >= count:
             pairs = known
         else:
-            pairs, page = [], 8
+            page = 8
             while True:
-                pairs = _pairs(self.store.messages(conversation_id, limit=2 * page + 2, with_meta=False))
+                messages = self.store.messages(conversation_id, limit=2 * page + 2, with_meta=False)
+                pairs = _pairs(messages)
                 chars = sum(map(turn_chars, pairs))
-                if len(pairs) >= count or (chars > budget and len(pairs) >= count - after) \
-                        or chars > OVERFLOW * budget:
+                if len(messages) < 2 * page + 2 or len(pairs) >= count or chars > OVERFLOW * budget \
+                        or (chars > budget and len(pairs) >= count - after):
                     break
                 page *= 4
         keep = max(fitting(pairs, budget), min(count - after, fitting(pairs, OVERFLOW * budget)))
@@ -117,8 +125,8 @@ class History:
     def remembered(self, conversation_id: str, recent: Recent, budget: int) -> Remembered:
         """The conversation as a prompt carries it: whole while it fits `budget` characters; past
         that, the running summary and the turns after it (at least the newest that fit)."""
-        if recent.count <= len(recent.turns) and sum(map(turn_chars, recent.turns)) <= budget:
-            return Remembered("", 0, recent.turns)
+        if (whole := carried_whole(recent, budget)) is not None:
+            return whole
         summary, covered = coverage(self.store.conversation_summary(conversation_id))
         turns = self.newest_turns(conversation_id, recent.count, budget, covered, recent.turns)
         return Remembered(summary if recent.count > len(turns) else "", covered, turns)

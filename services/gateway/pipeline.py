@@ -33,7 +33,7 @@ from ragmesh.types import Citation, GenEvent
 from services.gateway import context, generation_params, router
 from services.gateway.answer_guard import AnswerGuard
 from services.gateway.events import strategy_json
-from services.gateway.history import History, Recent
+from services.gateway.history import History, Recent, carried_whole
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory, corrections_text
 from services.gateway.models_offered import ModelCatalog, web_search_note
@@ -333,8 +333,9 @@ class AskPipeline:
                           corrections: list[CorrectionRecord]) -> AsyncIterator[GenEvent]:
         # The whole conversation while it fits the history budget; past it, the running summary and
         # every turn after what it covers.
-        remembered = await asyncio.to_thread(self.history.remembered, ask.conversation_id, conversation,
-                                             self.settings.history_char_budget)
+        budget = self.settings.history_char_budget
+        remembered = carried_whole(conversation, budget) or await asyncio.to_thread(
+            self.history.remembered, ask.conversation_id, conversation, budget)
         recent, summary = remembered.turns, remembered.summary
         params = generation_params.for_answer(s.route, s.collections, persona=bool(ask.persona.strip()),
                                               notes_contract=ask.notes_contract)

@@ -313,6 +313,8 @@ class Planner:
                                  linear=ask.notes_contract, half_life_days=decay[0], decay_floor=decay[1])
         if ranking.linear:
             s.reason += "; linear fusion 0.6 vector + 0.25 keyword + 0.15 recency (notes contract)"
+        if s.default_window:
+            s.reason += "; default window: " + ", ".join(f"{c} last {d} days" for c, d in s.default_window.items())
         if s.recency:
             s.reason += f"; {s.recency!r} asks for the latest: time decay, half-life {decay[0]:g} days, floor {decay[1]:g}"
         variants = [v for n in rt.question_numbers for v in (f"question {n}", f"problem {n}", f"{n}.")]

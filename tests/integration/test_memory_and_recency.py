@@ -170,13 +170,3 @@ def test_dates_the_user_set_stay_hard(stack: Stack) -> None:
     strategy = body["meta"]["strategy"]
     assert strategy["relaxed"] == [] and strategy["filter"]["start_date"] == "2023-01-01"
     assert body["answer"] == NO_MATCH
-
-
-def test_bad_default_window_setting_names_the_variable() -> None:
-    from services.gateway.boosts import default_windows
-
-    assert default_windows("Conversation memory=90, Meeting Notes=0") == {"conversations": 90}
-    with pytest.raises(ValueError, match="DEFAULT_WINDOW_DAYS"):
-        default_windows("Notes=90")
-    with pytest.raises(ValueError, match="DEFAULT_WINDOW_DAYS"):
-        default_windows("Meeting Notes=ninety")
