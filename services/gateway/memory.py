@@ -20,9 +20,9 @@ from ragmesh.identity import Identity
 from ragmesh.models import EXTRACTIVE
 from ragmesh.store import CorrectionRecord, Store
 from ragmesh.text import strip_citations, tokenize
-from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION, ContextBlock, Document, SearchFilter
+from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION, ContextBlock, Document, SearchFilter, Turn
 from ragmesh.v1 import retriever_pb2
-from services.gateway.history import History, Turn, coverage, fitting, with_coverage
+from services.gateway.history import History, coverage, fitting, with_coverage
 from ragmesh.validation import check_text
 from services.gateway.request import MAX_NAME_CHARS, MAX_QUESTION_CHARS
 
@@ -143,20 +143,23 @@ class Memory:
         if summary:
             await asyncio.to_thread(self.store.set_conversation_summary, conversation_id,
                                     with_coverage(summary, covered + due))
-            log.info("conversation summary updated",
-                     extra={"conversation_id": conversation_id, "chars": len(summary), "covers_turns": covered + due})
+            log.info("conversation summary updated", extra={"conversation_id": conversation_id, "chars": len(summary),
+                                                            "covers_turns": covered + due})
 
     async def _summary(self, conversation_id: str, previous: str, folded: list[Turn], model: str) -> str:
-        texts = ([previous] if previous else []) + [f"User: {t.question}\n\n{strip_citations(t.answer)}" for t in folded]
+        earlier = [previous] if previous else []
         if model == EXTRACTIVE:  # no model to summarise with: each turn's question and the start of its answer
-            return "\n".join(([previous] if previous else []) + [_digest(t) for t in folded])
+            return "\n".join(earlier + [_digest(t) for t in folded])
+        texts = earlier + [f"User: {t.question}\n\n{strip_citations(t.answer)}" for t in folded]
         blocks = [ContextBlock(index=i, text=t, label="Conversation") for i, t in enumerate(texts, start=1)]
         try:
             reply = await self.generator.complete(
-                model=model, question=SUMMARY_QUESTION, blocks=blocks, system_instruction="You keep a concise running summary of a conversation.",
+                model=model, question=SUMMARY_QUESTION, blocks=blocks,
+                system_instruction="You keep a concise running summary of a conversation.",
                 prompt=SUMMARY_QUESTION + "\n\n" + "\n\n".join(texts))
         except RagmeshError as exc:
-            log.warning("conversation summary not updated", extra={"conversation_id": conversation_id, "error": str(exc)})
+            log.warning("conversation summary not updated",
+                        extra={"conversation_id": conversation_id, "error": str(exc)})
             return ""
         return strip_citations(reply).strip()
 

@@ -297,7 +297,8 @@ class Planner:
                    f"relaxed to every date")
         undated = not (s.filter.start_date or s.filter.end_date or s.time_window not in ("", "all"))
         if s.detected_funds and not ask.selected_funds and undated:
-            s.filter = dataclasses.replace(s.filter, any_of={k: v for k, v in s.filter.any_of.items() if k != "fund_name"})
+            others = {k: v for k, v in s.filter.any_of.items() if k != "fund_name"}
+            s.filter = dataclasses.replace(s.filter, any_of=others)
             yield f"funds read from the question ({', '.join(s.detected_funds)}) matched nothing: relaxed to every fund"
 
     async def _search(self, ask: AskInput, rt: router.Route, s: Strategy, vector: np.ndarray | None,
@@ -305,18 +306,19 @@ class Planner:
         """One search per collection side by side under the retrieval deadline; whatever arrives in time
         is used. Searches that find nothing are widened: a source's default window to every date (most
         recent first), then the filters read from the question (`_relaxations`)."""
-        decay = (self.settings.recency_half_life_days, self.settings.recency_floor) if s.recency else (0.0, 0.3)
         # Asked for the latest, a newer note a little less like the question competes (its decayed score
         # decides) instead of being cut by the route's first similarity threshold.
-        floor = min(rt.min_similarity, router.FALLBACK_SIMILARITY) if s.recency else rt.min_similarity
-        ranking = boosts.Ranking(floor, ask.conversation_id, s.time_window, self.today().isoformat(),
-                                 linear=ask.notes_contract, half_life_days=decay[0], decay_floor=decay[1])
+        latest = dict(half_life_days=self.settings.recency_half_life_days, decay_floor=self.settings.recency_floor)
+        ranking = boosts.Ranking(min(rt.min_similarity, router.FALLBACK_SIMILARITY) if s.recency else rt.min_similarity,
+                                 ask.conversation_id, s.time_window, self.today().isoformat(),
+                                 linear=ask.notes_contract, **(latest if s.recency else {}))
         if ranking.linear:
             s.reason += "; linear fusion 0.6 vector + 0.25 keyword + 0.15 recency (notes contract)"
         if s.default_window:
             s.reason += "; default window: " + ", ".join(f"{c} last {d} days" for c, d in s.default_window.items())
         if s.recency:
-            s.reason += f"; {s.recency!r} asks for the latest: time decay, half-life {decay[0]:g} days, floor {decay[1]:g}"
+            s.reason += (f"; {s.recency!r} asks for the latest: time decay, half-life {ranking.half_life_days:g} days, "
+                         f"floor {ranking.decay_floor:g}")
         variants = [v for n in rt.question_numbers for v in (f"question {n}", f"problem {n}", f"{n}.")]
         variants = (variants + s.variants)[:MAX_VARIANTS]
         left = lambda: max(0.05, deadline - time.monotonic())  # noqa: E731
@@ -325,21 +327,21 @@ class Planner:
             with tracing.span("search", collection=collection):
                 return await searched(collection)
 
+        def search(collection: str, f: SearchFilter, r: boosts.Ranking) -> Awaitable[SearchResult]:
+            return self.retriever.search(ask.question, [collection], f, max(rt.k, SEARCH_DEPTH), vector, left(),
+                                         variants, **boosts.options(collection, r))
+
         async def find(collection: str, f: SearchFilter, r: boosts.Ranking) -> SearchResult:
             f = dataclasses.replace(f, doc_ids=ask.picked(collection))
-            options = boosts.options(collection, r)
             # 001: the numbered items themselves first (those named, or all when all are asked for)
             if exact := await numbered_filter(self.retriever, rt.question_numbers, rt.all_questions, f, collection):
-                found = await self.retriever.search(ask.question, [collection], exact, max(rt.k, SEARCH_DEPTH),
-                                                    vector, left(), variants, **options)
+                found = await search(collection, exact, r)
                 if found.hits:
                     return found
-            found = await self.retriever.search(ask.question, [collection], f, max(rt.k, SEARCH_DEPTH), vector,
-                                                left(), variants, **options)
+            found = await search(collection, f, r)
             newest = max((h.chunk.date for h in found.hits), default="")
-            if r.flat_for(newest):  # nothing recent: the decay counts from the newest hit, so it still orders
-                found = await self.retriever.search(ask.question, [collection], f, max(rt.k, SEARCH_DEPTH), vector,
-                                                    left(), variants, **boosts.options(collection, dataclasses.replace(r, now=newest)))
+            if r.flat_for(newest):  # nothing recent: the decay counts from the newest hit, so it still orders them
+                found = await search(collection, f, dataclasses.replace(r, now=newest))
             return found
 
         async def searched(collection: str) -> SearchResult:
@@ -347,12 +349,12 @@ class Planner:
             if found.hits or collection not in s.default_window:
                 return found
             # 002's fallback: the window holds nothing, so every date, the most recent first
-            note = f"{collection}: nothing in the last {s.default_window[collection]} days: every date, most recent first"
+            days = s.default_window[collection]
+            note = f"{collection}: nothing in the last {days} days: every date, most recent first"
             if note not in s.relaxed:
                 s.relaxed.append(note)
-            latest = dataclasses.replace(ranking, half_life_days=self.settings.recency_half_life_days,
-                                         decay_floor=self.settings.recency_floor)
-            return await find(collection, self._filter_for(collection, s, ask, windowed=False), latest)
+            return await find(collection, self._filter_for(collection, s, ask, windowed=False),
+                              dataclasses.replace(ranking, **latest))
 
         hits = await self._gathered(s, [one(c) for c in s.collections])
         relaxing = self._relaxations(ask, s)  # each step loosens s.filter when it is taken
