@@ -170,3 +170,13 @@ def test_dates_the_user_set_stay_hard(stack: Stack) -> None:
     strategy = body["meta"]["strategy"]
     assert strategy["relaxed"] == [] and strategy["filter"]["start_date"] == "2023-01-01"
     assert body["answer"] == NO_MATCH
+
+
+def test_conversation_memory_has_the_90_day_window_by_default(stack: Stack, searches: Searches) -> None:
+    today = stack.app("gateway").pipeline.planner.today()
+    body = ask(stack.http_url, stack.headers, "What did I ask about Brazil?", data_sources=["Conversation memory"])
+    assert body["meta"]["strategy"]["default_window"] == {"conversations": 90}
+    query, _ = searches.of("conversations")[0]
+    assert (query.filter.start_date, query.filter.end_date) == ((today - dt.timedelta(days=90)).isoformat(),
+                                                                today.isoformat())
+    assert query.filter.equals == {"user_id": "admin"}, "still the asker's own messages only"
