@@ -26,6 +26,13 @@ LATER = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def memory_idle_after(stack: Stack):
+    """The module's background memory work is done before the next module's tests start."""
+    yield
+    stack.call(stack.app("gateway").memory.idle())
+
+
 @pytest.fixture
 def prompts(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The prompt of every answer the gateway asks the generator for, in order."""
