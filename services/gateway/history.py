@@ -1,5 +1,7 @@
 """Conversation history in the store: the question is saved before generation,
-the answer right after (or the partial answer when the user stopped it)."""
+the answer right after (or the partial answer when the user stopped it); and what of it
+a prompt carries: the whole conversation while it fits a character budget, past that the
+running summary and every turn after what it covers."""
 from __future__ import annotations
 
 import re
@@ -21,8 +23,8 @@ OVERFLOW = 4  # a summary that lags (or cannot be made) lets the turns after it 
 
 @dataclass(frozen=True)
 class Recent:
-    """What a question needs of its conversation: how many turns it has (routing, summaries), and the
-    last few (the prompt)."""
+    """What a question needs of its conversation before routing: how many turns it has, and the last
+    few (all of it, for a short conversation, and then the prompt needs no other read)."""
 
     count: int
     turns: list[Turn]
