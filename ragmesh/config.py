@@ -322,7 +322,7 @@ class Settings:
     # model (one text of 2,000 characters, or 40 questions, a call), no slicing for Gemini; 0 = none.
     embed_slice_chars: int | None = field(default_factory=lambda: _optional_int("EMBED_SLICE_CHARS"))
 
-    # Conversation memory and recency (gateway)
+    # Conversation memory and recency
     # Characters of earlier turns a prompt carries verbatim: the whole conversation while it fits; past it,
     # the running summary (extended in the background as turns stop fitting) and the turns after it.
     history_char_budget: int = field(default_factory=lambda: _int("HISTORY_CHAR_BUDGET", 6000))
