@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test test-fast proto bench chromium prometheus clean
+.PHONY: install run test test-fast proto bench chromium prometheus redis clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,7 +34,11 @@ chromium:
 prometheus:
 	@command -v prometheus >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; }
 
-test: $(STAMP) chromium prometheus
+# redis-server backs the gateway replicas' shared state in the replica tests; installed from Debian when missing.
+redis:
+	@test -x /usr/bin/redis-server || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+
+test: $(STAMP) chromium prometheus redis
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP)

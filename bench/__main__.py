@@ -21,8 +21,12 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
   fairness another tenant's small upload and ask, p50/p99, while a rival's decompression bombs parse, 300
            anonymous half-open connections are held, or the largest allowed Embed runs, each as a ratio to the
            same on an idle stack (bench/fairness_bench.py)
+  conversations  the labelled conversations (tests/data/conversations.yaml) on the whole stack: stale answers,
+           fact recall on fresh turns, wasted searches on transforms (bench/conversations_bench.py, issue 24)
   pipeline the whole stack over 100k chunks, one question at a time per route (NEW_QUERY, REUSE, NO_RAG,
            DIRECT): time to the strategy and first content events, the gateway's own share (bench/pipeline_bench.py)
+  replicas two gateway replicas on one Redis: stop across replicas p50/p99, time to the strategy event with
+           Redis against in process (target <= 1.15), answers/s on one and two replicas (bench/replicas_bench.py)
 
 `--quick` is a smoke run of every part at small sizes (for tests); its figures are not
 comparable to the targets, which are only applied at the sizes the issue names.
@@ -46,12 +50,14 @@ import faiss
 from bench import scifact_eval
 from bench.auth_bench import run_auth
 from bench.backends_bench import run_backends
+from bench.conversations_bench import run_conversations
 from bench.embed_bench import run_embed
 from bench.fairness_bench import run_fairness
 from bench.load_bench import run_load
 from bench.metrics_bench import run_metrics
 from bench.peers_bench import run_peers
 from bench.pipeline_bench import run_pipeline
+from bench.replicas_bench import run_replicas
 from bench.search_bench import Section, failed_targets, machine_load, log, render, run_bm25, run_hnsw, run_search
 from services.retriever.dense import IVF
 
@@ -61,7 +67,7 @@ DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quali
                "option at 1M chunks, the whole path from question to first token (issue 15) and fairness between "
                "tenants (issue 23).")
 PARTS = ("search", "bm25", "hnsw", "approx", "scifact", "embed", "auth", "backends", "load", "metrics", "peers",
-         "pipeline", "fairness")
+         "pipeline", "fairness", "conversations", "replicas")
 METRICS_SIZE = {False: 100_000, True: 5_000}
 DEFAULT_SIZES = [100_000, 1_000_000]
 APPROX_SIZE = 1_000_000  # the size issue 15's approximate target is for
@@ -119,6 +125,10 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("pipeline", partial(run_pipeline, quick)))
     if "fairness" in args.only:
         steps.append(("fairness", partial(run_fairness, quick)))
+    if "conversations" in args.only:
+        steps.append(("conversations", partial(run_conversations, quick)))
+    if "replicas" in args.only:
+        steps.append(("replicas", partial(run_replicas, quick)))
     return steps
 
 

@@ -167,7 +167,7 @@ class Settings:
     milvus_prefix: str = field(default_factory=lambda: _env("MILVUS_PREFIX", "ragmesh_"))
 
     # Gateway
-    # Scope cache of retrieved hits per tenant and conversation: lifetime (seconds) and entries.
+    # Scope cache of retrieved hits per tenant and conversation: lifetime (seconds) and entries per tenant.
     scope_cache_ttl_s: float = field(default_factory=lambda: _float("SCOPE_CACHE_TTL_S", 900.0))
     scope_cache_size: int = field(default_factory=lambda: _int("SCOPE_CACHE_SIZE", 1024))
     # Cosine similarity of two questions' embeddings at or above which the cached hits are reused.
@@ -206,8 +206,8 @@ class Settings:
     # Per user and calendar month (0 = no limit); beyond it HTTP 429 / RESOURCE_EXHAUSTED.
     monthly_message_limit: int = field(default_factory=lambda: _int("MONTHLY_MESSAGE_LIMIT", 0))
     monthly_token_limit: int = field(default_factory=lambda: _int("MONTHLY_TOKEN_LIMIT", 0))
-    # Asks and uploads (requests to ingest documents) per user per minute (0 = no limit), counted by each
-    # gateway replica. On by default: one key cannot take every slot of the deployment, nor flood the
+    # Asks and uploads (requests to ingest documents) per user per minute (0 = no limit), counted once for
+    # all gateway replicas on one REDIS_URL (by each replica while Redis is unreachable). On by default: one key cannot take every slot of the deployment, nor flood the
     # ingest path with files it knows will be refused; the test stack and `make bench` set 0.
     rate_limit_per_minute: int = field(default_factory=lambda: _int("RATE_LIMIT_PER_MINUTE", 60))
     # Background memory embedding: at most this many turns waiting; retries with backoff.
@@ -322,6 +322,15 @@ class Settings:
     # model (one text of 2,000 characters, or 40 questions, a call), no slicing for Gemini; 0 = none.
     embed_slice_chars: int | None = field(default_factory=lambda: _optional_int("EMBED_SLICE_CHARS"))
 
+    # Shared conversation state (gateway replicas)
+    # Redis shared by the gateway replicas for running answers and stop requests, scope-cache entries
+    # and rate windows (redis://[user:password@]host:port/db, rediss:// for TLS); unset = in this
+    # process (one gateway). Redis holds nothing that cannot be lost.
+    redis_url: str = field(default_factory=lambda: _env("REDIS_URL", ""))
+    # Longest wait for one Redis call (seconds); past it, or when Redis is unreachable, the gateway goes
+    # on without it for a second (stop and reuse on this replica only, rate windows counted here).
+    redis_timeout_s: float = field(default_factory=lambda: _float("REDIS_TIMEOUT_S", 0.25))
+
     # Conversation memory and recency
     # Characters of earlier turns a prompt carries verbatim: the whole conversation while it fits; past it,
     # the running summary (extended in the background as turns stop fitting) and the turns after it.
@@ -350,7 +359,7 @@ class Settings:
         out: dict[str, object] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "mongodb_uri" or f.name == "milvus_uri" and "://" in value:  # a milvus-lite file path is shown
+            if f.name in ("mongodb_uri", "redis_url") or f.name == "milvus_uri" and "://" in value:  # a milvus-lite file path is shown
                 out[f.name] = redact_uri(value)
             else:
                 secret = any(word in f.name for word in ("key", "token", "secret", "pepper"))

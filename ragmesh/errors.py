@@ -68,3 +68,13 @@ def http_status(code: str) -> int:
     """The HTTP status of an error code carried as text (an error event of a stream)."""
     kinds = (InvalidArgument, NotFound, Unavailable, ResourceExhausted, Unauthenticated, PermissionDenied, Misconfigured)
     return next((k.http_status for k in kinds if k.code == code), 500)
+
+
+def error_of(code: str, message: str) -> RagmeshError:
+    """An error event's code and message (a stream's last word) as the error a whole reply raises, so
+    both edges answer with the status the stream's event named."""
+    if code == ResourceExhausted.code:
+        return ResourceExhausted(message)
+    error = RagmeshError(message)
+    error.code, error.http_status = code, http_status(code)
+    return error

@@ -217,10 +217,12 @@ class Conversation(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
 
 class ListConversationsRequest(_message.Message):
-    __slots__ = ("limit",)
+    __slots__ = ("limit", "offset")
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     limit: int
-    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+    offset: int
+    def __init__(self, limit: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class ConversationSummary(_message.Message):
     __slots__ = ("conversation_id", "user_id", "title", "created_at", "updated_at")
@@ -237,10 +239,12 @@ class ConversationSummary(_message.Message):
     def __init__(self, conversation_id: _Optional[str] = ..., user_id: _Optional[str] = ..., title: _Optional[str] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ...) -> None: ...
 
 class ListConversationsResponse(_message.Message):
-    __slots__ = ("conversations",)
+    __slots__ = ("conversations", "next_offset")
     CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     conversations: _containers.RepeatedCompositeFieldContainer[ConversationSummary]
-    def __init__(self, conversations: _Optional[_Iterable[_Union[ConversationSummary, _Mapping]]] = ...) -> None: ...
+    next_offset: int
+    def __init__(self, conversations: _Optional[_Iterable[_Union[ConversationSummary, _Mapping]]] = ..., next_offset: _Optional[int] = ...) -> None: ...
 
 class DeleteConversationRequest(_message.Message):
     __slots__ = ("conversation_id", "tenant")
@@ -331,3 +335,117 @@ class TranscriptResponse(_message.Message):
     note: str
     stage: str
     def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., chunks: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., tagged_by: _Optional[str] = ..., note: _Optional[str] = ..., stage: _Optional[str] = ...) -> None: ...
+
+class RenameConversationRequest(_message.Message):
+    __slots__ = ("conversation_id", "title")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    title: str
+    def __init__(self, conversation_id: _Optional[str] = ..., title: _Optional[str] = ...) -> None: ...
+
+class RenameConversationResponse(_message.Message):
+    __slots__ = ("conversation_id", "title")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    title: str
+    def __init__(self, conversation_id: _Optional[str] = ..., title: _Optional[str] = ...) -> None: ...
+
+class DeleteDocumentRequest(_message.Message):
+    __slots__ = ("collection", "doc_id")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    doc_id: str
+    def __init__(self, collection: _Optional[str] = ..., doc_id: _Optional[str] = ...) -> None: ...
+
+class ListFundsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListFundsResponse(_message.Message):
+    __slots__ = ("funds",)
+    FUNDS_FIELD_NUMBER: _ClassVar[int]
+    funds: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, funds: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetMetaRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Caller(_message.Message):
+    __slots__ = ("tenant", "user", "role")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    user: str
+    role: str
+    def __init__(self, tenant: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
+
+class Meta(_message.Message):
+    __slots__ = ("models", "default_model", "web_search_models", "data_sources", "funds", "identity")
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_MODEL_FIELD_NUMBER: _ClassVar[int]
+    WEB_SEARCH_MODELS_FIELD_NUMBER: _ClassVar[int]
+    DATA_SOURCES_FIELD_NUMBER: _ClassVar[int]
+    FUNDS_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedScalarFieldContainer[str]
+    default_model: str
+    web_search_models: _containers.RepeatedScalarFieldContainer[str]
+    data_sources: _containers.RepeatedScalarFieldContainer[str]
+    funds: _containers.RepeatedScalarFieldContainer[str]
+    identity: Caller
+    def __init__(self, models: _Optional[_Iterable[str]] = ..., default_model: _Optional[str] = ..., web_search_models: _Optional[_Iterable[str]] = ..., data_sources: _Optional[_Iterable[str]] = ..., funds: _Optional[_Iterable[str]] = ..., identity: _Optional[_Union[Caller, _Mapping]] = ...) -> None: ...
+
+class NoteCitation(_message.Message):
+    __slots__ = ("cid", "note_id", "chunk_id", "created_at", "snippet", "score", "title", "url", "ref")
+    CID_FIELD_NUMBER: _ClassVar[int]
+    NOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    SNIPPET_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    REF_FIELD_NUMBER: _ClassVar[int]
+    cid: str
+    note_id: str
+    chunk_id: str
+    created_at: str
+    snippet: str
+    score: float
+    title: str
+    url: str
+    ref: str
+    def __init__(self, cid: _Optional[str] = ..., note_id: _Optional[str] = ..., chunk_id: _Optional[str] = ..., created_at: _Optional[str] = ..., snippet: _Optional[str] = ..., score: _Optional[float] = ..., title: _Optional[str] = ..., url: _Optional[str] = ..., ref: _Optional[str] = ...) -> None: ...
+
+class NotesRetrieval(_message.Message):
+    __slots__ = ("k", "strategy", "candidate_count", "rerank_count", "time_ms")
+    K_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RERANK_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    k: int
+    strategy: str
+    candidate_count: int
+    rerank_count: int
+    time_ms: int
+    def __init__(self, k: _Optional[int] = ..., strategy: _Optional[str] = ..., candidate_count: _Optional[int] = ..., rerank_count: _Optional[int] = ..., time_ms: _Optional[int] = ...) -> None: ...
+
+class NotesAnswer(_message.Message):
+    __slots__ = ("answer", "citations", "conversation_id", "model", "retrieval")
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    CITATIONS_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    RETRIEVAL_FIELD_NUMBER: _ClassVar[int]
+    answer: str
+    citations: _containers.RepeatedCompositeFieldContainer[NoteCitation]
+    conversation_id: str
+    model: str
+    retrieval: NotesRetrieval
+    def __init__(self, answer: _Optional[str] = ..., citations: _Optional[_Iterable[_Union[NoteCitation, _Mapping]]] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., retrieval: _Optional[_Union[NotesRetrieval, _Mapping]] = ...) -> None: ...

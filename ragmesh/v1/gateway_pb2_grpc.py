@@ -81,6 +81,51 @@ class GatewayStub:
                 request_serializer=ragmesh_dot_v1_dot_gateway__pb2.TranscriptRequest.SerializeToString,
                 response_deserializer=ragmesh_dot_v1_dot_gateway__pb2.TranscriptResponse.FromString,
                 _registered_method=True)
+        self.RenameConversation = channel.unary_unary(
+                '/ragmesh.v1.Gateway/RenameConversation',
+                request_serializer=ragmesh_dot_v1_dot_gateway__pb2.RenameConversationRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_gateway__pb2.RenameConversationResponse.FromString,
+                _registered_method=True)
+        self.ListDocuments = channel.unary_unary(
+                '/ragmesh.v1.Gateway/ListDocuments',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.ListDocumentsRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.ListDocumentsResponse.FromString,
+                _registered_method=True)
+        self.GetDocument = channel.unary_unary(
+                '/ragmesh.v1.Gateway/GetDocument',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.GetDocumentRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.FromString,
+                _registered_method=True)
+        self.DeleteDocument = channel.unary_unary(
+                '/ragmesh.v1.Gateway/DeleteDocument',
+                request_serializer=ragmesh_dot_v1_dot_gateway__pb2.DeleteDocumentRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.DeleteResponse.FromString,
+                _registered_method=True)
+        self.GetChunk = channel.unary_unary(
+                '/ragmesh.v1.Gateway/GetChunk',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.GetChunkRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.ChunkInfo.FromString,
+                _registered_method=True)
+        self.ListCollections = channel.unary_unary(
+                '/ragmesh.v1.Gateway/ListCollections',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.ListCollectionsRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.ListCollectionsResponse.FromString,
+                _registered_method=True)
+        self.ListFunds = channel.unary_unary(
+                '/ragmesh.v1.Gateway/ListFunds',
+                request_serializer=ragmesh_dot_v1_dot_gateway__pb2.ListFundsRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_gateway__pb2.ListFundsResponse.FromString,
+                _registered_method=True)
+        self.GetMeta = channel.unary_unary(
+                '/ragmesh.v1.Gateway/GetMeta',
+                request_serializer=ragmesh_dot_v1_dot_gateway__pb2.GetMetaRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_gateway__pb2.Meta.FromString,
+                _registered_method=True)
+        self.AskNotes = channel.unary_unary(
+                '/ragmesh.v1.Gateway/AskNotes',
+                request_serializer=ragmesh_dot_v1_dot_gateway__pb2.AskRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_gateway__pb2.NotesAnswer.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -147,6 +192,69 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RenameConversation(self, request, context):
+        """What the HTTP bridge serves beside asking, with the same meaning, identity rules, errors and
+        limits. Any key of the tenant reads; DeleteDocument needs an admin; the conversation memory
+        (personal: its messages reach their author through Ask) is never listed or served, its ids
+        answering as unknown ones. Lists page by limit and offset: a full page carries next_offset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDocuments(self, request, context):
+        """The caller's tenant's documents, newest first: one collection, or every collection but the memory.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDocument(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteDocument(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetChunk(self, request, context):
+        """A cited chunk as a citation panel shows it: its text, its parent's, its document.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCollections(self, request, context):
+        """The collections a picker offers (counts of the caller's tenant, and the data source searching each).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFunds(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMeta(self, request, context):
+        """Who the credential is, and what a client offers: models, data sources, funds (GET /api/meta).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AskNotes(self, request, context):
+        """One whole answer in the notes contract (POST /api/chat/ask with "format": "notes").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -194,6 +302,51 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.IngestTranscript,
                     request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.TranscriptRequest.FromString,
                     response_serializer=ragmesh_dot_v1_dot_gateway__pb2.TranscriptResponse.SerializeToString,
+            ),
+            'RenameConversation': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenameConversation,
+                    request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.RenameConversationRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_gateway__pb2.RenameConversationResponse.SerializeToString,
+            ),
+            'ListDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDocuments,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.ListDocumentsRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.ListDocumentsResponse.SerializeToString,
+            ),
+            'GetDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDocument,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.GetDocumentRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.SerializeToString,
+            ),
+            'DeleteDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteDocument,
+                    request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.DeleteDocumentRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.DeleteResponse.SerializeToString,
+            ),
+            'GetChunk': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetChunk,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.GetChunkRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.ChunkInfo.SerializeToString,
+            ),
+            'ListCollections': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCollections,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.ListCollectionsRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.ListCollectionsResponse.SerializeToString,
+            ),
+            'ListFunds': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFunds,
+                    request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.ListFundsRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_gateway__pb2.ListFundsResponse.SerializeToString,
+            ),
+            'GetMeta': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMeta,
+                    request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.GetMetaRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_gateway__pb2.Meta.SerializeToString,
+            ),
+            'AskNotes': grpc.unary_unary_rpc_method_handler(
+                    servicer.AskNotes,
+                    request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.AskRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_gateway__pb2.NotesAnswer.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -440,6 +593,249 @@ class Gateway:
             '/ragmesh.v1.Gateway/IngestTranscript',
             ragmesh_dot_v1_dot_gateway__pb2.TranscriptRequest.SerializeToString,
             ragmesh_dot_v1_dot_gateway__pb2.TranscriptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenameConversation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/RenameConversation',
+            ragmesh_dot_v1_dot_gateway__pb2.RenameConversationRequest.SerializeToString,
+            ragmesh_dot_v1_dot_gateway__pb2.RenameConversationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/ListDocuments',
+            ragmesh_dot_v1_dot_retriever__pb2.ListDocumentsRequest.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.ListDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/GetDocument',
+            ragmesh_dot_v1_dot_retriever__pb2.GetDocumentRequest.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/DeleteDocument',
+            ragmesh_dot_v1_dot_gateway__pb2.DeleteDocumentRequest.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.DeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetChunk(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/GetChunk',
+            ragmesh_dot_v1_dot_retriever__pb2.GetChunkRequest.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.ChunkInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCollections(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/ListCollections',
+            ragmesh_dot_v1_dot_retriever__pb2.ListCollectionsRequest.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.ListCollectionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFunds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/ListFunds',
+            ragmesh_dot_v1_dot_gateway__pb2.ListFundsRequest.SerializeToString,
+            ragmesh_dot_v1_dot_gateway__pb2.ListFundsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMeta(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/GetMeta',
+            ragmesh_dot_v1_dot_gateway__pb2.GetMetaRequest.SerializeToString,
+            ragmesh_dot_v1_dot_gateway__pb2.Meta.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AskNotes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/AskNotes',
+            ragmesh_dot_v1_dot_gateway__pb2.AskRequest.SerializeToString,
+            ragmesh_dot_v1_dot_gateway__pb2.NotesAnswer.FromString,
             options,
             channel_credentials,
             insecure,

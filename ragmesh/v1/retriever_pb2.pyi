@@ -224,18 +224,20 @@ class ListCollectionsRequest(_message.Message):
     def __init__(self, own_tenant: _Optional[bool] = ...) -> None: ...
 
 class CollectionInfo(_message.Message):
-    __slots__ = ("name", "documents", "chunks", "indexed_chunks", "dense_index")
+    __slots__ = ("name", "documents", "chunks", "indexed_chunks", "dense_index", "data_source")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     INDEXED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     DENSE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    DATA_SOURCE_FIELD_NUMBER: _ClassVar[int]
     name: str
     documents: int
     chunks: int
     indexed_chunks: int
     dense_index: str
-    def __init__(self, name: _Optional[str] = ..., documents: _Optional[int] = ..., chunks: _Optional[int] = ..., indexed_chunks: _Optional[int] = ..., dense_index: _Optional[str] = ...) -> None: ...
+    data_source: str
+    def __init__(self, name: _Optional[str] = ..., documents: _Optional[int] = ..., chunks: _Optional[int] = ..., indexed_chunks: _Optional[int] = ..., dense_index: _Optional[str] = ..., data_source: _Optional[str] = ...) -> None: ...
 
 class ListCollectionsResponse(_message.Message):
     __slots__ = ("collections",)
@@ -381,10 +383,12 @@ class DocumentEntry(_message.Message):
     def __init__(self, document: _Optional[_Union[DocumentInfo, _Mapping]] = ..., updated_at: _Optional[str] = ..., summarized: _Optional[bool] = ...) -> None: ...
 
 class ListDocumentsResponse(_message.Message):
-    __slots__ = ("documents",)
+    __slots__ = ("documents", "next_offset")
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     documents: _containers.RepeatedCompositeFieldContainer[DocumentEntry]
-    def __init__(self, documents: _Optional[_Iterable[_Union[DocumentEntry, _Mapping]]] = ...) -> None: ...
+    next_offset: int
+    def __init__(self, documents: _Optional[_Iterable[_Union[DocumentEntry, _Mapping]]] = ..., next_offset: _Optional[int] = ...) -> None: ...
 
 class GetChunkRequest(_message.Message):
     __slots__ = ("chunk_id",)

@@ -36,7 +36,7 @@ class EmbedderApp(ServiceApp):
     def __init__(self, settings: Settings, backend: backends.EmbeddingBackend | None = None) -> None:
         self.backend = backend or backends.create(settings)  # a test's fake, or the one settings name
         self.batcher = MicroBatcher(self.backend, settings.embed_batch_window_ms, settings.embed_max_batch,
-                                    settings.embed_max_queue, slice_chars(settings))
+                                    settings.embed_max_queue, slice_chars(settings), self.backend.lanes)
         self.limits = EmbedLimits.from_settings(settings)
         self.key_store = LazyStore(settings)  # operators' keys; opened on the first one
 

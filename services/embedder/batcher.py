@@ -5,8 +5,8 @@ Serving one request per model call left the model idle between tiny batches: 200
 ran at ~26/s, while the same model embeds dozens of short queries in about the time of one. Requests
 wait at most a short window (or until a batch is full), then ONE backend.embed call runs in a worker
 thread; requests that arrive while it runs form the next batch. A request that finds the model idle
-runs at once: the window only pays while requests keep coming. One call at a time, because on a
-couple of cores the model already uses every core for one batch.
+runs at once: the window only pays while requests keep coming. One call at a time per tenant, because
+on a couple of cores the model already uses every core for one batch.
 
 Fairness between tenants (issue 23): one tenant calling Embed back to back with the largest call the
 limits allow made another tenant's one-text upload wait 20x longer, behind the running 64-text call
@@ -27,6 +27,12 @@ and then merged into the next. So:
   waits for one such call at most, and for one slice from then on.
 
 A sliced request's rows are put back together in order: the caller sees one reply, as before.
+
+A backend may take `lanes` calls at once (the local model: two, each on its share of the cores): a
+batch of other tenants then starts beside a running slice instead of waiting for it to end, so
+another tenant's one-text upload waits for no slice at all. Batches running together never share a
+tenant, so a lone tenant keeps one call at a time on every core, and a request's slices still run in
+order, one at a time.
 """
 from __future__ import annotations
 
@@ -89,14 +95,14 @@ class _Batch:
 
 
 class MicroBatcher:
-    """Collects concurrent embed requests per task and runs them as bounded batches, one at a time,
-    taking tenants in turn.
+    """Collects concurrent embed requests per task and runs them as bounded batches, at most `lanes` at
+    a time and never two with the same tenant, taking tenants in turn.
 
     Single event loop: the queues are touched only from the loop; only backend.embed runs in a thread.
     """
 
     def __init__(self, backend: EmbeddingBackend, window_ms: float = 5.0, max_batch: int = 64,
-                 max_queue: int = 4096, slice_chars: int = 0) -> None:
+                 max_queue: int = 4096, slice_chars: int = 0, lanes: int = 1) -> None:
         if window_ms < 0:
             raise ValueError("EMBED_BATCH_WINDOW_MS must be 0 or more")
         if max_batch < 1:
@@ -105,11 +111,14 @@ class MicroBatcher:
             raise ValueError("EMBED_MAX_QUEUE must be at least 1")
         if slice_chars < 0:
             raise ValueError("EMBED_SLICE_CHARS must be 0 (no limit) or more")
+        if lanes < 1:
+            raise ValueError("an embedding backend takes at least one call at a time")
         self.backend = backend
         self.window_s = window_ms / 1000
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.slice_chars = slice_chars  # 0: a request always runs as one call
+        self.lanes = lanes  # backend calls at once, each for other tenants
         self.batches = 0  # backend calls made
         self.dropped = 0  # requests abandoned (cancelled, past their deadline) before their batch ran
         self._queues: dict[tuple[str, str], deque[_Request]] = {}  # (tenant, task): oldest first
@@ -119,6 +128,7 @@ class MicroBatcher:
         self._waiting = 0  # texts queued and not yet taken into a batch, over all tasks
         self._waiting_by_task: dict[str, int] = {}
         self._arrived = asyncio.Event()  # remade with each worker: it belongs to the worker's loop
+        self._running: dict[asyncio.Task[None], set[str]] = {}  # backend calls under way: their tenants
         self._worker: asyncio.Task[None] | None = None
 
     @property
@@ -191,8 +201,10 @@ class MicroBatcher:
 
     def _heads(self, task: str | None = None) -> list[_Request]:
         """Each tenant's oldest live request (of `task`, or of each task), in turn order: the tenant
-        served least recently first (never served before any), then the oldest first."""
-        keys = [key for key in self._queues if task is None or key[1] == task]
+        served least recently first (never served before any), then the oldest first. Tenants with a
+        backend call under way wait for it to end."""
+        busy = set().union(*self._running.values())
+        keys = [key for key in self._queues if (task is None or key[1] == task) and key[0] not in busy]
         heads = [h for h in map(self._head, keys) if h is not None]
         return sorted(heads, key=lambda h: (self._served.get(h.tenant, -1), h.arrived))
 
@@ -204,27 +216,41 @@ class MicroBatcher:
     async def _run(self, arrived: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         last_end = float("-inf")  # when the last batch finished (loop time)
-        while True:
-            head = self._next()
-            if head is None:
-                arrived.clear()
-                await arrived.wait()
-                continue
-            # Wait for company until the first request's window closes or its task fills a batch, but
-            # only while requests keep coming (it arrived while a batch ran): a request that found the
-            # model idle runs at once, and the ones arriving meanwhile form the next batch. A request
-            # already partly run has had its wait.
-            delay = head.arrived + self.window_s - loop.time()
-            busy = head.arrived <= last_end and not head.taken
-            if busy and delay > 0 and self._waiting_by_task[head.task] < self.max_batch:
-                arrived.clear()
-                try:
-                    await asyncio.wait_for(arrived.wait(), delay)
-                except TimeoutError:
-                    pass
-                continue
-            await self._run_batch(self._take(head, loop.time()))
+
+        def ended(task: asyncio.Task[None]) -> None:
+            nonlocal last_end
+            self._running.pop(task, None)
             last_end = loop.time()
+            arrived.set()  # a lane is free, and its tenants may go again
+
+        try:
+            while True:
+                head = self._next() if len(self._running) < self.lanes else None
+                if head is None:
+                    arrived.clear()
+                    await arrived.wait()
+                    continue
+                # Wait for company until the first request's window closes or its task fills a batch,
+                # but only while requests keep coming (it arrived while a batch ran): a request that
+                # found the model idle runs at once, and the ones arriving meanwhile form the next
+                # batch. A request already partly run has had its wait.
+                delay = head.arrived + self.window_s - loop.time()
+                busy = (bool(self._running) or head.arrived <= last_end) and not head.taken
+                if busy and delay > 0 and self._waiting_by_task[head.task] < self.max_batch:
+                    arrived.clear()
+                    try:
+                        await asyncio.wait_for(arrived.wait(), delay)
+                    except TimeoutError:
+                        pass
+                    continue
+                batch = self._take(head, loop.time())
+                task = asyncio.create_task(self._run_batch(batch), name="embed-batch")
+                self._running[task] = {p.request.tenant for p in batch.pieces}
+                task.add_done_callback(ended)
+        finally:  # shutting down: the calls under way fail their callers with UNAVAILABLE
+            for task in list(self._running):
+                task.cancel()
+            await asyncio.gather(*self._running, return_exceptions=True)
 
     def _take(self, first: _Request, now: float) -> _Batch:
         """`first` (whole, or its next slice), then requests of its task tenant by tenant in turn order,

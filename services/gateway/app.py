@@ -26,14 +26,15 @@ from services.gateway.api.protocol import with_header_deadline
 from services.gateway.boosts import default_windows
 from services.gateway.conversations import Conversations
 from services.gateway.history import History
+from services.gateway.library import Library
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
 from services.gateway.quality import QualitySettings
 from services.gateway.strategy import PipelineSettings, Planner
 from services.gateway.request import SOURCE_COLLECTIONS
-from services.gateway.scope_cache import ScopeCache
 from services.gateway.servicer import GatewayServicer
+from services.gateway.shared_state import open_shared_state
 from services.gateway.transcripts import Transcripts
 
 log = logging.getLogger(__name__)
@@ -67,9 +68,10 @@ class GatewayApp(ServiceApp):
         self.generator = GeneratorClient(s.address("generator"), s.generate_timeout, auth)
         self.memory = Memory(self.store, self.retriever, self.generator, self.embedder, s.history_char_budget,
                              s.memory_queue_max)
+        # Running answers, scope cache and rate windows: in this process, or in Redis shared by replicas.
+        self.shared = open_shared_state(s)
         planner = Planner(
-            self.retriever, self.generator, self.embedder, ScopeCache(s.scope_cache_ttl_s, s.scope_cache_size),
-            self.known_funds,
+            self.retriever, self.generator, self.embedder, self.shared.scopes, self.known_funds,
             PipelineSettings(
                 default_model=default_model(s.default_model, s.gemini_api_key), reasoning_model=s.reasoning_model,
                 history_turns=s.history_turns, same_topic_threshold=s.same_topic_threshold,
@@ -86,13 +88,16 @@ class GatewayApp(ServiceApp):
         )
         self.pipeline = AskPipeline(self.history, self.generator, planner, self.memory,
                                     UsageLimiter(self.store, s.monthly_message_limit, s.monthly_token_limit),
-                                    RateLimiter(s.rate_limit_per_minute),
-                                    Admission("gateway: retrieval", s.max_concurrent_retrievals))
+                                    RateLimiter(s.rate_limit_per_minute, self.shared.rates),
+                                    Admission("gateway: retrieval", s.max_concurrent_retrievals), self.shared)
         self.conversations = Conversations(self.history, self.memory, self.pipeline)
         self.transcripts = Transcripts(self.retriever, self.generator, self.pipeline.default_model)
-        gateway_pb2_grpc.add_GatewayServicer_to_server(
-            GatewayServicer(self.pipeline, self.conversations, self.retriever, self.memory, self.transcripts), server
-        )
+        self.library = Library(lambda: self.retriever, self.known_funds)
+        gateway_pb2_grpc.add_GatewayServicer_to_server(self.servicer(), server)
+
+    def servicer(self) -> GatewayServicer:
+        return GatewayServicer(self.pipeline, self.conversations, self.retriever, self.memory, self.transcripts,
+                               self.library)
 
     async def upstream_health(self) -> dict[str, str]:
         async def check(name: str, channel: grpc.aio.Channel) -> tuple[str, str]:
@@ -120,14 +125,16 @@ class GatewayApp(ServiceApp):
 
     async def warm_up(self) -> None:
         await asyncio.to_thread(self.store.connect)
+        await self.shared.start()  # Redis down is no reason not to serve: answers flow, degraded (says so)
+        log.info("shared conversation state", extra={"where": self.shared.where})
         if self._http is not None:
             return  # a retry after the store came back: the HTTP bridge is up already
         s = self.settings
         await self.pipeline.models.configured()  # what the OpenAPI document offers, as the generator says
         app = create_app(
             pipeline=self.pipeline, memory=self.memory, conversations=self.conversations, transcripts=self.transcripts,
-            retriever=lambda: self.retriever, authenticator=Authenticator(s, self.store, "users"),
-            allowed_hosts=self.allowed_hosts, health=self.upstream_health, funds=self.known_funds,
+            retriever=lambda: self.retriever, library=self.library, authenticator=Authenticator(s, self.store, "users"),
+            allowed_hosts=self.allowed_hosts, health=self.upstream_health,
             models=self.pipeline.models.configured,
             admission=self.admission, front_door=FrontDoor.of(s), max_body_bytes=s.http_max_body_bytes,
             max_upload_bytes=s.upload_max_bytes, max_file_bytes=s.ingest_max_bytes,
@@ -157,4 +164,5 @@ class GatewayApp(ServiceApp):
             await self._http_task
         for client in (self.embedder, self.retriever, self.generator):
             await client.close()
+        await self.shared.close()
         self.store.close()

@@ -3,8 +3,11 @@ caller's identity. One place for both the gRPC servicer and the HTTP router."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
+from ragmesh.errors import Unavailable
 from ragmesh.identity import Identity
+from ragmesh.paging import DEFAULT_PAGE, Page, page
 from ragmesh.store import ConversationInfo, MessageRecord
 from ragmesh.validation import check_page, check_text
 from services.gateway.history import History
@@ -20,11 +23,11 @@ class Conversations:
         self.memory = memory
         self.pipeline = pipeline
 
-    async def list(self, who: Identity, limit: int | None = None, offset: int = 0) -> list[ConversationInfo]:
+    async def list(self, who: Identity, limit: int | None = None, offset: int = 0) -> Page[ConversationInfo]:
         """Newest first; `offset` skips that many (the next page starts where the last one ended)."""
-        limit = 50 if limit is None else limit
+        limit = DEFAULT_PAGE if limit is None else limit
         check_page(limit, offset)
-        return await asyncio.to_thread(self.history.conversations, who, limit, offset)
+        return page(await asyncio.to_thread(self.history.conversations, who, limit, offset), limit, offset)
 
     async def rename(self, who: Identity, conversation_id: str, title: str) -> str:
         """Sets the title the list shows (blank: the first question again); returns the title kept."""
@@ -46,6 +49,7 @@ class Conversations:
         """The conversation, its messages, summary and corrections, and its messages embedded in the
         conversation memory: nothing of it stays searchable."""
         await asyncio.to_thread(self.history.require, who, conversation_id)
-        await self.pipeline.stop(conversation_id)  # nothing of a running answer is stored after the delete
+        with contextlib.suppress(Unavailable):  # an answer on a replica the shared state cannot reach goes on
+            await self.pipeline.stop(conversation_id)  # nothing of a running answer is stored after the delete
         await asyncio.to_thread(self.history.store.delete_conversation, who.tenant, conversation_id)
         await self.memory.forget(conversation_id)

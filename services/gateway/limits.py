@@ -1,11 +1,13 @@
 """Per-user limits: monthly message and token counters in the store (004 usage tracking), and a
-per-minute request rate counted in this gateway replica."""
+per-minute request rate counted once for all gateway replicas (in this process with one gateway, in
+Redis with several: services/gateway/shared_state)."""
 from __future__ import annotations
 
 import datetime as dt
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from typing import Protocol
 
 from ragmesh.errors import ResourceExhausted
 from ragmesh.store import Store
@@ -21,35 +23,55 @@ def seconds_to_next_month() -> float:
     return (first - now).total_seconds()
 
 
-class RateLimiter:
-    """At most `per_minute` requests per user in any 60 s (a sliding window of their times). Users
-    are kept in LRU order and bounded, so a flood of new identities cannot grow it without limit."""
+class RateWindows(Protocol):
+    async def count(self, tenant: str, user_id: str, limit: int, window_s: float) -> float:
+        """Counts one request in the user's sliding window unless `limit` are in it already: 0 when
+        counted, else the seconds until the oldest leaves the window."""
 
-    WINDOW_S = 60.0
 
-    def __init__(self, per_minute: int, max_users: int = 100_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.per_minute = per_minute  # 0 = no limit
+class LocalWindows:
+    """Sliding windows in this process (each user's request times). Users are kept in LRU order and
+    bounded, so a flood of new identities cannot grow it without limit."""
+
+    def __init__(self, max_users: int = 100_000, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_users = max_users
         self.clock = clock
         self._seen: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
 
-    def check(self, tenant: str, user_id: str) -> None:
-        """Counts one request, or raises ResourceExhausted (HTTP 429, RESOURCE_EXHAUSTED) with the wait."""
-        if not self.per_minute:
-            return
+    async def count(self, tenant: str, user_id: str, limit: int, window_s: float) -> float:
+        return self.count_now(tenant, user_id, limit, window_s)
+
+    def count_now(self, tenant: str, user_id: str, limit: int, window_s: float) -> float:
         now, key = self.clock(), (tenant, user_id)
         times = self._seen.pop(key, None) or deque()
-        while times and now - times[0] >= self.WINDOW_S:
+        while times and now - times[0] >= window_s:
             times.popleft()
         self._seen[key] = times
         if len(self._seen) > self.max_users:
             self._seen.popitem(last=False)
-        if len(times) >= self.per_minute:
-            wait = self.WINDOW_S - (now - times[0])
+        if len(times) >= limit:
+            return window_s - (now - times[0])
+        times.append(now)
+        return 0.0
+
+
+class RateLimiter:
+    """At most `per_minute` requests per user in any 60 s, counted in `windows` (this process's by default)."""
+
+    WINDOW_S = 60.0
+
+    def __init__(self, per_minute: int, windows: RateWindows | None = None) -> None:
+        self.per_minute = per_minute  # 0 = no limit
+        self.windows = windows or LocalWindows()
+
+    async def check(self, tenant: str, user_id: str) -> None:
+        """Counts one request, or raises ResourceExhausted (HTTP 429, RESOURCE_EXHAUSTED) with the wait."""
+        if not self.per_minute:
+            return
+        wait = await self.windows.count(tenant, user_id, self.per_minute, self.WINDOW_S)
+        if wait > 0:
             raise ResourceExhausted(f"rate limit: {self.per_minute} requests a minute per user; retry in "
                                     f"{wait:.0f} s", wait)
-        times.append(now)
 
 
 class UsageLimiter:

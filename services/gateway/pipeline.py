@@ -9,7 +9,6 @@ fallbacks), so an operator can see why an answer came out as it did.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import re
@@ -17,7 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ragmesh import metrics, tracing
@@ -38,7 +37,8 @@ from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory, corrections_text
 from services.gateway.models_offered import ModelCatalog, web_search_note
 from services.gateway.request import AskInput
-from services.gateway.scope_cache import ScopeCache
+from services.gateway.scope_cache import Scopes
+from services.gateway.shared_state import LocalRuns, SharedState
 from services.gateway.strategy import NO_RETRIEVAL, PipelineSettings, Planner, Strategy
 
 log = logging.getLogger(__name__)
@@ -77,21 +77,14 @@ class Prepared:
     embedding: asyncio.Future[tuple[Any, float]] | None = None
 
 
-@dataclass
-class _Running:
-    """An answer under way in a conversation: `stop` asks it to stop, `ended` says it has."""
-
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-
-
 class Stopped(Exception):
     """The user pressed stop (POST /api/chat/stop or Gateway.Stop)."""
 
 
 class AskPipeline:
     def __init__(self, history: History, generator: GeneratorClient, planner: Planner, memory: Memory,
-                 limits: UsageLimiter, rate: RateLimiter | None = None, planning: Admission | None = None) -> None:
+                 limits: UsageLimiter, rate: RateLimiter | None = None, planning: Admission | None = None,
+                 shared: SharedState | None = None) -> None:
         self.history = history
         # Questions being planned (embedding + searches) at once: past it a question is refused at once
         # (RESOURCE_EXHAUSTED, Retry-After) instead of waiting behind the others until its searches time out.
@@ -102,14 +95,15 @@ class AskPipeline:
         self.limits = limits
         self.rate = rate or RateLimiter(0)
         self.models = ModelCatalog(generator, planner.settings.default_model)
-        self._running: dict[str, _Running] = {}
+        # Running answers (and the scope cache and rate windows): in this process, or shared by replicas.
+        self.shared = shared or SharedState(LocalRuns(), planner.cache, self.rate.windows)
 
     @property
     def settings(self) -> PipelineSettings:
         return self.planner.settings
 
     @property
-    def cache(self) -> ScopeCache:
+    def cache(self) -> Scopes:
         return self.planner.cache
 
     @property
@@ -128,7 +122,7 @@ class AskPipeline:
         ask.validate()
         who = caller.acting_for(ask.tenant, ask.user_id)
         ask.tenant, ask.user_id, ask.identity = who.tenant, who.user, who
-        self.rate.check(who.tenant, who.user)
+        await self.rate.check(who.tenant, who.user)
         await self.models.check(ask.model)
         if self.limits.enabled:  # unlimited: no store read, and no trip through a thread before the answer
             await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
@@ -150,39 +144,34 @@ class AskPipeline:
     async def stop(self, conversation_id: str, wait_s: float = STOP_WAIT_S) -> bool:
         """Stops a running answer and waits (at most `wait_s`) until it has ended, so what it leaves
         (its partial answer, or, stopped before any content, no question at all) is stored when this
-        returns. Callers check the conversation is the caller's first."""
-        running = self._running.get(conversation_id)
-        if running is None:
-            return False
-        running.stop.set()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(running.ended.wait(), wait_s)
-        return True
+        returns. Callers check the conversation is the caller's first. The answer may run on another
+        gateway replica; Unavailable when the shared state cannot reach it (none runs on this one)."""
+        return await self.shared.runs.stop(conversation_id, wait_s)
 
     async def run(self, prepared: Prepared) -> AsyncIterator[Event]:
         """Streams the events of one answer `prepare` accepted."""
         ask, conversation, embedding = prepared.ask, prepared.conversation, prepared.embedding
         conv = ask.conversation_id
         identity_var.set(ask.identity)  # the retriever searches, and memory is written, as this user
-        running = self._running.setdefault(conv, _Running())
+        running = await self.shared.runs.begin(conv)
         stop = running.stop
-        stop.clear()
-        running.ended.clear()
         lookup: asyncio.Future[list[CorrectionRecord]] | None = None
         try:
             yield Event("searching", True)
             # The user's corrections are looked up while the question is planned, not after.
             lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
             with self.planning.slot():
-                strategy = await self.planner.plan(ask, conversation.count, embedding)
+                strategy = await self.planner.plan(ask, conversation, embedding)
             metrics.route_taken(strategy.route)
             if note := web_search_note(strategy.model, ask.web_search):
                 strategy.reason += f"; {note}"
+            if shared := self.shared.problem:  # stop and reuse reach this replica only, and it says so
+                strategy.reason += f"; {shared}"
             if strategy.retrieval != NO_RETRIEVAL:
                 metrics.scope_cache(strategy.cache_hit)
             with tracing.span("context"):
                 await self.planner.quality.compress(ask.question, strategy)
-                ctx = self._context(ask, strategy)
+                ctx = await self._context(ask, strategy)
                 tracing.annotate(blocks=len(ctx.blocks), chars=len(ctx.text))
             if strategy.retrieval != NO_RETRIEVAL and not ctx.blocks and strategy.unavailable:
                 # Nothing arrived in time: an error, not "no notes match", and nothing is stored.
@@ -207,18 +196,18 @@ class AskPipeline:
         finally:
             _discard(lookup)
             _discard(embedding)
-            self._running.pop(conv, None)
-            running.ended.set()
+            self.shared.runs.end(conv, running)
 
-    def _context(self, ask: AskInput, s: Strategy) -> context.Context:
+    async def _context(self, ask: AskInput, s: Strategy) -> context.Context:
         """The context of the strategy's hits. A question that reuses its scope mostly has the very hits
         the scope's last context was built from: that context is used again (it is never changed)."""
-        entry = self.cache.get(ask.tenant, ask.conversation_id) if s.hits else None
+        entry = await self.cache.get(ask.tenant, ask.conversation_id) if s.hits else None
         if entry is not None and entry.context is not None and _same_objects(entry.context[0], s.hits):
             return entry.context[1]
         built = context.build(s.hits, self.settings.context_char_budget)
         if entry is not None and _same_objects(s.hits, entry.hits[: len(s.hits)]):
             entry.context = (list(s.hits), built)
+            await self.cache.keep_context(ask.tenant, ask.conversation_id, entry)
         return built
 
     # -- generation -------------------------------------------------------------------------

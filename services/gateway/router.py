@@ -1,10 +1,12 @@
-"""Which path a question takes, decided by rules (no model call) in this order:
+"""Which path a question takes, decided by rules in this order:
 
 1. DIRECT    greetings, thanks, "what is your name": answered without retrieval.
-2. NO_RAG    a follow-up that transforms earlier answers ("summarize that", "why?")
-             with two or more earlier turns: answered from the conversation (000).
-3. SUMMARY   summary keywords with a single document in scope: its pre-computed summary (004 B).
-4. DEEP      reasoning keywords: deep-reasoner prompt, reasoning model, 15 chunks, threshold 0.6 (004 C).
+2. NO_RAG    a follow-up that reworks what the conversation already holds ("summarize that", "why?"
+             after searched answers, nothing new, filters unchanged): answered from the conversation
+             (000). Whether it does is decided before routing (services/gateway/followup.py).
+3. DEEP      reasoning keywords: deep-reasoner prompt, reasoning model, 15 chunks, threshold 0.6 (004 C),
+             before the summary path, so "compare"/"why" over one document reasons over its chunks.
+4. SUMMARY   summary keywords with a single document in scope: its pre-computed summary (004 B).
 5. LOOKUP    "question 6" style references: fetch that item directly (001 strategy 1); "all the
              questions" with no number: every numbered item (001 strategy 2).
 6. SPECIFIC  the default: 5 chunks at threshold 0.7 for pointed questions, 10 at 0.5 for general ones (004 A).
@@ -14,17 +16,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from services.gateway.followup import Followup
 from services.gateway.query_analysis import is_general, question_numbers
 from services.gateway.question_lookup import ALL_QUESTIONS_K, asks_all_questions
 
 DIRECT, NO_RAG, SUMMARY, DEEP, LOOKUP, SPECIFIC = "DIRECT", "NO_RAG", "SUMMARY", "DEEP", "LOOKUP", "SPECIFIC"
 FALLBACK_SIMILARITY = 0.3  # 004's second threshold layer
 
-TRANSFORM_PATTERNS = (
-    "summarize", "summary", "list", "compare", "contrast", "tell me more", "explain",
-    "elaborate", "what do you mean", "can you clarify", "in other words", "why", "how",
-    "what about the", "regarding the", "about the above",
-)
 SUMMARY_PATTERNS = (
     "summarize", "summarise", "summary", "overview", "what is this document about", "what is the document about",
     "what is this book about", "what is the book about", "tell me about this document", "describe this document",
@@ -46,7 +44,7 @@ def _pattern(words: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + r")\b", re.I)
 
 
-_TRANSFORM, _SUMMARY, _REASONING = _pattern(TRANSFORM_PATTERNS), _pattern(SUMMARY_PATTERNS), _pattern(REASONING_PATTERNS)
+_SUMMARY, _REASONING = _pattern(SUMMARY_PATTERNS), _pattern(REASONING_PATTERNS)
 
 
 @dataclass(frozen=True)
@@ -64,16 +62,18 @@ class Route:
         return self.k > 0
 
 
-def route(question: str, history_turns: int, documents_in_scope: int, specific_k: int = 5,
+def route(question: str, followup: Followup | None, documents_in_scope: int, specific_k: int = 5,
           general_k: int = 10, deep_k: int = 15) -> Route:
+    """`followup`: whether the question reworks what the conversation holds (None: not known yet, so
+    not a rework)."""
     if _GREETING.match(question) or _NAME.search(question):
         return Route(DIRECT, "greeting, thanks or a question about the assistant")
-    if (m := _TRANSFORM.search(question)) and history_turns >= 2:
-        return Route(NO_RAG, f"follow-up pattern {m.group(1).lower()!r} with {history_turns} earlier turns")
-    if (m := _SUMMARY.search(question)) and documents_in_scope == 1:
-        return Route(SUMMARY, f"summary keyword {m.group(1).lower()!r} with one document in scope")
+    if followup is not None and followup.rework:
+        return Route(NO_RAG, followup.describe())
     if m := _REASONING.search(question):
         return Route(DEEP, f"reasoning keyword {m.group(1).lower()!r}", deep_k, 0.6, "deep_reasoner")
+    if (m := _SUMMARY.search(question)) and documents_in_scope == 1:
+        return Route(SUMMARY, f"summary keyword {m.group(1).lower()!r} with one document in scope")
     if numbers := question_numbers(question):
         return Route(LOOKUP, f"refers to item {', '.join(numbers)}", specific_k, 0.0, "fund_research",
                      tuple(numbers))

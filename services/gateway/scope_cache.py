@@ -1,13 +1,17 @@
-"""Per tenant and conversation, the scope of the last search and its hits, so a
-follow-up on the same filters and topic reuses them (RAG_REUSE). Bounded (LRU)
-with a TTL, keyed as `{start_date}_{end_date}_{sorted(funds)}` (and `_{window}` under a time window,
-`_{sorted(documents)}` with documents picked)."""
+"""Per tenant and conversation, the scope of the last search and its hits, so a follow-up on the same
+filters and topic reuses them (RAG_REUSE). Entries live for a TTL and each tenant keeps a bounded
+number (least recently used out first), keyed as `{start_date}_{end_date}_{sorted(funds)}` (and
+`_{window}` under a time window, `_{sorted(documents)}` with documents picked).
+
+`Scopes` is what the planner and the pipeline use; `ScopeCache` keeps entries in this process, the
+Redis one (services/gateway/shared_state) shares them between gateway replicas."""
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -30,36 +34,55 @@ class ScopeEntry:
     hits: list[Hit]
     candidate_count: int
     created: float = field(default_factory=time.monotonic)
-    # The last context built from these hits: (the hits it was built from, the context).
+    # The last context built from these hits: (the first hits, the very objects, and the context).
     context: tuple[list[Hit], Context] | None = None
+    # The scope the user set on that request (not what was read from its question): a follow-up
+    # under another one searches (services/gateway/followup.py).
+    asked: str = ""
+
+
+class Scopes(Protocol):
+    async def get(self, tenant: str, conversation_id: str) -> ScopeEntry | None:
+        """The conversation's entry, or None (none, expired, or the shared state unreachable)."""
+
+    async def put(self, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
+        """Stores the scope of a new search; its TTL starts now."""
+
+    async def keep_context(self, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
+        """Stores `entry.context`, set on an entry `get` or `put` had, without changing its expiry."""
 
 
 class ScopeCache:
+    """Scopes in this process: one gateway (the default)."""
+
     def __init__(self, ttl_s: float = 900.0, max_entries: int = 1024,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl = ttl_s
-        self.max_entries = max_entries
+        self.max_entries = max_entries  # per tenant
         self.clock = clock
-        self._entries: OrderedDict[tuple[str, str], ScopeEntry] = OrderedDict()
+        self._tenants: dict[str, OrderedDict[str, ScopeEntry]] = {}
 
-    def get(self, tenant: str, conversation_id: str) -> ScopeEntry | None:
-        slot = (tenant, conversation_id)
-        entry = self._entries.get(slot)
+    async def get(self, tenant: str, conversation_id: str) -> ScopeEntry | None:
+        entries = self._tenants.get(tenant, {})
+        entry = entries.get(conversation_id)
         if entry is None:
             return None
         if self.clock() - entry.created > self.ttl:
-            del self._entries[slot]
+            del entries[conversation_id]
             return None
-        self._entries.move_to_end(slot)
+        entries.move_to_end(conversation_id)
         return entry
 
-    def put(self, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
+    async def put(self, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
         entry.created = self.clock()
-        slot = (tenant, conversation_id)
-        self._entries[slot] = entry
-        self._entries.move_to_end(slot)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        entries = self._tenants.setdefault(tenant, OrderedDict())
+        entries[conversation_id] = entry
+        entries.move_to_end(conversation_id)
+        while len(entries) > self.max_entries:
+            entries.popitem(last=False)
+
+    async def keep_context(self, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
+        """Nothing to do: the entry held here is the one changed."""
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return sum(len(entries) for entries in self._tenants.values())

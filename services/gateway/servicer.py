@@ -14,14 +14,19 @@ from ragmesh import convert, identity
 from ragmesh.clients import RetrieverClient
 from ragmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, retriever_pb2
 from ragmesh.models import WEB_SEARCH_MODELS
+from ragmesh.paging import DEFAULT_PAGE
 from ragmesh.store import CorrectionRecord, MessageRecord
 from ragmesh.types import Citation
 from ragmesh.validation import check_writable
 from services.gateway.conversations import Conversations
+from services.gateway.library import Library
 from services.gateway.memory import Memory
+from services.gateway.meta import describe
+from services.gateway.notes_contract import notes_answer
 from services.gateway.pipeline import AskPipeline, Event
 from services.gateway.request import AskInput
 from services.gateway.transcripts import TranscriptInput, Transcripts
+from services.gateway.whole_answer import whole_answer
 
 
 def ask_from_proto(r: gateway_pb2.AskRequest) -> AskInput:
@@ -86,8 +91,9 @@ def message_to_proto(m: MessageRecord) -> gateway_pb2.Message:
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, pipeline: AskPipeline, conversations: Conversations, retriever: RetrieverClient,
-                 memory: Memory, transcripts: Transcripts) -> None:
+                 memory: Memory, transcripts: Transcripts, library: Library) -> None:
         self.pipeline = pipeline
+        self.library = library
         self.transcripts = transcripts
         self.conversations = conversations
         self.retriever = retriever
@@ -103,10 +109,16 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return gateway_pb2.StopResponse(stopped=stopped)
 
     async def ListConversations(self, request: gateway_pb2.ListConversationsRequest, context):
-        found = await self.conversations.list(identity.current(), request.limit if request.HasField("limit") else None)
+        found = await self.conversations.list(identity.current(), request.limit if request.HasField("limit") else None,
+                                              request.offset)
         return gateway_pb2.ListConversationsResponse(conversations=[
             gateway_pb2.ConversationSummary(conversation_id=c.conversation_id, user_id=c.user_id, title=c.title,
-                                            created_at=c.created_at, updated_at=c.updated_at) for c in found])
+                                            created_at=c.created_at, updated_at=c.updated_at) for c in found.items],
+            next_offset=found.next_offset)
+
+    async def RenameConversation(self, request: gateway_pb2.RenameConversationRequest, context):
+        title = await self.conversations.rename(identity.current(), request.conversation_id, request.title)
+        return gateway_pb2.RenameConversationResponse(conversation_id=request.conversation_id, title=title)
 
     async def GetConversation(self, request: gateway_pb2.GetConversationRequest, context):
         messages = await self.conversations.messages(identity.current(), request.conversation_id)
@@ -123,7 +135,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
         who = identity.current()
         who.require_admin("ingesting documents")  # into the caller's tenant, whatever a document says
-        self.pipeline.rate.check(who.tenant, who.user)  # an upload counts with the user's asks
+        await self.pipeline.rate.check(who.tenant, who.user)  # an upload counts with the user's asks
         async for progress in self.retriever.ingest(_writable(request_iterator)):
             yield progress
 
@@ -147,6 +159,50 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         return gateway_pb2.TranscriptResponse(
             doc_id=done.doc_id, collection=done.collection, chunks=done.chunks, tags=done.tags,
             tagged_by=done.tagged_by, note=done.note, stage=done.stage)
+
+    async def ListDocuments(self, request: retriever_pb2.ListDocumentsRequest, context):
+        found = await self.library.documents(identity.current(), request.collection, request.limit or DEFAULT_PAGE,
+                                             request.offset)
+        return retriever_pb2.ListDocumentsResponse(
+            documents=[convert.document_entry_to_proto(e) for e in found.items], next_offset=found.next_offset)
+
+    async def GetDocument(self, request: retriever_pb2.GetDocumentRequest, context):
+        return convert.document_info_to_proto(
+            await self.library.document(identity.current(), request.collection, request.doc_id))
+
+    async def DeleteDocument(self, request: gateway_pb2.DeleteDocumentRequest, context):
+        documents, chunks = await self.library.delete_document(identity.current(), request.collection, request.doc_id)
+        return retriever_pb2.DeleteResponse(documents=documents, chunks=chunks)
+
+    async def GetChunk(self, request: retriever_pb2.GetChunkRequest, context):
+        return convert.chunk_context_to_proto(await self.library.chunk(identity.current(), request.chunk_id))
+
+    async def ListCollections(self, request: retriever_pb2.ListCollectionsRequest, context):
+        lines = await self.library.collections(identity.current())
+        return retriever_pb2.ListCollectionsResponse(collections=[
+            retriever_pb2.CollectionInfo(name=c.name, documents=c.documents, chunks=c.chunks, data_source=c.data_source)
+            for c in lines])
+
+    async def ListFunds(self, request: gateway_pb2.ListFundsRequest, context):
+        return gateway_pb2.ListFundsResponse(funds=await self.library.funds(identity.current()))
+
+    async def GetMeta(self, request: gateway_pb2.GetMetaRequest, context):
+        who = identity.current()
+        m = await describe(who, self.pipeline.models.configured, self.pipeline.default_model, self.library)
+        return gateway_pb2.Meta(models=m.models, default_model=m.default_model, web_search_models=m.web_search_models,
+                                data_sources=m.data_sources, funds=m.funds,
+                                identity=gateway_pb2.Caller(tenant=who.tenant, user=who.user, role=who.role))
+
+    async def AskNotes(self, request: gateway_pb2.AskRequest, context):
+        ask = ask_from_proto(request)
+        ask.response_format = "notes"
+        n = notes_answer(await whole_answer(self.pipeline, await self.pipeline.prepare(ask, identity.current())))
+        r = n.retrieval
+        return gateway_pb2.NotesAnswer(
+            answer=n.answer, conversation_id=n.conversation_id, model=n.model,
+            citations=[gateway_pb2.NoteCitation(**asdict(c)) for c in n.citations],
+            retrieval=gateway_pb2.NotesRetrieval(k=r.k, strategy=r.strategy, candidate_count=r.candidate_count,
+                                                 rerank_count=r.rerank_count, time_ms=r.time_ms))
 
 
 async def _writable(documents: AsyncIterator[retriever_pb2.Document]) -> AsyncIterator[retriever_pb2.Document]:

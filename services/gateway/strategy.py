@@ -19,13 +19,15 @@ from ragmesh.errors import NotFound, RagmeshError
 from ragmesh.models import EXTRACTIVE
 from ragmesh.types import Chunk, Hit, SearchFilter
 from ragmesh.validation import MAX_VARIANTS
-from services.gateway import boosts, router
+from services.gateway import boosts, followup, router
+from services.gateway.followup import Followup
+from services.gateway.history import Recent
 from ragmesh.types import MEMORY_COLLECTION
 from services.gateway.quality import QualitySettings, QualityStack, QualityStep
 from services.gateway.query_analysis import mentioned_funds, recency_phrase, time_hint, time_window
 from services.gateway.question_lookup import numbered_filter
 from services.gateway.request import AskInput, document_ref
-from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
+from services.gateway.scope_cache import ScopeEntry, Scopes, scope_key
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ class Strategy:
     rerank_count: int = 0
     quality: list[QualityStep] = field(default_factory=list)  # 003's quality steps, in order
     hits: list[Hit] = field(default_factory=list, repr=False)
+    followup: Followup | None = None  # whether it reworks the conversation, and the signal that decided
     recency: str = ""  # the words asking for the latest, which sent the retriever's time decay
     default_window: dict[str, int] = field(default_factory=dict)  # collection -> days of 002's window searched
     relaxed: list[str] = field(default_factory=list)  # filters read from the question, loosened, and why
@@ -99,7 +102,7 @@ class PipelineSettings:
 
 class Planner:
     def __init__(self, retriever: RetrieverClient, generator: GeneratorClient, embedder: EmbedderClient,
-                 cache: ScopeCache, known_funds: Callable[[str], Awaitable[list[str]]], settings: PipelineSettings,
+                 cache: Scopes, known_funds: Callable[[str], Awaitable[list[str]]], settings: PipelineSettings,
                  today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.timezone.utc).date()) -> None:
         self.retriever = retriever
         self.generator = generator
@@ -112,26 +115,31 @@ class Planner:
 
     def embed_early(self, ask: AskInput) -> asyncio.Task[tuple[np.ndarray | None, float]] | None:
         """The question's embedding, started before its conversation is read when every route the
-        question can take searches (only NO_RAG depends on the conversation, and only from two turns
-        on): it then runs while history is read and the question routed, so a question that reuses its
-        scope waits for little more than its embedding. None when a route may not need it."""
-        if not all(router.route(ask.question, turns, len(ask.document_ids)).retrieves for turns in (0, 2)):
+        question can take searches (only NO_RAG depends on the conversation, and only a question that
+        refers back can take it): it then runs while history is read and the question routed, so a
+        question that reuses its scope waits for little more than its embedding. None when a route may
+        not need it."""
+        if followup.may_rework(ask.question) or not router.route(ask.question, None, len(ask.document_ids)).retrieves:
             return None
         return asyncio.ensure_future(self._embed_question(ask.question))
 
-    async def plan(self, ask: AskInput, turns: int,
+    async def plan(self, ask: AskInput, conversation: Recent,
                    embedding: asyncio.Future[tuple[np.ndarray | None, float]] | None = None) -> Strategy:
-        """Route, filters, scope decision and hits for one question in a conversation of `turns` turns;
+        """Route, filters, scope decision and hits for one question in `conversation`;
         `embedding` is the question's embedding if `embed_early` started it."""
+        turns = conversation.count
+        # The conversation's last search: the follow-up check reads it, and so does the reuse decision.
+        cached = await self.cache.get(ask.tenant, ask.conversation_id) if turns else None
         with tracing.span("routing"):
-            rt = router.route(ask.question, turns, len(ask.document_ids))
-            tracing.annotate(route=rt.name, reason=rt.reason)
+            follow = await self._followup(ask, conversation, cached)
+            rt = router.route(ask.question, follow, len(ask.document_ids))
+            tracing.annotate(route=rt.name, reason=rt.reason, followup=follow.signal)
         if ask.top_k and rt.retrieves:
             rt = dataclasses.replace(rt, k=ask.top_k)
         search_filter = SearchFilter(tenant=ask.tenant, start_date=ask.start_date, end_date=ask.end_date,
                                      any_of={"fund_name": sorted(ask.selected_funds)} if ask.selected_funds else {})
         s = Strategy(rt.name, NO_RETRIEVAL, rt.reason, ask.conversation_id, ask.collections, search_filter, "",
-                     k=rt.k, model=self._model(ask, rt))
+                     k=rt.k, model=self._model(ask, rt), followup=follow)
         if rt.name == router.SUMMARY:
             if await self._summary_hits(ask, s):
                 return s
@@ -146,11 +154,12 @@ class Planner:
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
         with tracing.span("embedding"):
             vector, s.embed_ms = await (embedding or self._embed_question(ask.question))
-        cached = self.cache.get(ask.tenant, ask.conversation_id)
         if cached is None:
             s.retrieval, why = RAG_NEW_QUERY, "no cached scope for this conversation"
         elif cached.key != s.cache_key or cached.collections != s.collections:
             s.retrieval, why = RAG_NEW_QUERY, f"filters changed ({cached.key} -> {s.cache_key})"
+        elif missing := followup.not_in_hits(ask.question, cached.hits):
+            s.retrieval, why = RAG_NEW_QUERY, f"same filters, but {', '.join(missing)} not in the cached hits"
         else:
             same, note = await self._same_topic(cached, ask, vector, s.model)
             if same:
@@ -161,14 +170,16 @@ class Planner:
         s.reason = f"{rt.reason}; {why}"
         paused = time.monotonic()
         await self.quality.rewrite(ask.question, s)
+        s.variants += followup.search_context(ask.question, conversation.turns)
         deadline += time.monotonic() - paused  # the model's time is not taken from the searches'
         if s.retrieval == RAG_NEW_QUERY:
             searching = time.perf_counter()
             await self._search(ask, rt, s, vector, deadline)
             s.search_ms = (time.perf_counter() - searching) * 1000
             if not s.unavailable:
-                self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
-                    s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count))
+                await self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
+                    s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count,
+                    asked=followup.asked_key(ask)))
         await self.quality.rerank(ask.question, s)
         s.hits = s.hits[: s.k]
         if await self.quality.use_history(s, turns):
@@ -207,6 +218,16 @@ class Planner:
                   for i, t in enumerate(texts)]
         s.chunks, s.reason = len(s.hits), f"{s.reason}; {'summary' if record.summary else 'table of contents'} of {ref}"
         return True
+
+    async def _followup(self, ask: AskInput, conversation: Recent, cached: ScopeEntry | None) -> Followup:
+        """Whether the question reworks what the conversation holds: the cheap signals, then the
+        model's word when it is configured to check."""
+        verdict = followup.decide(ask, conversation.turns, cached, self.today())
+        model = ask.model or self.settings.default_model
+        if not self.settings.scope_llm_check or model == EXTRACTIVE:
+            return verdict
+        return await followup.confirm(verdict, ask.question, conversation.turns, self.generator, model,
+                                      self.settings.scope_llm_timeout_s)
 
     def _model(self, ask: AskInput, rt: router.Route) -> str:
         if ask.model:

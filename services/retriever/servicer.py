@@ -11,6 +11,7 @@ import dataclasses
 
 from ragmesh import convert, identity
 from ragmesh.errors import InvalidArgument, NotFound
+from ragmesh.paging import DEFAULT_PAGE, page
 from ragmesh.store import CollectionStats, Store
 from ragmesh.types import ChunkContext
 from ragmesh.validation import (MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, check_field_name, check_name, check_names,
@@ -21,9 +22,6 @@ from services.retriever.fusion import DEFAULT_RRF_K, Boosters
 from services.retriever.ingest.pipeline import Ingestor
 from services.retriever.ingest.upsert import Upserter
 from services.retriever.search import SearchEngine, SearchQuery
-
-
-DEFAULT_LIST = 50
 
 
 def _opt(msg, name: str, default):
@@ -135,11 +133,13 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def ListDocuments(self, request: retriever_pb2.ListDocumentsRequest, context: grpc.aio.ServicerContext):
         if request.collection:
             check_name("collection", request.collection)
-        limit = request.limit or DEFAULT_LIST
+        limit = request.limit or DEFAULT_PAGE
         check_page(limit, request.offset)
         entries = await asyncio.to_thread(self.store.documents, _tenant(), request.collection or None, limit,
                                           request.offset, author=_reader())
-        return retriever_pb2.ListDocumentsResponse(documents=[convert.document_entry_to_proto(e) for e in entries])
+        found = page(entries, limit, request.offset)
+        return retriever_pb2.ListDocumentsResponse(documents=[convert.document_entry_to_proto(e) for e in found.items],
+                                                   next_offset=found.next_offset)
 
     async def GetChunk(self, request: retriever_pb2.GetChunkRequest, context: grpc.aio.ServicerContext):
         check_text("chunk_id", request.chunk_id, MAX_CHUNK_ID_CHARS, required=True)

@@ -34,6 +34,7 @@ class SteppedBackend:
     model_name = "stepped"
     dimensions = 2
     max_batch = 10_000
+    lanes = 1
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []

@@ -392,3 +392,104 @@ def test_a_lone_tenants_concurrent_big_calls_still_run_slice_by_slice() -> None:
         assert [text("doc", 100 + i) for i in range(5)] in docs, "the small ones share one call"
 
     run(batcher, scenario)
+
+
+# ----------------------------------------------------------------------------- lanes: calls side by side
+
+
+async def calls_made(backend: FakeBackend, n: int) -> None:
+    """Returns once the backend has been called `n` times."""
+    for _ in range(500):
+        if len(backend.calls) >= n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{len(backend.calls)} calls, expected {n}")
+
+
+class HeldBackend(FakeBackend):
+    """Takes calls side by side; a call with a text starting "big" is held until the test opens the gate,
+    and the most calls ever under way at once are counted."""
+
+    lanes = 2
+
+    def __init__(self) -> None:
+        super().__init__(gated=True)
+        self.under_way = 0
+        self.most = 0
+        self._count = threading.Lock()
+
+    def embed(self, texts: list[str], task: str) -> np.ndarray:
+        with self._count:
+            self.under_way += 1
+            self.most = max(self.most, self.under_way)
+        try:
+            if not any(t.startswith("big") for t in texts):
+                self.calls.append((task, list(texts)))
+                return np.array([vector(t, task) for t in texts], dtype=np.float32)
+            return super().embed(texts, task)
+        finally:
+            with self._count:
+                self.under_way -= 1
+
+
+def test_another_tenants_upload_runs_beside_a_held_slice_instead_of_waiting_for_it() -> None:
+    backend = HeldBackend()
+    batcher = MicroBatcher(backend, window_ms=0, slice_chars=16, lanes=2)
+
+    async def scenario() -> None:
+        rival = asyncio.create_task(batcher.embed([text("big", i) for i in range(6)], "DOCUMENT", tenant="rival"))
+        await running(backend)  # its first slice holds one lane
+        upload = await asyncio.wait_for(batcher.embed([text("upload", 7)], "DOCUMENT", tenant="demo"), 5)
+        assert upload.tolist() == [vector(text("upload", 7), "DOCUMENT")]
+        assert not rival.done(), "the victim's rows came while the rival's slice was still held"
+        backend.gate.set()
+        assert (await rival).tolist() == [vector(text("big", i), "DOCUMENT") for i in range(6)]
+
+    run(batcher, scenario)
+
+
+def test_a_lone_tenant_never_has_two_calls_at_once_and_its_slices_keep_their_order() -> None:
+    backend = HeldBackend()
+    backend.gate.set()
+    batcher = MicroBatcher(backend, window_ms=0, slice_chars=8, lanes=2)
+
+    async def scenario() -> None:
+        requests = [[text("big", 10 * n + i) for i in range(5)] for n in range(4)]
+        results = await asyncio.gather(*(batcher.embed(r, "DOCUMENT", tenant="acme") for r in requests))
+        for texts, rows in zip(requests, results):
+            assert rows.tolist() == [vector(t, "DOCUMENT") for t in texts]
+        assert backend.most == 1
+
+    run(batcher, scenario)
+
+
+def test_two_tenants_use_both_lanes_but_never_more() -> None:
+    backend = HeldBackend()
+    batcher = MicroBatcher(backend, window_ms=0, slice_chars=8, lanes=2)
+
+    async def scenario() -> None:
+        tasks = [asyncio.create_task(batcher.embed([text("big", 10 * n + i) for i in range(3)], "DOCUMENT",
+                                                   tenant=tenant)) for n, tenant in enumerate("abc")]
+        await calls_made(backend, 2)  # two tenants' slices held side by side; the third tenant waits
+        backend.gate.set()
+        await asyncio.gather(*tasks)
+        assert backend.most == 2
+
+    run(batcher, scenario)
+
+
+def test_closing_fails_the_callers_of_every_call_under_way() -> None:
+    backend = HeldBackend()
+    batcher = MicroBatcher(backend, window_ms=0, slice_chars=8, lanes=2)
+
+    async def scenario() -> None:
+        tasks = [asyncio.create_task(batcher.embed([text("big", 10 * n + i) for i in range(3)], "DOCUMENT", tenant=t))
+                 for n, t in enumerate("ab")]
+        await calls_made(backend, 2)
+        await batcher.close()
+        backend.gate.set()
+        for task in tasks:
+            with pytest.raises(Exception, match="shutting down"):
+                await task
+
+    run(batcher, scenario)

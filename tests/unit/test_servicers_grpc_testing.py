@@ -46,7 +46,7 @@ def servicer_parts(stack: Stack, name: str) -> tuple:
         return (generator_pb2.DESCRIPTOR.services_by_name["Generator"],
                 generator_pb2_grpc.add_GeneratorServicer_to_server, GeneratorServicer(app.service))
     return (gateway_pb2.DESCRIPTOR.services_by_name["Gateway"], gateway_pb2_grpc.add_GatewayServicer_to_server,
-            GatewayServicer(app.pipeline, app.conversations, app.retriever, app.memory, app.transcripts))
+            app.servicer())
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +184,17 @@ def test_gateway_ingest_needs_an_admin_key(servers, stack: Stack) -> None:
     rpc.requests_closed()
     progress, code, details = drain(rpc)
     assert (progress, code) == ([], grpc.StatusCode.PERMISSION_DENIED) and "admin" in details
+
+
+def test_gateway_library_methods_answer_for_a_key_and_refuse_without_one(servers, stack: Stack) -> None:
+    gateway = servers["gateway"]
+    meta, code, _ = unary(gateway, gateway_pb2, "Gateway", "GetMeta", gateway_pb2.GetMetaRequest(), stack.metadata)
+    assert code == OK and meta.identity.tenant == "demo" and "extractive" in meta.models
+    listed, code, _ = unary(gateway, gateway_pb2, "Gateway", "ListDocuments",
+                            retriever_pb2.ListDocumentsRequest(collection="meeting_notes", limit=2), stack.metadata)
+    assert code == OK and len(listed.documents) == 2 and listed.next_offset == 2
+    _, code, details = unary(gateway, gateway_pb2, "Gateway", "GetChunk",
+                             retriever_pb2.GetChunkRequest(chunk_id="no-such-chunk"), stack.metadata)
+    assert code == grpc.StatusCode.NOT_FOUND and "no-such-chunk" in details
+    _, code, _ = unary(gateway, gateway_pb2, "Gateway", "ListFunds", gateway_pb2.ListFundsRequest())
+    assert code == UNAUTHENTICATED

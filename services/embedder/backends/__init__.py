@@ -13,6 +13,9 @@ class EmbeddingBackend(Protocol):
     model_name: str
     dimensions: int
     max_batch: int
+    # Calls the backend runs at once, each on its share of the cores (the batcher gives them to
+    # different tenants); 1 = one at a time.
+    lanes: int
 
     def warm_up(self) -> None:
         """Loads the model; called once before the service reports SERVING."""

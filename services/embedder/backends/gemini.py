@@ -16,6 +16,7 @@ class GeminiEmbedder:
     model_name = "gemini-embedding-001"
     dimensions = 768
     max_batch = 100  # the API's limit per batchEmbedContents request
+    lanes = 1  # no slicing either: the time is spent on Google's machines
 
     def __init__(self, api_key: str, base_url: str = "") -> None:
         if not api_key:

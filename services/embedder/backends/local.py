@@ -4,14 +4,23 @@
 Chunk-length texts are bound by float32 matrix products, which ONNX Runtime does no faster than torch
 (about 50 ms of CPU a 180-token chunk either way, measured in bench/embed_bench.py). On CPUs that
 multiply bfloat16 in hardware (AMX, AVX512-BF16), the same model under torch's bf16 autocast takes
-about 20 ms, with vectors at cosine >= 0.9999 to float32's: `bf16=True` runs documents that way."""
+about 20 ms, with vectors at cosine >= 0.9999 to float32's: `bf16=True` runs documents that way.
+
+Two calls may run at once (`lanes`), for two tenants: each runs on its share of the cores (a thread's
+OpenMP team size is its own once it sets one), so one tenant's long slice does not keep another's short
+upload waiting, and the two never ask for more threads than there are cores."""
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+
+LANES = 2  # encodes at once: a second tenant's short call need not wait for a long one
 
 
 class SentenceTransformersEmbedder:
@@ -26,8 +35,12 @@ class SentenceTransformersEmbedder:
         self.device = device
         self.bf16 = bf16  # DOCUMENT batches under bfloat16 autocast (queries stay float32)
         self._model = None
-        # One encode at a time: torch already uses every core for one batch.
-        self._lock = threading.Lock()
+        self.lanes = LANES
+        self.cores = os.cpu_count() or 1
+        self._lanes = threading.BoundedSemaphore(LANES)
+        self._guard = threading.Lock()
+        self._running = 0  # encodes under way
+        self._thread = threading.local()  # the thread count each worker thread last set
 
     def warm_up(self) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,13 +58,30 @@ class SentenceTransformersEmbedder:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         import torch
 
-        with self._lock, torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16 and task == "DOCUMENT"):
-            vectors = self._model.encode(
-                texts, batch_size=self.batch_size, normalize_embeddings=True,
-                convert_to_numpy=True, show_progress_bar=False,
-            )
+        with self._lanes, self._share() as threads:
+            if getattr(self._thread, "threads", 0) != threads:  # setting it clears oneDNN's kernel cache
+                torch.set_num_threads(threads)  # the calling thread's own OpenMP team from here on
+                self._thread.threads = threads
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16 and task == "DOCUMENT"):
+                vectors = self._model.encode(
+                    texts, batch_size=self.batch_size, normalize_embeddings=True,
+                    convert_to_numpy=True, show_progress_bar=False,
+                )
         vectors = np.asarray(vectors, dtype=np.float32)
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)  # unit length after bf16 too
+
+
+    @contextlib.contextmanager
+    def _share(self) -> Iterator[int]:
+        """This encode's threads: every core when it runs alone, an even share beside another."""
+        with self._guard:
+            self._running += 1
+            threads = max(1, self.cores // self._running)
+        try:
+            yield threads
+        finally:
+            with self._guard:
+                self._running -= 1
 
 
 def native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:

@@ -159,6 +159,9 @@ class OnnxMiniLMEmbedder:
         self.cache_dir = Path(cache_dir)
         self.threads = threads  # 0 = one per core
         self.documents = documents
+        # Questions run one at a time on every core (ONNX Runtime's runs are short); documents, on
+        # torch, side by side as it allows.
+        self.lanes = documents.lanes if documents is not None else 1
         self._session = None
         self._short = None  # the 8-bit copy, for texts of at most SHORT_RUN_TOKENS
         self._tokenizer = None

@@ -24,7 +24,6 @@ from ragmesh.clients import RetrieverClient
 from ragmesh.config import Settings
 from ragmesh.errors import RagmeshError, ResourceExhausted
 from ragmesh.logging import request_id_var
-from ragmesh.models import WEB_SEARCH_MODELS
 from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import Authenticator
 from ragmesh.serving import REQUEST_ID_HEADER
@@ -38,10 +37,11 @@ from services.gateway.api.limits import AdmissionGuard, RequestGuard
 from services.gateway.api.openapi import install as install_openapi
 from services.gateway.api.transcripts import transcripts_router
 from services.gateway.conversations import Conversations
+from services.gateway.library import Library
 from services.gateway.memory import Memory
+from services.gateway.meta import describe
 from services.gateway.pipeline import AskPipeline
 from services.gateway.transcripts import Transcripts
-from services.gateway.request import DATA_SOURCES
 
 WEB_DIR = Path(__file__).parent.parent / "web"
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
@@ -99,10 +99,10 @@ def create_app(
     conversations: Conversations,
     transcripts: Transcripts,
     retriever: Callable[[], RetrieverClient],
+    library: Library,
     authenticator: Authenticator,
     allowed_hosts: frozenset[str] | None,
     health: Callable[[], Awaitable[dict[str, str]]],
-    funds: Callable[[str], Awaitable[list[str]]],
     models: Callable[[], Awaitable[list[str]]],
     admission: Admission,
     front_door: FrontDoor,
@@ -187,18 +187,17 @@ def create_app(
 
     @app.get("/api/meta")
     async def meta(who: Identity = Depends(caller)) -> dict:
-        offered = await models()
-        return {"models": offered, "default_model": pipeline.default_model,
-                "web_search_models": [m for m in offered if m in WEB_SEARCH_MODELS],
-                "data_sources": list(DATA_SOURCES), "funds": await funds(who.tenant),
+        m = await describe(who, models, pipeline.default_model, library)
+        return {"models": m.models, "default_model": m.default_model, "web_search_models": m.web_search_models,
+                "data_sources": m.data_sources, "funds": m.funds,
                 "identity": {"tenant": who.tenant, "user": who.user, "role": who.role}}
 
     app.include_router(chat_router(pipeline, memory, conversations, caller))
     app.include_router(conversations_router(conversations, caller))
-    app.include_router(documents_router(retriever, max_file_bytes, caller, pipeline.rate))
+    app.include_router(documents_router(retriever, library, max_file_bytes, caller, pipeline.rate))
     app.include_router(transcripts_router(transcripts, caller))
-    app.include_router(chunks_router(retriever, caller))
-    app.include_router(catalog_router(retriever, funds, caller))
+    app.include_router(chunks_router(library, caller))
+    app.include_router(catalog_router(library, caller))
     install_openapi(app, offered_models=pipeline.models.offered_now, max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
                     max_file_bytes=max_file_bytes)
     return app

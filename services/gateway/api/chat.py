@@ -3,23 +3,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import asdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from ragmesh.errors import http_status
 from ragmesh.identity import Identity
 from ragmesh.store import CorrectionRecord
 from services.gateway.conversations import Conversations
-from services.gateway.api.notes_contract import notes_response
-from services.gateway.events import event_json
+from services.gateway.events import event_json, strategy_json
 from services.gateway.memory import Memory
+from services.gateway.notes_contract import notes_answer, notes_json
 from services.gateway.pipeline import AskPipeline
 from services.gateway.request import MAX_DOCUMENT_IDS, MAX_FUNDS, MAX_NAME_CHARS, AskInput
+from services.gateway.whole_answer import whole_answer
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -98,37 +99,19 @@ def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversati
         return StreamingResponse(sse(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     @router.post("/api/chat/ask")
-    async def ask(body: AskBody, who: Identity = Depends(caller)) -> JSONResponse:
+    async def ask(body: AskBody, who: Identity = Depends(caller)) -> dict:
         prepared = await pipeline.prepare(body.to_input(), who)
-        ask = prepared.ask
-        answer, sources, strategy, done, error = [], {"citations": [], "web_queries": []}, {}, {}, None
-        planned = None
-        async with aclosing(pipeline.run(prepared)) as events:
-            async for event in events:
-                data = event_json(event)
-                if "content" in data:
-                    answer.append(data["content"])
-                elif "citations" in data:
-                    sources = data
-                elif "strategy" in data:
-                    strategy, planned = data["strategy"], event.value
-                elif "done" in data:
-                    done = data
-                elif "error" in data:
-                    error = data["error"]
-        if error:
-            status = http_status(error["code"])  # a 429 from the stream (a provider's quota) waits the default 1 s
-            return JSONResponse({"error": error}, status_code=status,
-                                headers={"Retry-After": "1"} if status == 429 else None)
-        if ask.response_format == "notes":
-            return JSONResponse(notes_response("".join(answer), sources["citations"], planned,
-                                               done.get("model", ask.model), ask.conversation_id))
-        return JSONResponse({
-            "answer": "".join(answer), **sources, "conversation_id": ask.conversation_id,
-            "meta": {"model": done.get("model", ask.model), "strategy": strategy,
+        whole = await whole_answer(pipeline, prepared)  # an error event: raised, answered with its status
+        if prepared.ask.response_format == "notes":
+            return notes_json(notes_answer(whole))
+        strategy = strategy_json(whole.strategy) if whole.strategy else {}
+        return {
+            "answer": whole.answer, "citations": [asdict(c) for c in whole.citations],
+            "web_queries": whole.web_queries, "conversation_id": whole.conversation_id,
+            "meta": {"model": whole.model, "strategy": strategy,
                      "retrieval": {"k": strategy.get("k", 0), "candidateCount": strategy.get("candidate_count", 0),
                                    "timeMs": strategy.get("retrieval_ms", 0.0)}},
-        })
+        }
 
     @router.post("/api/chat/stop")
     async def stop(body: StopBody, who: Identity = Depends(caller)) -> dict:

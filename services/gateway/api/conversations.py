@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict
 
 from ragmesh.identity import Identity
+from ragmesh.paging import DEFAULT_PAGE
 from ragmesh.store import MessageRecord
 from services.gateway.conversations import Conversations
 
@@ -36,11 +37,10 @@ def conversations_router(conversations: Conversations, caller: Callable[..., Awa
     router = APIRouter()
 
     @router.get("/api/conversations")
-    async def list_conversations(limit: int = Query(50), offset: int = Query(0),
+    async def list_conversations(limit: int = Query(DEFAULT_PAGE), offset: int = Query(0),
                                  who: Identity = Depends(caller)) -> dict:
         found = await conversations.list(who, limit, offset)
-        return {"conversations": [asdict(c) for c in found],
-                "next_offset": offset + len(found) if len(found) == limit else None}
+        return {"conversations": [asdict(c) for c in found.items], "next_offset": found.next_offset}
 
     @router.get("/api/conversations/{conversation_id}")
     async def read(conversation_id: str, who: Identity = Depends(caller)) -> dict:

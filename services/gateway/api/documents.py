@@ -19,13 +19,9 @@ Events: one per stage of each document ({"doc_id", "filename", "stage", "chunks"
 that cannot be read gets HTTP 400 before any event."""
 from __future__ import annotations
 
-import asyncio
-import heapq
 import json
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
-from itertools import islice
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -35,11 +31,13 @@ from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 
 from ragmesh.clients import RetrieverClient
-from ragmesh.errors import InvalidArgument, NotFound, RagmeshError
+from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.identity import Identity, identity_var
-from ragmesh.types import MEMORY_COLLECTION, DocumentEntry
+from ragmesh.paging import DEFAULT_PAGE
+from ragmesh.types import DocumentEntry
 from ragmesh.v1 import retriever_pb2
-from ragmesh.validation import MAX_PAGE, check_name, check_page, check_writable, shown
+from ragmesh.validation import check_writable, shown
+from services.gateway.library import Library
 from services.gateway.limits import RateLimiter
 
 MAX_FILES = 100
@@ -258,45 +256,7 @@ def document_line(e: DocumentEntry) -> dict:
             "metadata": d.metadata}
 
 
-async def _every_collections(client: RetrieverClient, limit: int, offset: int) -> list[DocumentEntry]:
-    """A page of the documents of every collection of the caller's tenant but the conversation memory,
-    newest first: the first offset+limit of each collection (in the store's order), merged. The
-    memory (a document per message, growing with every question) is not read."""
-    names = sorted(c.name for c in await client.own_collections() if c.name != MEMORY_COLLECTION)
-    firsts = await asyncio.gather(*(_first(client, name, offset + limit) for name in names))
-    merged = heapq.merge(*firsts, key=lambda e: e.updated_at, reverse=True)  # ties: each list's order
-    return list(islice(merged, offset, offset + limit))
-
-
-async def _first(client: RetrieverClient, collection: str, count: int) -> list[DocumentEntry]:
-    """The newest `count` documents of a collection, a page at a time."""
-    found: list[DocumentEntry] = []
-    while len(found) < count:
-        wanted = min(MAX_PAGE, count - len(found))
-        page = await client.list_documents(collection, wanted, len(found))
-        found += page
-        if len(page) < wanted:
-            break
-    return found
-
-
-def _not_found(collection: str, doc_id: str) -> NotFound:
-    return NotFound(f"document {shown(doc_id)} not found in collection {shown(collection)}")
-
-
-@contextmanager
-def _unknown_as_one(collection: str, doc_id: str) -> Iterator[None]:
-    """Runs a call on one document, unless it is in the conversation memory (personal: its messages
-    reach only their author, through Ask); either way one NotFound for every id that is not served."""
-    if collection == MEMORY_COLLECTION:
-        raise _not_found(collection, doc_id)
-    try:
-        yield
-    except NotFound:
-        raise _not_found(collection, doc_id) from None
-
-
-def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int,
+def documents_router(retriever: Callable[[], RetrieverClient], library: Library, max_bytes: int,
                      caller: Callable[..., Awaitable[Identity]], rate: RateLimiter) -> APIRouter:
     """The router; `retriever` returns the gateway's client (made once its event loop runs); `rate`
     counts uploads with the same user's asks, before an upload's body is read."""
@@ -305,7 +265,7 @@ def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int,
     @router.post("/api/documents")
     async def ingest_documents(request: Request, who: Identity = Depends(caller)):
         who.require_admin("ingesting documents")
-        rate.check(who.tenant, who.user)
+        await rate.check(who.tenant, who.user)
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         try:
             if kind == "multipart/form-data":
@@ -321,34 +281,18 @@ def documents_router(retriever: Callable[[], RetrieverClient], max_bytes: int,
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @router.get("/api/documents")
-    async def list_documents(collection: str = Query(""), limit: int = Query(50), offset: int = Query(0),
+    async def list_documents(collection: str = Query(""), limit: int = Query(DEFAULT_PAGE), offset: int = Query(0),
                              who: Identity = Depends(caller)) -> dict:
-        check_page(limit, offset)
-        if collection:
-            check_name("collection", collection)
-        if collection == MEMORY_COLLECTION:  # as a collection with no documents
-            found = []
-        elif collection:
-            found = await retriever().list_documents(collection, limit, offset)
-        else:
-            found = await _every_collections(retriever(), limit, offset)
-        return {"documents": [document_line(e) for e in found],
-                "next_offset": offset + len(found) if len(found) == limit else None}
+        found = await library.documents(who, collection, limit, offset)
+        return {"documents": [document_line(e) for e in found.items], "next_offset": found.next_offset}
 
     @router.get("/api/documents/{collection}/{doc_id:path}")
     async def get_document(collection: str, doc_id: str, who: Identity = Depends(caller)) -> dict:
-        check_name("collection", collection)
-        with _unknown_as_one(collection, doc_id):
-            return asdict(await retriever().get_document(collection, doc_id))
+        return asdict(await library.document(who, collection, doc_id))
 
     @router.delete("/api/documents/{collection}/{doc_id:path}")
     async def delete_document(collection: str, doc_id: str, who: Identity = Depends(caller)) -> dict:
-        who.require_admin("deleting documents")
-        check_name("collection", collection)
-        with _unknown_as_one(collection, doc_id):
-            documents, chunks = await retriever().delete(collection, [doc_id])
-        if not documents:  # another tenant's answers exactly as an unknown id
-            raise _not_found(collection, doc_id)
+        documents, chunks = await library.delete_document(who, collection, doc_id)
         return {"documents": documents, "chunks": chunks}
 
     return router

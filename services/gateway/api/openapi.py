@@ -95,6 +95,16 @@ class QualityStep(_Exact):
     detail: str = Field(description="What it did, or why it was skipped or fell back")
 
 
+class Followup(_Exact):
+    """Whether the question reworks what the conversation holds (answered from it, no search), and the
+    signal that decided (services/gateway/followup.py)."""
+
+    rework: bool
+    signal: str = Field(description="no_referent | no_earlier_search | filters_changed | new_period | new_entity | "
+                                    "new_term | model | rework")
+    detail: str
+
+
 class Strategy(_Exact):
     """How the question is answered: the route, what was searched and found."""
 
@@ -122,9 +132,11 @@ class Strategy(_Exact):
     dense_skipped: bool
     unavailable: list[str] = Field(description="Collections whose search failed or timed out")
     model: str
-    variants: list[str] = Field(description="The model's rewrites of the question, searched beside it")
+    variants: list[str] = Field(description="More queries searched beside the question: the model's rewrites, or "
+                                           "the earlier question a follow-up with no words of its own refers to")
     rerank_count: int = Field(description="Candidates the model reranked (0: none)")
     quality: list[QualityStep]
+    followup: Followup
     recency: str = Field(description="Words asking for the latest (e.g. 'latest', 'as of now') that sent the "
                                      "retriever's time decay; empty: none")
     default_window: dict[str, int] = Field(description="Collections searched within their default window "

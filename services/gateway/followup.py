@@ -1,0 +1,178 @@
+"""Whether a follow-up reworks what the conversation already holds (answered from it, with no search:
+NO_RAG) or needs facts it does not hold (searched).
+
+A question is answered from the conversation only when all of these hold:
+- it refers back: "that", "it", "the above", "those", "tell me more", "in simpler words", ..., or it is
+  nothing but a transform word ("why?", "summarize", "explain") — 000's transform words are this one
+  signal, not the rule;
+- the conversation has answers from an earlier search to rework, under the same filters the user set
+  (funds, dates, window, documents, sources): a changed filter always searches;
+- it brings nothing new: no period, no number or name, no content term that the answers shown so far
+  do not hold (those answers are what the conversation-only prompt carries: a fact only in the
+  sources behind them could not be answered from it);
+- the model, when one is configured to check, does not say the answers lack what is asked.
+The first of these that fails is the signal that decided, and the strategy event names it.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ragmesh.clients import GeneratorClient
+from ragmesh.errors import RagmeshError
+from ragmesh.text import STOPWORDS, strip_citations
+from ragmesh.types import Hit, Turn
+from services.gateway.query_analysis import time_hint, time_window
+from services.gateway.request import AskInput
+from services.gateway.scope_cache import ScopeEntry, scope_key
+
+# The signals, in the order they are checked; the first that decides is named in the strategy event.
+NO_REFERENT = "no_referent"  # the question does not refer back: it asks something of its own
+NO_EARLIER_SEARCH = "no_earlier_search"  # no searched answers in this conversation (or their scope expired)
+FILTERS_CHANGED = "filters_changed"  # the user set other funds, dates, window, documents or sources
+NEW_PERIOD = "new_period"  # a time expression: a date filter of its own
+NEW_ENTITY = "new_entity"  # a name or number the answers do not hold
+NEW_TERM = "new_term"  # a content word the answers do not hold
+MODEL = "model"  # the model says the conversation does not hold the answer
+REWORK = "rework"  # refers back and brings nothing new: answered from the conversation
+
+REFERENT_PHRASES = (
+    "tell me more", "more detail", "more details", "in simpler words", "in simpler terms", "simpler words",
+    "in plain english", "in other words", "so far", "what do you mean", "can you clarify", "the above",
+    "about the above", "what about the", "regarding the", "say that again", "rephrase", "as a list",
+    "in bullet points",
+    "that", "this", "it", "its", "those", "these", "them", "they", "their", "he", "she", "his", "her", "him",
+)
+# 000's transform words: a question made of them alone ("why?", "summarize") refers to the last answer.
+TRANSFORM_WORDS = (
+    "summarize", "summarise", "summary", "list", "compare", "contrast", "explain", "elaborate", "clarify",
+    "why", "how", "rephrase", "shorten", "simplify", "expand",
+)
+# Words that ask for a rework of what was said, not for a fact: never "new".
+_REWORK_WORDS = frozenset(
+    """summarize summarise summary list compare contrast explain elaborate clarify rephrase shorten simplify
+    expand remind recap tell me more most detail details simpler simple plain english words terms other mean
+    meant again please briefly brief short shorter longer version bullet bullets points point key main way
+    answer said say above previous earlier mentioned so just also exactly really actually quick quickly
+    happen happened go went make made sense thing things one ones same give show break down could would all
+    any both each some much many well very only sentence sentences paragraph line lines two three""".split()
+) | STOPWORDS
+_PHRASES = re.compile(r"\b(" + "|".join(re.escape(p) for p in REFERENT_PHRASES) + r")\b", re.I)
+_TRANSFORM = re.compile(r"\b(" + "|".join(TRANSFORM_WORDS) + r")\b", re.I)
+_THIS_PERIOD = re.compile(r"\bthis (year|quarter|month|week)\b", re.I)  # a period, not a referent
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][A-Za-z]+")  # capitalised, not opening a sentence
+_SUFFIXES = ("ing", "ies", "ed", "es", "er", "ly", "s")
+_WORD_STARTS = " \n(\"'$-/"
+
+
+@dataclass(frozen=True)
+class Followup:
+    """The decision and the signal that made it."""
+
+    rework: bool  # answered from the conversation, no search
+    signal: str
+    detail: str
+
+    def describe(self) -> str:
+        return f"follow-up {self.signal}: {self.detail}"
+
+
+def stem(word: str) -> str:
+    """A crude stem, so "returned" matches "returns" and "manager" matches "manages"."""
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def referent(question: str) -> str:
+    """The words by which the question refers back to what was said, or "" when it does not."""
+    text = _THIS_PERIOD.sub(" ", question)
+    if m := _PHRASES.search(text):
+        return m.group(1).lower()
+    if (m := _TRANSFORM.search(text)) and not _content(question):
+        return m.group(1).lower()  # nothing but transform words: "why?", "summarize", "explain"
+    return ""
+
+
+def may_rework(question: str) -> bool:
+    """False when the question is searched for whatever the conversation holds (the embedding can
+    start before the conversation is read)."""
+    return bool(referent(question))
+
+
+def asked_key(ask: AskInput) -> str:
+    """The scope the user set on the request (not what the gateway reads from the question)."""
+    return scope_key(ask.start_date, ask.end_date, ask.selected_funds, ask.context_window, ask.document_ids)
+
+
+def _content(question: str) -> dict[str, str]:
+    """The question's content words, stemmed, each with the word as written."""
+    words = {stem(w.lower()): w for w in _WORD.findall(question) if len(w) >= 2}
+    return {s: w for s, w in words.items() if w.lower() not in _REWORK_WORDS and s not in _REWORK_WORDS}
+
+
+def not_in_hits(question: str, hits: Sequence[Hit]) -> list[str]:
+    """The question's content words that none of `hits` holds: reusing those hits (RAG_REUSE) would
+    answer without what the question asks for."""
+    text = " " + " ".join(f"{h.chunk.text} {' '.join(map(str, h.chunk.metadata.values()))}" for h in hits).lower()
+    # A word starts after one of these: substring tests stay in C (this runs before every reuse).
+    return [w for s, w in _content(question).items() if not any(f"{c}{s}" in text for c in _WORD_STARTS)]
+
+
+def _held(turns: Sequence[Turn]) -> set[str]:
+    return {stem(w.lower()) for t in turns for w in _WORD.findall(strip_citations(t.answer))}
+
+
+def search_context(question: str, turns: Sequence[Turn]) -> list[str]:
+    """More search queries for a question that refers back but is searched (under new filters, say):
+    "Summarize that" alone finds nothing, so the earlier question it refers to is searched with it."""
+    if not turns or not referent(question) or _content(question):
+        return []
+    return [turns[-1].question]
+
+
+def decide(ask: AskInput, turns: Sequence[Turn], entry: ScopeEntry | None, today: dt.date) -> Followup:
+    """The cheap signals, in order; `turns` are the conversation's last turns, `entry` its last search."""
+    question = ask.question
+    if not (ref := referent(question)):
+        return Followup(False, NO_REFERENT, "the question does not refer back to earlier answers")
+    if entry is None or not turns:
+        return Followup(False, NO_EARLIER_SEARCH, f"refers back ({ref!r}) but no searched answers to rework")
+    if entry.asked != asked_key(ask) or entry.collections != ask.collections:
+        return Followup(False, FILTERS_CHANGED, f"filters or sources changed since the last search "
+                                                f"({entry.asked} -> {asked_key(ask)})")
+    if period := time_window(question) or time_hint(question, today):
+        return Followup(False, NEW_PERIOD, f"names a period ({period.phrase!r})")
+    held = _held(turns)
+    new = {s: w for s, w in _content(question).items() if s not in held}
+    names = {m.group(0).lower() for m in _NAME.finditer(question)}
+    if entities := [w for w in new.values() if w.lower() in names or any(c.isdigit() for c in w)]:
+        return Followup(False, NEW_ENTITY, f"{', '.join(entities)} not in the earlier answers")
+    if new:
+        return Followup(False, NEW_TERM, f"{', '.join(new.values())} not in the earlier answers")
+    return Followup(True, REWORK, f"refers back ({ref!r}) and brings nothing new, filters unchanged")
+
+
+async def confirm(verdict: Followup, question: str, turns: Sequence[Turn], generator: GeneratorClient,
+                  model: str, timeout_s: float) -> Followup:
+    """A rework verdict checked by the model (bounded wait): it may send the question to a search when
+    the answers lack what is asked. A timeout or failure keeps the cheap verdict, said so."""
+    if not verdict.rework:
+        return verdict
+    said = "\n\n".join(f"Q: {t.question}\nA: {strip_citations(t.answer)}" for t in turns)
+    prompt = (f"Conversation so far:\n{said}\n\nFollow-up: {question}\n\nCan the follow-up be answered "
+              f"completely from the conversation above, with no new facts? Answer YES or NO.")
+    try:
+        text = (await asyncio.wait_for(generator.complete(
+            model=model, system_instruction="Decide whether a follow-up needs new facts.", prompt=prompt),
+            timeout_s)).upper()
+    except (asyncio.TimeoutError, RagmeshError):
+        return Followup(True, REWORK, f"{verdict.detail}; model check timed out")
+    if re.search(r"\bNO\b", text):
+        return Followup(False, MODEL, "the model says the conversation does not hold the answer")
+    return Followup(True, REWORK, f"{verdict.detail}; model agrees" if "YES" in text else verdict.detail)

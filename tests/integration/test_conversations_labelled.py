@@ -1,0 +1,50 @@
+"""The labelled conversation set (tests/data/conversations.yaml) through POST /api/chat/ask on the demo
+corpus with the extractive backend: no fresh turn is answered without a search, every fresh turn's facts
+are in its answer, and few transform turns search (issue 24)."""
+from __future__ import annotations
+
+import pytest
+
+from bench.conversations_bench import FRESH, WASTED_TARGET, Score, http_asker, labelled_set, play
+from tests.stack import Stack
+
+
+@pytest.fixture(scope="module")
+def score(stack: Stack) -> Score:
+    """The set asked of a gateway beside the stack's, with a retrieval deadline no loaded machine misses:
+    the test is about what is searched, and a search given up for time would fail it for nothing."""
+    gateway = stack.start_variant("gateway", retrieval_timeout_s=30.0)
+    try:
+        return play(http_asker(f"http://{stack.settings.host}:{gateway.app.http_port}", stack.headers),
+                    labelled_set())
+    finally:
+        stack.extra.remove(gateway)
+        stack.call(gateway.stop())
+
+
+def test_the_set_is_big_enough_and_covers_what_issue_24_names() -> None:
+    conversations = labelled_set()
+    turns = [t for c in conversations for t in c["turns"]]
+    assert len(conversations) >= 15 and len(turns) >= 60
+    assert all(t["label"] in ("fresh", "transform") for t in turns)
+    assert all(t.get("facts") for t in turns if t["label"] == FRESH), "every fresh turn names its facts"
+    assert any("selected_funds" in t.get("request", {}) for t in turns)
+    assert any("start_date" in t.get("request", {}) for t in turns)
+
+
+def test_no_fresh_turn_is_answered_from_the_conversation(score: Score) -> None:
+    assert not score.stale, "\n".join(p.describe() for p in score.stale)
+
+
+def test_few_transform_turns_search(score: Score) -> None:
+    assert score.wasted_share <= WASTED_TARGET, "\n".join(p.describe() for p in score.wasted)
+
+
+def test_every_fresh_turn_has_its_facts(score: Score) -> None:
+    """Turns marked `needs` depend on another part of issue 24 (inferred filters relaxed, extractive
+    answers that answer the question); until it lands they are reported here, not hidden."""
+    own = [p for p in score.missing if not p.needs]
+    assert not own, "\n".join(p.describe() for p in own)
+    if pending := [p for p in score.missing if p.needs]:
+        pytest.xfail("facts missing where another part of issue 24 is needed:\n"
+                     + "\n".join(p.describe() for p in pending))
