@@ -1,8 +1,9 @@
 """Retrieved hits become numbered context blocks, and blocks the prompt an LLM reads.
 
-Blocks follow the fund-research layout (000 step 5): meeting notes with date, fund and
-manager; factsheets grouped by factsheet id, listing the sections that matched with
-their scores, with the complete factsheet JSON once. A character budget (default 4,000,
+Blocks follow the fund-research layout (000 step 5): meeting notes with date, fund,
+manager and chunk type; factsheets grouped by factsheet id, listing the sections that
+matched with their scores, with the complete factsheet JSON once (the parent the record
+parser stores for every factsheet's sections, shown whole). A character budget (default 4,000,
 hard cap 12,000) bounds the context, a child's parent text comes once, and sentences
 that repeat an earlier block's are dropped (003 step 1.3). Retrieved text is fenced in
 <data> ... </data> and the prompts say it is data, not instructions."""
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -42,10 +44,10 @@ def persistent_ref(chunk_id: str) -> str:
 def citation_for(block: ContextBlock) -> Citation:
     chunk = block.chunk
     assert chunk is not None
-    meta = {k: v for k, v in chunk.metadata.items() if k != "full_document"}
     return Citation(
         index=block.index, chunk_id=chunk.chunk_id, doc_id=chunk.doc_id, collection=chunk.collection,
-        title=block.label, date=chunk.date, metadata=meta, snippet=chunk.text[:240], ref=persistent_ref(chunk.chunk_id),
+        title=block.label, date=chunk.date, metadata=dict(chunk.metadata), snippet=chunk.text[:240],
+        ref=persistent_ref(chunk.chunk_id),
     )
 
 
@@ -59,6 +61,17 @@ def _truncate(text: str, limit: int) -> str:
             break
         kept = f"{kept} {sentence}".strip()
     return kept or text[:limit].rsplit(" ", 1)[0]
+
+
+@functools.lru_cache(maxsize=256)
+def _is_record(parent: str) -> bool:
+    """Whether a parent is a complete JSON record (a factsheet's), which is shown whole, never cut mid-JSON."""
+    if not parent.startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(parent), dict)
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -100,11 +113,15 @@ def _render(draft: _Draft, index: int, dedupe: list[frozenset[str]], seen_parent
         lines.append(f"Matching Sections ({len(draft.hits)}):")
         lines += [f"  - {h.chunk.metadata.get('section_type', 'section')} (relevance: {h.score:.4f})" for h in draft.hits]
     contents: list[str] = []
+    complete = ""
     for hit in draft.hits:
         parent = hit.parent_text
         if parent and hit.chunk.parent_chunk_id not in seen_parents:
             seen_parents.add(hit.chunk.parent_chunk_id)
-            lines.append(f"Context: {_truncate(parent, PARENT_MAX_CHARS)}")
+            if first.collection == "factsheets" and _is_record(parent):
+                complete = parent
+            else:
+                lines.append(f"Context: {_truncate(parent, PARENT_MAX_CHARS)}")
         kept = []
         for sentence, words in _sentences(hit.chunk.text):
             if words and _said(words, dedupe):
@@ -114,8 +131,8 @@ def _render(draft: _Draft, index: int, dedupe: list[frozenset[str]], seen_parent
         if kept:
             contents.append(" ".join(kept))
             lines.append(f"Content: {contents[-1]}")
-    if first.collection == "factsheets" and meta.get("full_document"):
-        lines.append(f"Complete Factsheet Data: {meta['full_document']}")
+    if complete:
+        lines.append(f"Complete Factsheet Data: {complete}")
     else:
         lines.append(f"Relevance Score: {draft.hits[0].score:.4f}")
     return "\n".join(lines), "\n\n".join(contents)

@@ -6,12 +6,13 @@ which temperature, by route and by what the asker wants:
 | SUMMARY (004 Path B)                 | global_summary    | 0.4         |
 | DEEP (004 Path C)                    | deep_reasoner     | 0.5         |
 | 002's notes contract asked for       | citation_enforced | 0.3 (002's CHAT_TEMPERATURE) |
-| a persona given (003)                | rag_persona       | 0.7         |
-| meeting notes or factsheets (000)    | fund_research     | 0.7         |
+| a persona given (003)                | rag_persona       | 0.7 (003 names none: Path A's) |
+| meeting notes or factsheets (000)    | fund_research     | 1.0 (000's temperature=1) |
 | anything else: documents, memory     | investigator      | 0.7 (004 Path A) |
 
-SPECIFIC, LOOKUP and NO_RAG follow 004's Path A (the default path). A persona fills the
-`{persona}` slot of whichever prompt is chosen.
+SPECIFIC, LOOKUP and NO_RAG follow 004's Path A (the default path), except over fund research
+sources, where 000 asks at temperature 1 on every route it has. A persona fills the `{persona}`
+slot of whichever prompt is chosen.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from services.gateway import router
 FUND_COLLECTIONS = frozenset({"meeting_notes", "factsheets"})  # 000's fund-research sources
 PATH_A_TEMPERATURE = 0.7  # 004: "balanced creativity"
 NOTES_TEMPERATURE = 0.3  # 002: "lower = more focused"
+FUND_RESEARCH_TEMPERATURE = 1.0  # 000: temperature=1, with and without web search
 # The prompt for 002's JSON contract, for the endpoint that answers in it (or set AskInput.notes_contract).
 CITATION_CONTRACT_PROMPT = CITATION_ENFORCED.name
 
@@ -46,5 +48,5 @@ def for_answer(route: str, collections: list[str], *, persona: bool = False,
     if persona:
         return Generation(RAG_PERSONA.name, PATH_A_TEMPERATURE)
     if FUND_COLLECTIONS & set(collections):
-        return Generation(FUND_RESEARCH.name, PATH_A_TEMPERATURE)
+        return Generation(FUND_RESEARCH.name, FUND_RESEARCH_TEMPERATURE)
     return Generation(INVESTIGATOR.name, PATH_A_TEMPERATURE)

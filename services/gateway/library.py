@@ -8,7 +8,6 @@ answer exactly as unknown ones."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import heapq
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -22,9 +21,6 @@ from ragmesh.paging import Page, page
 from ragmesh.types import MEMORY_COLLECTION, ChunkContext, DocumentEntry, DocumentRecord
 from ragmesh.validation import MAX_PAGE, check_name, check_page, shown
 from services.gateway.request import SOURCE_COLLECTIONS
-
-# Chunk metadata a citation panel does not show: a factsheet's chunks carry their whole JSON record.
-PANEL_HIDDEN = frozenset({"full_document"})
 
 
 @dataclass(frozen=True)
@@ -79,8 +75,7 @@ class Library:
             raise unknown from None
         if found.chunk.collection == MEMORY_COLLECTION:
             raise unknown
-        shown_metadata = {k: v for k, v in found.chunk.metadata.items() if k not in PANEL_HIDDEN}
-        return dataclasses.replace(found, chunk=dataclasses.replace(found.chunk, metadata=shown_metadata))
+        return found
 
     async def collections(self, who: Identity) -> list[CollectionLine]:
         sources = {collection: source for source, collection in SOURCE_COLLECTIONS.items()}

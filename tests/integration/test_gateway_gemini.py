@@ -47,7 +47,7 @@ def test_factsheets_are_fenced_grouped_and_carry_their_json_once(gemini_gateway,
         "data_sources": ["Factsheet"]}, stack.headers)
     _, prompt = sent_prompt(fake)
     assert "<data>" in prompt and "</data>" in prompt
-    assert prompt.count('Complete Factsheet Data: {"aum_usd_bn"') == prompt.count("Matching Sections (")
+    assert prompt.count('Complete Factsheet Data: {"factsheet_id"') == prompt.count("Matching Sections (")
     assert "Matching Sections (3):" in prompt, "the three sections of one factsheet in one block"
     assert "[Fund Name Factsheet (Date)]" in prompt
     assert one(events, "citations")[0]["title"] == "Kestrel Emerging Markets Factsheet (2024-03-31)"

@@ -81,13 +81,13 @@ def test_documents_are_listed_read_and_paged_alike(member: Caller) -> None:
         read["doc_id"], read["title"], read["chunk_count"], read["summary"])
 
 
-def test_a_cited_chunk_reads_alike_without_the_whole_record(member: Caller, cited: gateway_pb2.NotesAnswer) -> None:
+def test_a_cited_chunk_reads_alike(member: Caller, cited: gateway_pb2.NotesAnswer) -> None:
     chunk_id = cited.citations[0].chunk_id
     rpc = member.grpc.GetChunk(retriever_pb2.GetChunkRequest(chunk_id=chunk_id))
     http = member.http.get(f"/api/chunks/{quote(chunk_id)}").json()
     assert (rpc.chunk.text, rpc.parent_text, rpc.document.doc_id) == (http["text"], http["parent_text"],
                                                                       http["document"]["doc_id"])
-    assert dict(rpc.chunk.metadata) == http["metadata"] and "full_document" not in http["metadata"]
+    assert dict(rpc.chunk.metadata) == http["metadata"]
 
 
 def test_pickers_and_meta_say_the_same(member: Caller) -> None:

@@ -93,8 +93,8 @@ def test_factsheet_sections_expand_to_the_complete_json_once(stub, loaded) -> No
     where = common_pb2.Filter(equals={"factsheet_id": FACTSHEET["factsheet_id"]})
     hits = search(stub, "Kestrel Brazil exposure performance holdings", filter=where, top_k=10,
                   boosters=retriever_pb2.Boosters(expand_parents=True))
-    assert len(hits) == 4 and {h.chunk.metadata["section_type"] for h in hits} == {
-        "performance", "holdings", "commentary", "details"}
+    assert len(hits) == 3 and {h.chunk.metadata["section_type"] for h in hits} == {
+        "performance", "holdings", "commentary"}
     expanded = [h.parent_text for h in hits if h.parent_text]
     assert len(expanded) == 1 and json.loads(expanded[0]) == FACTSHEET
 

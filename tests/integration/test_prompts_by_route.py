@@ -46,7 +46,7 @@ class Case:
 
 KESTREL = "What did Kestrel do with its Brazil exposure?"
 CASES = {
-    "fund_research": Case({"question": KESTREL}, "fund_research", 0.7, "SPECIFIC"),
+    "fund_research": Case({"question": KESTREL}, "fund_research", 1.0, "SPECIFIC"),
     "investigator": Case({"question": "What budget did the board approve for the harbour expansion?",
                           "data_sources": ["Documents"]}, "investigator", 0.7, "SPECIFIC", tenant=True),
     "deep_reasoner": Case({"question": "Compare how Harborview and Kestrel managed risk"}, "deep_reasoner", 0.5,
@@ -58,8 +58,8 @@ CASES = {
     "citation_enforced": Case({"question": KESTREL, "format": "notes"}, "citation_enforced", 0.3, "SPECIFIC"),
 }
 ROUTE_CASES = {  # the Path A routes besides SPECIFIC
-    "LOOKUP": Case({"question": "What does item 2 say about Kestrel?"}, "fund_research", 0.7, "LOOKUP"),
-    "NO_RAG": Case({"question": "summarize that"}, "fund_research", 0.7, "NO_RAG",
+    "LOOKUP": Case({"question": "What does item 2 say about Kestrel?"}, "fund_research", 1.0, "LOOKUP"),
+    "NO_RAG": Case({"question": "summarize that"}, "fund_research", 1.0, "NO_RAG",
                    turns_before=[KESTREL, "What did Kestrel say about rates?"]),
 }
 
@@ -131,11 +131,12 @@ def test_every_prompt_in_the_library_is_selected_by_a_question(asker: Asker, nam
 
 
 @pytest.mark.parametrize("route", sorted(ROUTE_CASES))
-def test_the_other_path_a_routes_use_path_a_temperature(asker: Asker, route: str) -> None:
+def test_the_other_path_a_routes_use_their_prompts_temperature(asker: Asker, route: str) -> None:
+    """Over the fund research sources that is 000's temperature 1 on every route, not Path A's 0.7."""
     case = ROUTE_CASES[route]
     assert asker.ask(case)["route"] == route
     system, _, temperature = asker.sent()
-    assert system.endswith(system_instruction(PROMPTS[case.prompt])) and temperature == pytest.approx(0.7)
+    assert system.endswith(system_instruction(PROMPTS[case.prompt])) and temperature == pytest.approx(case.temperature)
 
 
 def test_a_persona_fills_every_prompt_and_reaches_the_model_over_grpc(asker: Asker, stack: Stack) -> None:

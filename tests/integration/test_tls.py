@@ -124,7 +124,7 @@ def tls_stack(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[St
     stack = Stack(tmp_path_factory.mktemp("tls-stack"), tls_cert=str(pki.cert), tls_key=str(pki.key),
                   tls_ca=str(pki.ca)).start()
     try:
-        wanted = [d for d in meeting_documents() if "Brightwater" in d.text][:2] + meeting_documents()[:4]
+        wanted = [d for d in meeting_documents() if b"Brightwater" in d.content][:2] + meeting_documents()[:4]
 
         async def load() -> list[retriever_pb2.IngestProgress]:
             client = RetrieverClient(stack.address("retriever"), 30, 300,

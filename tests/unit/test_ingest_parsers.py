@@ -169,9 +169,14 @@ def test_json_records_map_fields_to_metadata_and_sections() -> None:
         "fund_name": "Kestrel Emerging Markets", "manager": "Ana Ruiz", "meeting_date": "2024-05-02",
         "type": "meeting_note"}
     assert [s.title for s in note.sections] == ["notes", "conclusion"] and not note.source
+    assert [s.meta["chunk_type"] for s in note.sections] == ["notes_part", "conclusion"]  # 000's chunk types
+    assert note.sections[0].whole_meta == {"chunk_type": "full_notes"}
     assert sheet.title == "Kestrel Emerging Markets Factsheet (2024-06-30)" and sheet.date == "2024-06-30"
-    assert [s.meta["section_type"] for s in sheet.sections] == ["performance", "holdings", "commentary", "details"]
-    assert "Andes Copper (sector Materials, weight 5.1)" in sheet.sections[1].text
+    assert [s.meta["section_type"] for s in sheet.sections] == ["performance", "holdings", "commentary"]
+    assert sheet.sections[0].text == ("Kestrel Emerging Markets performance as of 2024-06-30: month return 1.2%, "
+                                      "year-to-date 4.5%, assets under management $2.4bn.")
+    assert sheet.sections[1].text == "Kestrel Emerging Markets top holdings as of 2024-06-30: Andes Copper (Materials) 5.1%."
+    assert sheet.metadata["aum_usd_bn"] == "2.4"
     assert json.loads(sheet.source) == FACTSHEET  # kept whole, once
     assert sheet.metadata["filename"] == "Kestrel_Factsheet_2024-06.pdf"
 

@@ -261,7 +261,7 @@ def test_a_factsheets_sections_point_at_its_json_kept_once(tmp_path: Path) -> No
     chunks = stored(ingestor, FACTSHEET["factsheet_id"])
     parent, children = chunks[0], chunks[1:]
     assert parent.vector is None and json.loads(parent.chunk.text) == FACTSHEET
-    assert {c.chunk.metadata["section_type"] for c in children} == {"performance", "holdings", "commentary", "details"}
+    assert {c.chunk.metadata["section_type"] for c in children} == {"performance", "holdings", "commentary"}
     assert all(c.chunk.parent_chunk_id == parent.chunk.chunk_id for c in children)
     assert all(c.chunk.metadata["fund_name"] == "Kestrel Emerging Markets" for c in children)
 

@@ -669,10 +669,7 @@ PATH_PARAMETERS = {
     "conversation_id": {"type": "string", "minLength": 1},
     "collection": {"type": "string", "pattern": COLLECTION_NAME.pattern},
 }
-DOC_ID = {  # GET needs a non-blank id; DELETE only a non-empty one
-    "get": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS, "pattern": NOT_BLANK},
-    "delete": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
-}
+DOC_ID = {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS, "pattern": NOT_BLANK}  # read or delete
 
 
 # -- the document -------------------------------------------------------------------------------------
@@ -793,7 +790,7 @@ def build(app: FastAPI, *, offered_models: list[str], max_body_bytes: int, max_u
             for status in sorted(statuses):
                 op["responses"][str(status)] = _error_response(status, errors[status])
             for parameter in op.get("parameters", []):
-                _parameter(method, parameter)
+                _parameter(parameter)
             body = op.get("requestBody")
             if body is not None:
                 body["description"] = f"At most {max_body_bytes:,} bytes (HTTP_MAX_BODY_BYTES)"
@@ -812,7 +809,7 @@ def _constrain(schema: dict, fields: dict[str, dict], required: list[str]) -> No
     schema["required"] = sorted(set(schema.get("required", [])) | set(required))
 
 
-def _parameter(method: str, parameter: dict) -> None:
+def _parameter(parameter: dict) -> None:
     name = parameter["name"]
     if name == "limit":
         parameter["schema"] = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50}
@@ -827,7 +824,7 @@ def _parameter(method: str, parameter: dict) -> None:
         parameter["schema"] = {"type": "string", "minLength": 1, "maxLength": MAX_CHUNK_ID_CHARS, "pattern": NOT_BLANK}
         parameter["description"] = "A citation's chunk_id (tenant/collection/doc_id#n: percent-encode '#' and '/')"
     elif name == "doc_id":
-        parameter["schema"] = dict(DOC_ID[method])
+        parameter["schema"] = dict(DOC_ID)
         parameter["description"] = "The document's id (may contain '/')"
     elif name in PATH_PARAMETERS:
         parameter["schema"] = dict(PATH_PARAMETERS[name])

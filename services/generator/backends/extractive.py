@@ -1,6 +1,10 @@
 """An offline backend that answers by quoting the context: it scores every sentence
 of the given blocks against the question, keeps the best distinct ones, and cites
-each by its block number. It can only cite blocks it was given. When relevant
+each by its block number. It can only cite blocks it was given. Words match by their
+stem ("manages" finds "managed"), and a sentence that carries what the question asks
+for (a name for "who", a figure for "how much", a date for "when": answer_kinds.py)
+counts three times, so the answer leads with it; the blocks' metadata (a fund's manager, a
+report's date) is quoted as sentences too when it is what was asked. When relevant
 sentences of two blocks give different figures or dates for the same thing, a
 "Conflicting information" part says so, citing both."""
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 from ragmesh.types import ContextBlock, GenEvent
 from ragmesh.text import split_sentences, strip_citations, tokenize
 from services.generator.backends import GenerationRequest
+from services.generator.backends.answer_kinds import asked, carries, metadata_sentences
 from services.generator.backends.conflicts import find_conflicts
 
 NO_DATA = "There is no data in the selected sources that matches this question and these filters."
@@ -23,6 +28,15 @@ NOTHING_RELEVANT = (
     "so I can't answer it from them."
 )
 _MARKER = re.compile(r"\[\d+\]")
+_SUFFIXES = ("ing", "ies", "ed", "es", "er", "e", "s")
+_IRREGULAR = {  # the forms a question and a note use for the same event that no suffix joins
+    "lost": "lose", "loss": "lose", "losses": "lose", "losing": "lose", "left": "leave", "leaving": "leave",
+    "ran": "run", "running": "run", "paid": "pay", "rose": "rise", "risen": "rise", "fell": "fall",
+    "fallen": "fall", "grew": "grow", "grown": "grow", "sold": "sell", "bought": "buy", "held": "hold",
+    "made": "make", "won": "win", "gains": "gain", "gained": "gain",
+}
+ASKED_WEIGHT = 3.0  # a sentence holding the kind of thing asked for, against one that only shares words
+METADATA_WEIGHT = 0.9  # a metadata sentence yields to the text's own sentence that says as much
 
 
 @dataclass
@@ -35,6 +49,20 @@ class _Scored:
 
 def _jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b) if a and b else 0.0
+
+
+def _stem(token: str) -> str:
+    """The token without one common ending, keeping at least four letters: managed, manages, manager -> manag;
+    irregular forms first become their verb (lost, loss -> lose)."""
+    token = _IRREGULAR.get(token, token)
+    for suffix in _SUFFIXES:
+        if token.endswith(suffix) and len(token) - len(suffix) >= 4:
+            return token[: -len(suffix)]
+    return token
+
+
+def _stems(text: str) -> set[str]:
+    return {_stem(t) for t in tokenize(text)}
 
 
 class ExtractiveBackend:
@@ -79,23 +107,26 @@ class ExtractiveBackend:
         return NO_DATA
 
     def _from_blocks(self, question: str, blocks: list[ContextBlock]) -> str:
-        terms = set(tokenize(question))
-        candidates = [
-            (block, sentence)
+        terms = _stems(question)
+        kinds = asked(question)
+        candidates = [  # (block, sentence, weight): the text's sentences, then what the metadata says
+            (block, sentence, 1.0)
             for block in blocks
             for sentence in split_sentences(block.text)
-        ]
+        ] + [(block, sentence, METADATA_WEIGHT) for block in blocks for sentence in metadata_sentences(question, kinds, block)]
+        stems = [_stems(sentence) for _, sentence, _ in candidates]
         # Inverse frequency over the candidate sentences: rare question terms count more.
-        df = Counter(t for _, s in candidates for t in set(tokenize(s)))
+        df = Counter(t for tokens in stems for t in tokens)
         n = len(candidates) or 1
         scored: list[_Scored] = []
-        for order, (block, sentence) in enumerate(candidates):
-            tokens = set(tokenize(sentence))
+        for order, ((block, sentence, weight), tokens) in enumerate(zip(candidates, stems)):
             matched = terms & tokens
             if not matched:
                 continue
-            score = sum(math.log(1 + n / df[t]) for t in matched) / math.sqrt(1 + len(tokens) / 12)
+            score = weight * sum(math.log(1 + n / df[t]) for t in matched) / math.sqrt(1 + len(tokens) / 12)
             score *= 1.0 / (1 + 0.05 * (block.index - 1))  # earlier blocks ranked higher by retrieval
+            if kinds and carries(sentence, kinds, block):
+                score *= ASKED_WEIGHT
             scored.append(_Scored(score, block, sentence, order))
         scored.sort(key=lambda s: (-s.score, s.order))
         floor = scored[0].score * self.min_relative_score if scored else 0.0

@@ -31,6 +31,9 @@ class Section:
     text: str = ""
     pages: list[tuple[int, int]] = field(default_factory=list)  # (offset in text, page), ascending
     meta: dict[str, str] = field(default_factory=dict)  # per-section metadata, e.g. section_type
+    # What changes in `meta` when the whole section is one chunk (a meeting note's notes are
+    # "notes_part" chunks, or one "full_notes" chunk when they fit in one).
+    whole_meta: dict[str, str] = field(default_factory=dict)
 
     def add(self, text: str, page: int = 0, sep: str = "\n\n") -> None:
         """Appends text (from `page` on, if the format has pages)."""
@@ -49,7 +52,7 @@ class Section:
 
     def slice(self, start: int, end: int) -> "Section":
         """text[start:end] as a section of its own, pages kept."""
-        part = Section(self.title, self.text[start:end], meta=dict(self.meta))
+        part = Section(self.title, self.text[start:end], meta=dict(self.meta), whole_meta=dict(self.whole_meta))
         if self.pages:
             part.pages = [(0, self.page_at(start))] + [(o - start, p) for o, p in self.pages if start < o < end]
         return part
@@ -100,7 +103,8 @@ def compact(sections: list[Section]) -> list[Section]:
 
 def _joined(first: Section, second: Section) -> Section:
     """first's text then second's, under second's title; page offsets kept."""
-    joined = Section(second.title, first.text, list(first.pages), {**first.meta, **second.meta})
+    joined = Section(second.title, first.text, list(first.pages), {**first.meta, **second.meta},
+                     {**first.whole_meta, **second.whole_meta})
     shift = len(first.text) + 2
     joined.text += "\n\n" + second.text
     pages = [(offset + shift, page) for offset, page in second.pages]

@@ -92,7 +92,7 @@ class _Unit:
 def _redact(section: Section) -> tuple[Section, int]:
     """The section with PII replaced, page by page so page offsets stay right."""
     bounds = sorted({0, *(offset for offset, _ in section.pages), len(section.text)})
-    clean = Section(section.title, meta=dict(section.meta))
+    clean = Section(section.title, meta=dict(section.meta), whole_meta=dict(section.whole_meta))
     redactions = 0
     for a, b in zip(bounds, bounds[1:]):
         done = sanitize(section.text[a:b])
@@ -144,6 +144,15 @@ def _pieces(units: list[_Unit], sections: list[Section], size: tuple[int, int, i
         section = sections[first.section]
         out.append(Piece(_join(units[a:b]), section.title, first.page, last.page_end, dict(section.meta), parent=parent))
     return out
+
+
+def _section_pieces(sections: list[Section], index: int, size: tuple[int, int, int], limit: int) -> list[Piece]:
+    """One section's sentences packed to size; a section that is one chunk whole takes its `whole_meta`."""
+    section = sections[index]
+    pieces = _pieces(_sentences(section, index, limit), sections, size)
+    if len(pieces) == 1:
+        pieces[0].meta |= section.whole_meta
+    return pieces
 
 
 def _by_section(units: list[_Unit]) -> list[list[_Unit]]:
@@ -227,7 +236,7 @@ def chunk_document(parsed: Parsed, sizes: Sizes = Sizes()) -> Chunked:
         pieces = _book(sections, sizes)
     else:
         size = sizes.sensitive if doc_type == SENSITIVE else sizes.user
-        pieces = [p for i, s in enumerate(sections) for p in _pieces(_sentences(s, i, sizes.embed_max), sections, size)]
+        pieces = [p for i in range(len(sections)) for p in _section_pieces(sections, i, size, sizes.embed_max)]
     if parsed.source:
         source = sanitize(parsed.source)
         redactions += source.redactions

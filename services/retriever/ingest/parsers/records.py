@@ -2,10 +2,12 @@
 
 Text fields become sections (named by the field, also as `section_type`), nested objects and
 lists become rendered sections, numbers a "details" section, and short fields metadata. Meeting
-notes (fund_name, manager, meeting_date), factsheets (fund_name, report_date, one section per
-part) and transcripts (003 part 1.1 B: raw_text, refined_text, tags) get the titles and fields
-the rest of the system expects. A record with nested data keeps its complete JSON once, as the
-parent chunk of its sections (000: "the complete factsheet JSON kept once per factsheet")."""
+notes (fund_name, manager, meeting_date), factsheets (fund_name, report_date) and transcripts
+(003 part 1.1 B: raw_text, refined_text, tags) get the titles and fields the rest of the system
+expects; meeting notes and factsheets get their kind's sections (fund_records.py) and their
+other fields as any record's. A factsheet, and any record with nested data, keeps its complete
+JSON once, as the parent chunk of its sections (000: "the complete factsheet JSON kept once per
+factsheet"), which the context shows whole."""
 from __future__ import annotations
 
 import json
@@ -14,6 +16,7 @@ from typing import Any
 from ragmesh.errors import InvalidArgument
 from ragmesh.validation import check_date
 from services.retriever.ingest.parsed import BadRecord, Parsed, Section, UnreadableFile
+from services.retriever.ingest.parsers.fund_records import LAYOUTS
 from services.retriever.ingest.parsers.text import decode
 
 ID_FIELDS = ("doc_id", "id", "factsheet_id", "meeting_id", "transcript_id")
@@ -107,10 +110,14 @@ def _record(r: dict) -> Parsed:
     kind = _kind(r)
     title = _title(r, kind)
     metadata: dict[str, str] = {}
-    sections: list[Section] = []
+    sections, laid_out = LAYOUTS[kind](r) if kind in LAYOUTS else ([], set())
     numbers: list[str] = []
     for key, value in r.items():
         if value is None or key == "title":
+            continue
+        if key in laid_out:  # in its kind's sections already; a figure stays metadata too
+            if isinstance(value, (int, float)):
+                metadata[key] = str(value)
             continue
         if isinstance(value, str) and (key in _TEXT_FIELDS or len(value) > _LONG):
             sections.append(Section(key, value.strip(), meta={"section_type": key}))
@@ -127,7 +134,8 @@ def _record(r: dict) -> Parsed:
     if numbers:
         sections.append(Section("details", f"{title} details: {'; '.join(numbers)}.", meta={"section_type": "details"}))
     metadata.setdefault("type", kind)
-    source = json.dumps(r, ensure_ascii=False) if any(_is_structured(v) for v in r.values()) else ""
+    whole = kind == "factsheet" or any(_is_structured(v) for v in r.values())
+    source = json.dumps(r, ensure_ascii=False, separators=(",", ":")) if whole else ""
     doc_id = next((str(r[k]) for k in ID_FIELDS if r.get(k) not in (None, "")), "")
     return Parsed(doc_id, sections, "json", title=title, date=_date(r), metadata=metadata, source=source)
 

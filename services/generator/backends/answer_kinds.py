@@ -1,0 +1,88 @@
+"""What a question asks for (a person, a figure, a date) and whether a sentence carries it, so an
+answer quoted from the context leads with the sentences that hold the thing asked: "Who manages
+Altair?" wants a name, "How much did Northwind lose?" a figure, "When did Meridian close?" a date.
+Rules, no model: the offline backend must do it too. A block's metadata says some of these
+things better than its text (the manager of a meeting note's fund, a factsheet's report date),
+so they are offered as sentences of their own."""
+from __future__ import annotations
+
+import re
+
+from ragmesh.text import STOPWORDS
+from ragmesh.types import ContextBlock
+
+PERSON, FIGURE, DATE = "person", "figure", "date"
+
+_ROLES = r"(?:executives?|managers?|analysts?|persons?|people|partners?|pms?|co-pms?|hires?|employees?|ceos?|cios?|heads?)"
+_ASKS = {
+    PERSON: re.compile(rf"\b(?:who|whom|whose)\b|\b(?:which|what)\s+(?:\w+\s+)?{_ROLES}\b|\bname\s+of\b", re.I),
+    FIGURE: re.compile(
+        r"\bhow\s+(?:much|many|large|big|high|low|far|deep|strong|weak)\b|\bat\s+what\s+(?:capacity|level|price|size)\b"
+        r"|\bwhat\s+(?:\w+\s+)?(?:percentage|percent|share|size|returns?|premium|price|cost|level|weight|amount|aum"
+        r"|figure|capacity|loss|gain|drawdown|exposure|yield|spread)\b"
+        r"|\b(?:returns?|aum|size|premium|loss|capacity|drawdown|weight|cost|lose|lost|recover(?:ed)?|paid)\b.*\?\s*$",
+        re.I),
+    DATE: re.compile(r"\bwhen\b|\b(?:what|which)\s+(?:date|day|month|year|quarter|week)\b|\bsince\s+when\b", re.I),
+}
+
+_MONTH = r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|" \
+         r"Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
+_CARRIES = {
+    FIGURE: re.compile(r"[$€£]\s?\d|(?<![\w.])[-+\u2212]?\d+(?:[.,]\d+)*\s?(?:%|bp\b|bps\b|bn\b|billion|million|"
+                       r"m\b|x\b|cents?\b|percent|per\s+cent)"),
+    DATE: re.compile(rf"\b{_MONTH}\b|\b\d{{4}}-\d{{2}}-\d{{2}}\b|\bQ[1-4]\b|\b(?:19|20)\d{{2}}\b"),
+}
+# Runs of capitalised words: a person's name is two or three of them (after any stopword such as a
+# sentence's first "The"), that are not all words of the block's fund.
+_CAPITALISED = re.compile(r"\b[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z]+)?(?:\s[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z]+)?)+\b")
+# When a meeting or a report was: the question the block's date (metadata) answers.
+_DATED = re.compile(r"\b(?:meet\w*|met|factsheets?|reports?|reported|calls?|reviews?|notes?)\b", re.I)
+# Who runs the fund: the question the block's manager (metadata) answers.
+_MANAGING = re.compile(r"\b(?:manag\w*|runs?|running|run by|pms?|portfolio manager|in charge|leads?|led by)\b", re.I)
+
+
+def asked(question: str) -> set[str]:
+    """The kinds of thing the question asks for (none for "what did X say about Y")."""
+    return {kind for kind, pattern in _ASKS.items() if pattern.search(question)}
+
+
+def carries(sentence: str, kinds: set[str], block: ContextBlock) -> bool:
+    """Whether the sentence holds something of a kind asked for."""
+    for kind in kinds:
+        if kind == PERSON:
+            if _names(sentence, block):
+                return True
+        elif _CARRIES[kind].search(sentence):
+            return True
+    return False
+
+
+def _names(sentence: str, block: ContextBlock) -> bool:
+    """A person named in the sentence: the block's manager, or a capitalised name that is not its fund's."""
+    meta = block.chunk.metadata if block.chunk else {}
+    manager = meta.get("manager", "")
+    if manager and (manager in sentence or manager.split()[-1] in sentence.split()):
+        return True
+    fund_words = set(meta.get("fund_name", "").split())
+    for run in _CAPITALISED.findall(sentence):
+        words = run.split()
+        while words and words[0].lower() in STOPWORDS:
+            words.pop(0)
+        if 2 <= len(words) <= 3 and not set(words) <= fund_words:
+            return True
+    return False
+
+
+def metadata_sentences(question: str, kinds: set[str], block: ContextBlock) -> list[str]:
+    """What the block's metadata says of a kind asked for, as sentences to quote beside its text: its
+    fund's manager when the question asks who runs it, its date when it asks when the meeting or the
+    report was (not when something the notes tell of happened)."""
+    meta = block.chunk.metadata if block.chunk else {}
+    fund = meta.get("fund_name", "")
+    out = []
+    if PERSON in kinds and fund and meta.get("manager") and _MANAGING.search(question):
+        out.append(f"{fund} is managed by {meta['manager']}.")
+    if DATE in kinds and fund and block.chunk and block.chunk.date and _DATED.search(question):
+        what = "factsheet reports as of" if block.chunk.collection == "factsheets" else "meeting notes are dated"
+        out.append(f"The {fund} {what} {block.chunk.date}.")
+    return out

@@ -1,0 +1,72 @@
+"""The offline backend leads with what the question asks for: a name for "who", a figure for "how much",
+a date for "when", from the blocks' text or their metadata (a fund's manager, a report's date)."""
+from __future__ import annotations
+
+import pytest
+
+from ragmesh.types import Chunk, ContextBlock
+from services.generator.backends import GenerationRequest
+from services.generator.backends.answer_kinds import DATE, FIGURE, PERSON, asked
+from services.generator.backends.extractive import ExtractiveBackend
+
+ALTAIR = {"fund_name": "Altair Credit Opportunities", "manager": "Priya Raman"}
+
+
+def block(i: int, text: str, collection: str = "meeting_notes", date: str = "2024-03-27", **meta: str) -> ContextBlock:
+    return ContextBlock(i, text, Chunk(f"c{i}", f"d{i}", collection, text, metadata=meta, date=date), f"Block {i}")
+
+
+def first_line(question: str, blocks: list[ContextBlock]) -> str:
+    return ExtractiveBackend(delay_ms=0).compose(GenerationRequest("extractive", question, blocks)).split("\n")[2]
+
+
+@pytest.mark.parametrize(("question", "kinds"), [
+    ("Who manages Altair Credit Opportunities?", {PERSON}),
+    ("Which Altair executive left in June 2024?", {PERSON}),
+    ("How much did Northwind lose in August 2024, and what caused it?", {FIGURE}),
+    ("What was Kestrel's 2025 full-year return?", {FIGURE}),
+    ("When did Meridian close to new investors, and at what capacity?", {DATE, FIGURE}),
+    ("What did Kestrel say about Brazil?", set()),
+])
+def test_what_a_question_asks_for(question: str, kinds: set[str]) -> None:
+    assert asked(question) == kinds
+
+
+def test_who_is_answered_with_the_name_the_text_gives() -> None:
+    blocks = [block(1, "Altair Credit Opportunities returned 8.69% net in 2023 and Altair Credit Opportunities "
+                       "is up 2.01% through February 2024. On-site meeting with Priya Raman at the New York office.",
+                    **ALTAIR)]
+    assert "Priya Raman" in first_line("Who manages Altair Credit Opportunities?", blocks)
+
+
+def test_who_is_answered_from_the_metadata_when_the_text_names_no_one() -> None:
+    blocks = [block(1, "Altair Credit Opportunities returned 8.69% net in 2023. Altair Credit Opportunities "
+                       "holds 68 issuers.", **ALTAIR)]
+    line = first_line("Who manages Altair Credit Opportunities?", blocks)
+    assert line == "- **Block 1**: Altair Credit Opportunities is managed by Priya Raman. [1]"
+
+
+def test_how_much_prefers_the_sentence_with_the_figure() -> None:
+    blocks = [block(1, "Northwind said August 2024 was hard, and that it would lose more if the yen kept rising. "
+                       "Northwind fell 4.1% in August 2024.", fund_name="Northwind Global Macro Fund")]
+    assert "4.1%" in first_line("How much did Northwind lose in August 2024?", blocks)
+
+
+def test_when_prefers_the_sentence_with_the_date_and_offers_the_report_date() -> None:
+    blocks = [block(1, "Meridian's decision to close to new investors was discussed at length. "
+                       "Meridian closed on 1 March 2025.", fund_name="Meridian Quant Systematic")]
+    assert "1 March 2025" in first_line("When did Meridian close to new investors?", blocks)
+    sheet = [block(1, "Month return 1.9%. Year-to-date 6.43%.", "factsheets", "2024-03-31",
+                   fund_name="Harborview Long/Short Equity")]
+    assert "2024-03-31" in first_line("When is the latest Harborview factsheet from?", sheet)
+
+
+def test_a_meeting_date_answers_when_the_meeting_was_not_when_its_news_happened() -> None:
+    blocks = [block(1, "Sofia Lindgren joined Harborview in January 2025 as head of short research.",
+                    fund_name="Harborview Long/Short Equity", manager="Daniel Marchetti")]
+    backend = ExtractiveBackend(delay_ms=0)
+    news = backend.compose(GenerationRequest("extractive", "Who joined Harborview as head of short research, and when?",
+                                             blocks))
+    assert "dated" not in news and "managed by" not in news and "Sofia Lindgren" in news.split("\n")[2]
+    meeting = backend.compose(GenerationRequest("extractive", "When did we last meet Harborview?", blocks))
+    assert "The Harborview Long/Short Equity meeting notes are dated 2024-03-27." in meeting
