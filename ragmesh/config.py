@@ -174,7 +174,7 @@ class Settings:
     same_topic_threshold: float = field(
         default_factory=lambda: _float("SAME_TOPIC_THRESHOLD", 0.5)
     )
-    # Earlier turns of the conversation put into the prompt.
+    # Earlier turns of the conversation read before routing (the prompt carries as many as HISTORY_CHAR_BUDGET holds).
     history_turns: int = field(default_factory=lambda: _int("HISTORY_TURNS", 3))
     # Characters of retrieved context in the prompt (hard cap 12,000).
     context_char_budget: int = field(default_factory=lambda: _int("CONTEXT_CHAR_BUDGET", 4000))
@@ -203,8 +203,6 @@ class Settings:
     compress_timeout_s: float = field(default_factory=lambda: _float("COMPRESS_TIMEOUT_S", 4.0))
     # Model for the DEEP route (reasoning questions); empty = the request's or default model.
     reasoning_model: str = field(default_factory=lambda: _env("REASONING_MODEL", ""))
-    # Past this many turns a conversation keeps a running summary that stands in for old turns.
-    summary_after_turns: int = field(default_factory=lambda: _int("SUMMARY_AFTER_TURNS", 6))
     # Per user and calendar month (0 = no limit); beyond it HTTP 429 / RESOURCE_EXHAUSTED.
     monthly_message_limit: int = field(default_factory=lambda: _int("MONTHLY_MESSAGE_LIMIT", 0))
     monthly_token_limit: int = field(default_factory=lambda: _int("MONTHLY_TOKEN_LIMIT", 0))
@@ -332,6 +330,20 @@ class Settings:
     # Longest wait for one Redis call (seconds); past it, or when Redis is unreachable, the gateway goes
     # on without it for a second (stop and reuse on this replica only, rate windows counted here).
     redis_timeout_s: float = field(default_factory=lambda: _float("REDIS_TIMEOUT_S", 0.25))
+
+    # Conversation memory and recency
+    # Characters of earlier turns a prompt carries verbatim: the whole conversation while it fits; past it,
+    # the running summary (extended in the background as turns stop fitting) and the turns after it.
+    history_char_budget: int = field(default_factory=lambda: _int("HISTORY_CHAR_BUDGET", 6000))
+    # 002's default window per data source ("Data Source=days", comma-separated): a question with no date,
+    # window or recency word searches that source's last N days; when they hold nothing it searches every
+    # date, newest first. Off for meeting notes, factsheets and documents: their questions span years, and a
+    # window there would hide an older note that answers while newer ones exist.
+    default_window_days: str = field(default_factory=lambda: _env("DEFAULT_WINDOW_DAYS", "Conversation memory=90"))
+    # "latest", "most recent", "newest", "current", "as of now" in a question send the retriever's time decay:
+    # score x max(floor, exp(-age_days / half-life)).
+    recency_half_life_days: float = field(default_factory=lambda: _float("RECENCY_HALF_LIFE_DAYS", 30.0))
+    recency_floor: float = field(default_factory=lambda: _float("RECENCY_FLOOR", 0.3))
 
     def address(self, service: str) -> str:
         """host:port of a service, from its *_ADDR variable or this host and its port."""

@@ -23,6 +23,7 @@ from ragmesh.v1 import gateway_pb2_grpc
 from services.gateway.api import FrontDoor, create_app
 from services.gateway.api.auth import allowed_hosts
 from services.gateway.api.protocol import with_header_deadline
+from services.gateway.boosts import default_windows
 from services.gateway.conversations import Conversations
 from services.gateway.history import History
 from services.gateway.library import Library
@@ -51,6 +52,7 @@ class GatewayApp(ServiceApp):
         self.store = LazyStore(settings)  # opened at warm-up: an unreachable database means NOT_SERVING
         self.key_store = self.store
         self.allowed_hosts = allowed_hosts(settings)
+        self.default_windows = default_windows(settings.default_window_days)
         self.history = History(self.store)
         self.http_port = settings.http_port
         self._http: uvicorn.Server | None = None
@@ -64,7 +66,7 @@ class GatewayApp(ServiceApp):
         self.embedder = EmbedderClient(s.address("embedder"), s.embed_timeout, auth)
         self.retriever = RetrieverClient(s.address("retriever"), s.search_timeout, s.ingest_timeout, auth)
         self.generator = GeneratorClient(s.address("generator"), s.generate_timeout, auth)
-        self.memory = Memory(self.store, self.retriever, self.generator, self.embedder, s.summary_after_turns,
+        self.memory = Memory(self.store, self.retriever, self.generator, self.embedder, s.history_char_budget,
                              s.memory_queue_max)
         # Running answers, scope cache and rate windows: in this process, or in Redis shared by replicas.
         self.shared = open_shared_state(s)
@@ -80,6 +82,8 @@ class GatewayApp(ServiceApp):
                     history=s.quality_history, model=s.quality_model, rerank_candidates=s.rerank_candidates,
                     rewrite_timeout_s=s.rewrite_timeout_s, rerank_timeout_s=s.rerank_timeout_s,
                     compress_timeout_s=s.compress_timeout_s),
+                history_char_budget=s.history_char_budget, default_window_days=self.default_windows,
+                recency_half_life_days=s.recency_half_life_days, recency_floor=s.recency_floor,
             ),
         )
         self.pipeline = AskPipeline(self.history, self.generator, planner, self.memory,

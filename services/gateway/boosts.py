@@ -8,14 +8,18 @@ source, so a question reaches every booster the seeds describe:
   messages of the conversation being asked in;
 - documents, where transcripts live beside uploaded files (003): the transcript tag boost
   and the authoritative tie-break (documents before transcripts on near-ties);
-- 002's notes contract: linear fusion 0.6 vector + 0.25 keyword + 0.15 recency.
+- 002's notes contract: linear fusion 0.6 vector + 0.25 keyword + 0.15 recency;
+- a question asking for the latest: 003's time decay, score x max(floor, exp(-age / half-life)).
 """
 from __future__ import annotations
 
+import datetime as dt
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from ragmesh.types import MEMORY_COLLECTION
+from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.router import FALLBACK_SIMILARITY
 
 RECENT_BOOST, RECENT_DAYS = 0.1, 7  # 001: recent results get +0.1
@@ -34,6 +38,19 @@ class Ranking:
     time_window: str = ""  # 24h | 48h | 1w; "" or "all": no window
     now: str = ""  # YYYY-MM-DD the window and recency count from (the gateway's today)
     linear: bool = False  # 002's notes contract
+    half_life_days: float = 0.0  # > 0: 003's time decay (recency asked for)
+    decay_floor: float = 0.3
+
+    def flat_for(self, newest: str) -> bool:
+        """Whether the decay, counted from `now`, is at its floor for every hit (the newest is older
+        than half-life x ln(1 / floor)): it then orders nothing, so it is counted from the newest instead."""
+        if not self.half_life_days or not self.now or not 0 < self.decay_floor < 1:
+            return False
+        try:
+            age = (dt.date.fromisoformat(self.now) - dt.date.fromisoformat(newest)).days
+        except ValueError:  # undated hits: nothing to count from
+            return False
+        return age > self.half_life_days * math.log(1 / self.decay_floor)
 
 
 def options(collection: str, r: Ranking) -> dict[str, Any]:
@@ -42,6 +59,8 @@ def options(collection: str, r: Ranking) -> dict[str, Any]:
                                 "expand_parents": True, "now": r.now}
     if r.time_window not in ("", "all"):
         boosters["time_window"] = r.time_window
+    if r.half_life_days:
+        boosters |= {"half_life_days": r.half_life_days, "decay_floor": r.decay_floor}
     if collection == MEMORY_COLLECTION:
         boosters |= {"recent_boost": RECENT_BOOST, "recent_days": RECENT_DAYS,
                      "conversation_id": r.conversation_id, "same_conversation_boost": SAME_CONVERSATION_BOOST}
@@ -50,3 +69,18 @@ def options(collection: str, r: Ranking) -> dict[str, Any]:
     if r.linear:
         return {"boosters": boosters, "fusion": "LINEAR", "weights": LINEAR_WEIGHTS}
     return {"boosters": boosters}
+
+
+def default_windows(spec: str) -> dict[str, int]:
+    """DEFAULT_WINDOW_DAYS ("Conversation memory=90, Meeting Notes=90") as collection -> days; a
+    malformed entry raises ValueError naming the variable."""
+    windows: dict[str, int] = {}
+    for entry in filter(None, (e.strip() for e in spec.split(","))):
+        source, _, days = entry.rpartition("=")
+        collection = SOURCE_COLLECTIONS.get(source.strip())
+        if collection is None or not days.strip().isdigit():
+            raise ValueError(f"DEFAULT_WINDOW_DAYS: {entry!r} must be 'Data Source=days' with one of "
+                             f"{', '.join(SOURCE_COLLECTIONS)}")
+        if int(days):
+            windows[collection] = int(days)
+    return windows

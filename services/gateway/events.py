@@ -24,6 +24,7 @@ def strategy_json(s: Strategy) -> dict[str, Any]:
         "unavailable": s.unavailable, "model": s.model,
         "variants": s.variants, "rerank_count": s.rerank_count, "quality": [asdict(q) for q in s.quality],
         "followup": asdict(s.followup) if s.followup else None,
+        "recency": s.recency, "default_window": s.default_window, "relaxed": s.relaxed,
     }
 
 

@@ -1,7 +1,10 @@
 """Conversation history in the store: the question is saved before generation,
-the answer right after (or the partial answer when the user stopped it)."""
+the answer right after (or the partial answer when the user stopped it); and what of it
+a prompt carries: the whole conversation while it fits a character budget, past that the
+running summary and every turn after what it covers."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ragmesh.errors import NotFound
@@ -12,15 +15,62 @@ from ragmesh.validation import shown
 
 STOPPED_MARK = "*[Response stopped by user]*"
 FAILED_MARK = "*[Response failed: {code}]*"
+# The running summary is stored with the turns it covers on its first line, so a prompt knows where
+# the summary ends and the verbatim turns must begin.
+_COVERS = re.compile(r"\ATurns 1-(\d+):\n")
+OVERFLOW = 4  # a summary that lags (or cannot be made) lets the turns after it take up to 4 x the budget
 
 
 @dataclass(frozen=True)
 class Recent:
-    """What a question needs of its conversation: how many turns it has (routing, summaries), and the
-    last few (the prompt)."""
+    """What a question needs of its conversation before routing: how many turns it has, and the last
+    few (all of it, for a short conversation, and then the prompt needs no other read)."""
 
     count: int
     turns: list[Turn]
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """What a prompt carries of a conversation: the running summary of its first `covered` turns
+    (or none), then every later turn verbatim, so no turn is missing from both."""
+
+    summary: str
+    covered: int
+    turns: list[Turn]
+
+
+def turn_chars(turn: Turn) -> int:
+    return len(turn.question) + len(turn.answer)
+
+
+def fitting(turns: list[Turn], budget: int) -> int:
+    """How many of the newest turns fit the budget together (the newest one always counts)."""
+    used = n = 0
+    for turn in reversed(turns):
+        used += turn_chars(turn)
+        if n and used > budget:
+            break
+        n += 1
+    return n
+
+
+def carried_whole(recent: Recent, budget: int) -> Remembered | None:
+    """The conversation whole, when the turns already read are all of it and fit the budget."""
+    if recent.count <= len(recent.turns) and sum(map(turn_chars, recent.turns)) <= budget:
+        return Remembered("", 0, recent.turns)
+    return None
+
+
+def with_coverage(summary: str, covered: int) -> str:
+    return f"Turns 1-{covered}:\n{summary}"
+
+
+def coverage(stored: str) -> tuple[str, int]:
+    """(summary text, turns it covers) of a stored summary; one stored without its coverage covers
+    nothing, so the turns after it are all carried."""
+    m = _COVERS.match(stored)
+    return (stored[m.end():], int(m.group(1))) if m else (stored, 0)
 
 
 def _pairs(messages: list[MessageRecord]) -> list[Turn]:
@@ -45,6 +95,43 @@ class History:
         messages only: a long conversation is not read whole before every answer."""
         window = self.store.messages(conversation_id, limit=2 * keep + 2, with_meta=False) if keep > 0 else []
         return Recent(self.store.answer_count(conversation_id), _pairs(window)[-keep:] if window else [])
+
+    def newest_turns(self, conversation_id: str, count: int, budget: int, after: int,
+                     known: list[Turn] | None = None) -> list[Turn]:
+        """The newest turns: at least those that fit `budget`, and every turn after the first `after`
+        (what a summary covers) up to OVERFLOW x budget. Read newest first, in growing pages, so a
+        long conversation is read only as far back as the prompt needs; `known` are its last turns
+        already read (enough when they are all of it)."""
+        if known is not None and len(known) >= count:
+            pairs = known
+        else:
+            page = 8
+            while True:
+                messages = self.store.messages(conversation_id, limit=2 * page + 2, with_meta=False)
+                pairs = _pairs(messages)
+                chars = sum(map(turn_chars, pairs))
+                if len(messages) < 2 * page + 2 or len(pairs) >= count or chars > OVERFLOW * budget \
+                        or (chars > budget and len(pairs) >= count - after):
+                    break
+                page *= 4
+        keep = max(fitting(pairs, budget), min(count - after, fitting(pairs, OVERFLOW * budget)))
+        return pairs[len(pairs) - keep:]
+
+    def turns_after(self, conversation_id: str, after: int) -> list[Turn]:
+        """The turns after the first `after` (those a summary does not cover yet), oldest first."""
+        due = self.store.answer_count(conversation_id) - after
+        if due <= 0:
+            return []
+        return _pairs(self.store.messages(conversation_id, limit=2 * due + 2, with_meta=False))[-due:]
+
+    def remembered(self, conversation_id: str, recent: Recent, budget: int) -> Remembered:
+        """The conversation as a prompt carries it: whole while it fits `budget` characters; past
+        that, the running summary and the turns after it (at least the newest that fit)."""
+        if (whole := carried_whole(recent, budget)) is not None:
+            return whole
+        summary, covered = coverage(self.store.conversation_summary(conversation_id))
+        turns = self.newest_turns(conversation_id, recent.count, budget, covered, recent.turns)
+        return Remembered(summary if recent.count > len(turns) else "", covered, turns)
 
     def save_question(self, tenant: str, user_id: str, conversation_id: str, question: str) -> str:
         self.store.ensure_conversation(tenant, user_id, conversation_id)

@@ -1,6 +1,6 @@
 """What the gateway remembers beyond the message log, done in the background so the
-answer is never delayed: a running conversation summary (003, used in prompts when a
-conversation is long), both messages embedded into a per-user `conversations`
+answer is never delayed: a running conversation summary (003) of the turns that no longer
+fit the prompt's history budget, extended as turns stop fitting, both messages embedded into a per-user `conversations`
 collection that the "Conversation memory" source searches (001), and the user's
 corrections, the most relevant of which go into the system prompt (004)."""
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import weakref
 from collections.abc import AsyncIterator, Coroutine
 
 import numpy as np
@@ -16,11 +17,12 @@ from ragmesh import convert
 from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient
 from ragmesh.errors import InvalidArgument, NotFound, RagmeshError, ResourceExhausted, Unavailable
 from ragmesh.identity import Identity
+from ragmesh.models import EXTRACTIVE
 from ragmesh.store import CorrectionRecord, Store
 from ragmesh.text import strip_citations, tokenize
-from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION, ContextBlock, Document, SearchFilter
+from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION, ContextBlock, Document, SearchFilter, Turn
 from ragmesh.v1 import retriever_pb2
-from services.gateway.history import History
+from services.gateway.history import History, coverage, fitting, with_coverage
 from ragmesh.validation import check_text
 from services.gateway.request import MAX_NAME_CHARS, MAX_QUESTION_CHARS
 
@@ -35,17 +37,20 @@ REMEMBER_RETRIES = 4  # memory embedding: tries after the first, waiting 0.5, 1,
 # and the CPU to itself, instead of queueing behind the previous turn's messages (make bench, pipeline).
 SETTLE_S = 0.25
 SUMMARY_QUESTION = "Summarize this conversation: the user's goals, the decisions made and the key facts and figures."
+DIGEST_ANSWER_CHARS = 300  # offline summary: each folded turn's question and the start of its answer
 
 
 class Memory:
     def __init__(self, store: Store, retriever: RetrieverClient, generator: GeneratorClient,
-                 embedder: EmbedderClient, summary_after_turns: int = 6, queue_max: int = 1000,
+                 embedder: EmbedderClient, history_char_budget: int = 6000, queue_max: int = 1000,
                  retry_base_s: float = 0.5, settle_s: float = SETTLE_S) -> None:
         self.store = store
         self.retriever = retriever
         self.generator = generator
         self.embedder = embedder
-        self.summary_after_turns = summary_after_turns
+        self.history_char_budget = history_char_budget
+        # One summary update at a time per conversation; a lock goes when no update holds it.
+        self._folding: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self.queue_max = queue_max
         self.retry_base_s = retry_base_s
         self.settle_s = settle_s
@@ -85,10 +90,10 @@ class Memory:
 
     def after_turn(self, tenant: str, user_id: str, conversation_id: str, turns: int, model: str,
                    messages: list[tuple[str, str, str]]) -> None:
-        """Schedules memory embedding, and the summary once the conversation is long.
-        `messages` are (message_id, role, text)."""
+        """Schedules memory embedding, and (once the conversation outgrows the history budget) the
+        summary of the turns that stopped fitting. `messages` are (message_id, role, text)."""
         self._spawn(conversation_id, self._remember(tenant, user_id, conversation_id, messages))
-        if turns >= self.summary_after_turns:
+        if turns > 1:
             self._spawn(conversation_id, self._summarize(conversation_id, model))
 
     async def _remember(self, tenant: str, user_id: str, conversation_id: str,
@@ -122,21 +127,41 @@ class Memory:
                     extra={"conversation_id": conversation_id, "errors": failed[:3], "tries": REMEMBER_RETRIES + 1})
 
     async def _summarize(self, conversation_id: str, model: str) -> None:
-        previous = await asyncio.to_thread(self.store.conversation_summary, conversation_id)
-        turns = (await asyncio.to_thread(History(self.store).recent, conversation_id, self.summary_after_turns)).turns
-        texts = ([previous] if previous else []) + [f"User: {t.question}\n\n{strip_citations(t.answer)}" for t in turns]
+        """Folds the turns that no longer fit the budget into the running summary (with the model, or
+        offline as a digest of each turn), so the prompt's summary always reaches its verbatim turns."""
+        lock = self._folding.setdefault(conversation_id, asyncio.Lock())  # held while in use, then let go
+        async with lock:
+            await self._fold(conversation_id, model)
+
+    async def _fold(self, conversation_id: str, model: str) -> None:
+        previous, covered = coverage(await asyncio.to_thread(self.store.conversation_summary, conversation_id))
+        unsummarised = await asyncio.to_thread(History(self.store).turns_after, conversation_id, covered)
+        due = len(unsummarised) - fitting(unsummarised, self.history_char_budget)  # no longer fit beside newer ones
+        if due <= 0:
+            return
+        summary = await self._summary(conversation_id, previous, unsummarised[:due], model)
+        if summary:
+            await asyncio.to_thread(self.store.set_conversation_summary, conversation_id,
+                                    with_coverage(summary, covered + due))
+            log.info("conversation summary updated", extra={"conversation_id": conversation_id, "chars": len(summary),
+                                                            "covers_turns": covered + due})
+
+    async def _summary(self, conversation_id: str, previous: str, folded: list[Turn], model: str) -> str:
+        earlier = [previous] if previous else []
+        if model == EXTRACTIVE:  # no model to summarise with: each turn's question and the start of its answer
+            return "\n".join(earlier + [_digest(t) for t in folded])
+        texts = earlier + [f"User: {t.question}\n\n{strip_citations(t.answer)}" for t in folded]
         blocks = [ContextBlock(index=i, text=t, label="Conversation") for i, t in enumerate(texts, start=1)]
         try:
             reply = await self.generator.complete(
-                model=model, question=SUMMARY_QUESTION, blocks=blocks, system_instruction="You keep a concise running summary of a conversation.",
+                model=model, question=SUMMARY_QUESTION, blocks=blocks,
+                system_instruction="You keep a concise running summary of a conversation.",
                 prompt=SUMMARY_QUESTION + "\n\n" + "\n\n".join(texts))
         except RagmeshError as exc:
-            log.warning("conversation summary not updated", extra={"conversation_id": conversation_id, "error": str(exc)})
-            return
-        summary = strip_citations(reply).strip()
-        if summary:
-            await asyncio.to_thread(self.store.set_conversation_summary, conversation_id, summary)
-            log.info("conversation summary updated", extra={"conversation_id": conversation_id, "chars": len(summary)})
+            log.warning("conversation summary not updated",
+                        extra={"conversation_id": conversation_id, "error": str(exc)})
+            return ""
+        return strip_citations(reply).strip()
 
     # -- corrections ----------------------------------------------------------------------------
     def record_correction(self, who: Identity, record: CorrectionRecord, message_id: str = "") -> str:
@@ -183,6 +208,13 @@ class Memory:
             return shortlist[:k]
         best = np.argsort(-(vectors[1:] @ vectors[0]), kind="stable")[:k]
         return [shortlist[i] for i in best]
+
+
+def _digest(turn: Turn) -> str:
+    """One line of the offline summary: what was asked, and what the answer said first."""
+    lines = [ln.strip().lstrip("-* ").strip() for ln in strip_citations(turn.answer).splitlines()]
+    said = " ".join(ln for ln in lines if ln and not ln.endswith(":"))
+    return f"- Asked: {turn.question.strip()} Answered: {said[:DIGEST_ANSWER_CHARS]}"
 
 
 def corrections_text(records: list[CorrectionRecord]) -> str:

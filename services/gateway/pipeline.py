@@ -32,7 +32,7 @@ from ragmesh.types import Citation, GenEvent
 from services.gateway import context, generation_params, router
 from services.gateway.answer_guard import AnswerGuard
 from services.gateway.events import strategy_json
-from services.gateway.history import History, Recent
+from services.gateway.history import History, Recent, carried_whole
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory, corrections_text
 from services.gateway.models_offered import ModelCatalog, web_search_note
@@ -320,12 +320,12 @@ class AskPipeline:
 
     async def _generation(self, ask: AskInput, s: Strategy, conversation: Recent, ctx: context.Context,
                           corrections: list[CorrectionRecord]) -> AsyncIterator[GenEvent]:
-        summary = ""
-        recent = conversation.turns  # the last history_turns
-        if conversation.count > self.settings.history_turns:
-            summary = await asyncio.to_thread(self.history.store.conversation_summary, ask.conversation_id)
-            if summary:  # a long conversation: its summary stands in for all but the last turn
-                recent = recent[-1:]
+        # The whole conversation while it fits the history budget; past it, the running summary and
+        # every turn after what it covers.
+        budget = self.settings.history_char_budget
+        remembered = carried_whole(conversation, budget) or await asyncio.to_thread(
+            self.history.remembered, ask.conversation_id, conversation, budget)
+        recent, summary = remembered.turns, remembered.summary
         params = generation_params.for_answer(s.route, s.collections, persona=bool(ask.persona.strip()),
                                               notes_contract=ask.notes_contract)
         system, prompt = context.build_prompt(params.prompt, ask.question, recent, summary, ctx, ask.sources,

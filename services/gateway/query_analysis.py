@@ -1,5 +1,6 @@
 """What a question says about its own scope, found without a model call: time hints
-that become date filters (002) or the retriever's time window (003), fund names that
+that become date filters (002) or the retriever's time window (003), words asking for
+the latest (003's time decay), fund names that
 become a fund filter (000's ALL_FUND_NAMES), question numbers for direct lookup (001), and whether it asks
 something general or something specific (004)."""
 from __future__ import annotations
@@ -106,6 +107,16 @@ def time_window(question: str) -> TimeWindow | None:
         if m := pattern.search(question):
             return TimeWindow(window, m.group(0))
     return None
+
+
+_RECENCY = re.compile(r"\b(latest|most recent(?:ly)?|newest|current(?:ly)?|as of (?:now|today)|right now|"
+                      r"at the moment|these days|nowadays|up[- ]to[- ]date|recent(?:ly)?|lately)\b", re.I)
+
+
+def recency_phrase(question: str) -> str:
+    """The words asking for the newest information ("latest", "as of now"), or ""."""
+    m = _RECENCY.search(question)
+    return m.group(0) if m else ""
 
 
 _COMMON = {"fund", "global", "capital", "partners", "the", "credit", "equity", "macro", "value", "growth",

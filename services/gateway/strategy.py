@@ -8,7 +8,7 @@ import dataclasses
 import datetime as dt
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +24,7 @@ from services.gateway.followup import Followup
 from services.gateway.history import Recent
 from ragmesh.types import MEMORY_COLLECTION
 from services.gateway.quality import QualitySettings, QualityStack, QualityStep
-from services.gateway.query_analysis import mentioned_funds, time_hint, time_window
+from services.gateway.query_analysis import mentioned_funds, recency_phrase, time_hint, time_window
 from services.gateway.question_lookup import numbered_filter
 from services.gateway.request import AskInput, document_ref
 from services.gateway.scope_cache import ScopeEntry, Scopes, scope_key
@@ -68,6 +68,9 @@ class Strategy:
     quality: list[QualityStep] = field(default_factory=list)  # 003's quality steps, in order
     hits: list[Hit] = field(default_factory=list, repr=False)
     followup: Followup | None = None  # whether it reworks the conversation, and the signal that decided
+    recency: str = ""  # the words asking for the latest, which sent the retriever's time decay
+    default_window: dict[str, int] = field(default_factory=dict)  # collection -> days of 002's window searched
+    relaxed: list[str] = field(default_factory=list)  # filters read from the question, loosened, and why
 
 
 
@@ -89,6 +92,11 @@ class PipelineSettings:
     scope_llm_check: bool = False
     scope_llm_timeout_s: float = 0.8
     quality: QualitySettings = field(default_factory=QualitySettings)
+    # conversation memory and recency
+    history_char_budget: int = 6000  # earlier turns a prompt carries verbatim; past it, the running summary
+    default_window_days: dict[str, int] = field(default_factory=dict)  # collection -> days (002's window)
+    recency_half_life_days: float = 30.0  # recency words in the question: the retriever's decay
+    recency_floor: float = 0.3
 
 
 
@@ -141,7 +149,7 @@ class Planner:
             return s
         await self._read_question(ask, s)
         s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []),
-                                s.time_window, ask.document_ids)
+                                s.time_window + ("+latest" if s.recency else ""), ask.document_ids)
         started = time.perf_counter()
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
         with tracing.span("embedding"):
@@ -230,7 +238,9 @@ class Planner:
 
     async def _read_question(self, ask: AskInput, s: Strategy) -> None:
         """A time window, time hints and fund names in the question narrow the search when the user set
-        no filter; a context_window the user set is the window."""
+        no filter; a context_window the user set is the window. Words asking for the latest send the
+        time decay; a question with none of these searches the sources that have one within 002's
+        default window (the last N days)."""
         dated = bool(ask.start_date or ask.end_date)
         if ask.context_window:
             s.time_window = ask.context_window
@@ -239,6 +249,9 @@ class Planner:
         elif not dated and (hint := time_hint(ask.question, self.today())):
             s.filter = dataclasses.replace(s.filter, start_date=hint.start, end_date=hint.end)
             s.time_hint = hint.phrase
+        s.recency = recency_phrase(ask.question)
+        if not s.recency and not (dated or s.time_window or s.time_hint):
+            s.default_window = {c: d for c, d in self.settings.default_window_days.items() if c in s.collections}
         if not ask.selected_funds and (funds := mentioned_funds(ask.question, await self.known_funds(ask.tenant))):
             s.filter = dataclasses.replace(s.filter, any_of={"fund_name": funds})
             s.detected_funds = funds
@@ -279,39 +292,107 @@ class Planner:
                                               prompt=prompt)).upper()
         return "DIFFERENT" if "DIFFERENT" in text else "SAME" if "SAME" in text else ""
 
-    def _filter_for(self, collection: str, s: Strategy, ask: AskInput) -> SearchFilter:
+    def _filter_for(self, collection: str, s: Strategy, ask: AskInput, windowed: bool = True) -> SearchFilter:
+        """The collection's filter; `windowed` adds its default window (002), if it has one."""
         if collection == MEMORY_COLLECTION:  # past messages: the user's own, whatever the fund or date filter
-            return SearchFilter(tenant=ask.tenant, equals={"user_id": ask.user_id})
-        return s.filter
+            f = SearchFilter(tenant=ask.tenant, equals={"user_id": ask.user_id})
+        else:
+            f = s.filter
+        if windowed and (days := s.default_window.get(collection)):
+            today = self.today()
+            f = dataclasses.replace(f, start_date=(today - dt.timedelta(days=days)).isoformat(),
+                                    end_date=today.isoformat())
+        return f
+
+    def _relaxations(self, ask: AskInput, s: Strategy) -> Iterator[str]:
+        """Loosens, one at a time, the filters read from the question (never those the user set), for a
+        search they left with nothing. First the dates of a period it names: a note reporting on 2023 is
+        dated 2024, and the period's words still rank what mentions it. Then the funds it names (a source
+        may hold no fund names), but only with no dates or window left: those would be what found nothing,
+        and other funds' notes would not answer. A window such as "the last 24 hours" stays: there the
+        notes' own dates are what is asked."""
+        f = s.filter
+        if s.time_hint and not (ask.start_date or ask.end_date) and (f.start_date or f.end_date):
+            s.filter = dataclasses.replace(s.filter, start_date="", end_date="")
+            yield (f"dates read from the question ({s.time_hint!r}: {f.start_date}..{f.end_date}) matched nothing: "
+                   f"relaxed to every date")
+        undated = not (s.filter.start_date or s.filter.end_date or s.time_window not in ("", "all"))
+        if s.detected_funds and not ask.selected_funds and undated:
+            others = {k: v for k, v in s.filter.any_of.items() if k != "fund_name"}
+            s.filter = dataclasses.replace(s.filter, any_of=others)
+            yield f"funds read from the question ({', '.join(s.detected_funds)}) matched nothing: relaxed to every fund"
 
     async def _search(self, ask: AskInput, rt: router.Route, s: Strategy, vector: np.ndarray | None,
                       deadline: float) -> None:
-        """One search per collection side by side under the retrieval deadline; whatever arrives in time is used."""
-        ranking = boosts.Ranking(rt.min_similarity, ask.conversation_id, s.time_window, self.today().isoformat(),
-                                 linear=ask.notes_contract)
+        """One search per collection side by side under the retrieval deadline; whatever arrives in time
+        is used. Searches that find nothing are widened: a source's default window to every date (most
+        recent first), then the filters read from the question (`_relaxations`)."""
+        # Asked for the latest, a newer note a little less like the question competes (its decayed score
+        # decides) instead of being cut by the route's first similarity threshold.
+        latest = dict(half_life_days=self.settings.recency_half_life_days, decay_floor=self.settings.recency_floor)
+        ranking = boosts.Ranking(min(rt.min_similarity, router.FALLBACK_SIMILARITY) if s.recency else rt.min_similarity,
+                                 ask.conversation_id, s.time_window, self.today().isoformat(),
+                                 linear=ask.notes_contract, **(latest if s.recency else {}))
         if ranking.linear:
             s.reason += "; linear fusion 0.6 vector + 0.25 keyword + 0.15 recency (notes contract)"
+        if s.default_window:
+            s.reason += "; default window: " + ", ".join(f"{c} last {d} days" for c, d in s.default_window.items())
+        if s.recency:
+            s.reason += (f"; {s.recency!r} asks for the latest: time decay, half-life {ranking.half_life_days:g} days, "
+                         f"floor {ranking.decay_floor:g}")
         variants = [v for n in rt.question_numbers for v in (f"question {n}", f"problem {n}", f"{n}.")]
         variants = (variants + s.variants)[:MAX_VARIANTS]
+        left = lambda: max(0.05, deadline - time.monotonic())  # noqa: E731
 
         async def one(collection: str) -> SearchResult:
             with tracing.span("search", collection=collection):
                 return await searched(collection)
 
-        async def searched(collection: str) -> SearchResult:
-            f = dataclasses.replace(self._filter_for(collection, s, ask), doc_ids=ask.picked(collection))
-            options = boosts.options(collection, ranking)
-            left = lambda: max(0.05, deadline - time.monotonic())  # noqa: E731
+        def search(collection: str, f: SearchFilter, r: boosts.Ranking) -> Awaitable[SearchResult]:
+            return self.retriever.search(ask.question, [collection], f, max(rt.k, SEARCH_DEPTH), vector, left(),
+                                         variants, **boosts.options(collection, r))
+
+        async def find(collection: str, f: SearchFilter, r: boosts.Ranking) -> SearchResult:
+            f = dataclasses.replace(f, doc_ids=ask.picked(collection))
             # 001: the numbered items themselves first (those named, or all when all are asked for)
             if exact := await numbered_filter(self.retriever, rt.question_numbers, rt.all_questions, f, collection):
-                found = await self.retriever.search(ask.question, [collection], exact, max(rt.k, SEARCH_DEPTH),
-                                                    vector, left(), variants, **options)
+                found = await search(collection, exact, r)
                 if found.hits:
                     return found
-            return await self.retriever.search(ask.question, [collection], f, max(rt.k, SEARCH_DEPTH), vector,
-                                               left(), variants, **options)
+            found = await search(collection, f, r)
+            newest = max((h.chunk.date for h in found.hits), default="")
+            if r.flat_for(newest):  # nothing recent: the decay counts from the newest hit, so it still orders them
+                found = await search(collection, f, dataclasses.replace(r, now=newest))
+            return found
 
-        results = await asyncio.gather(*(one(c) for c in s.collections), return_exceptions=True)
+        async def searched(collection: str) -> SearchResult:
+            found = await find(collection, self._filter_for(collection, s, ask), ranking)
+            if found.hits or collection not in s.default_window:
+                return found
+            # 002's fallback: the window holds nothing, so every date, the most recent first
+            days = s.default_window[collection]
+            note = f"{collection}: nothing in the last {days} days: every date, most recent first"
+            if note not in s.relaxed:
+                s.relaxed.append(note)
+            return await find(collection, self._filter_for(collection, s, ask, windowed=False),
+                              dataclasses.replace(ranking, **latest))
+
+        hits = await self._gathered(s, [one(c) for c in s.collections])
+        relaxing = self._relaxations(ask, s)  # each step loosens s.filter when it is taken
+        while not hits and not s.unavailable and (note := next(relaxing, None)):
+            s.relaxed.append(note)
+            hits = await self._gathered(s, [one(c) for c in s.collections])
+        if s.relaxed:
+            s.reason += "; " + "; ".join(s.relaxed)
+        if s.unavailable:
+            s.reason += f"; no answer in time from {', '.join(s.unavailable)}: using what arrived"
+        if s.dense_skipped:
+            s.reason += "; embedder unavailable: keyword search only"
+        s.hits = sorted(hits, key=lambda h: -h.score)
+
+    async def _gathered(self, s: Strategy, searches: list[Awaitable[SearchResult]]) -> list[Hit]:
+        """The hits of the collections' searches, run side by side; each failure named in `s.unavailable`."""
+        results = await asyncio.gather(*searches, return_exceptions=True)
         hits: list[Hit] = []
         for collection, result in zip(s.collections, results):
             if isinstance(result, RagmeshError):
@@ -324,8 +405,4 @@ class Planner:
             s.candidate_count += result.candidate_count
             s.dense_skipped |= result.dense_skipped
             s.threshold_layer = max(s.threshold_layer, result.threshold_layer)
-        if s.unavailable:
-            s.reason += f"; no answer in time from {', '.join(s.unavailable)}: using what arrived"
-        if s.dense_skipped:
-            s.reason += "; embedder unavailable: keyword search only"
-        s.hits = sorted(hits, key=lambda h: -h.score)
+        return hits

@@ -137,16 +137,16 @@ def test_factsheets_are_grouped_one_block_per_factsheet(stack: Stack) -> None:
 
 def test_background_summary_and_memory_embedding(stack: Stack) -> None:
     gw = gateway(stack)
-    saved = gw.memory.summary_after_turns
+    saved = gw.memory.history_char_budget
     user = "user-memory"
     try:
-        gw.memory.summary_after_turns = 2
+        gw.memory.history_char_budget = 10  # turn 1 stops fitting once turn 2 is in
         conv = one(ask(stack, "What did Kestrel do with its Brazil exposure?", user_id=user),
                    "strategy")["conversation_id"]
         ask(stack, "Who joined Harborview as head of short research?", conversation_id=conv, user_id=user)
         stack.call(gw.memory.idle())
     finally:
-        gw.memory.summary_after_turns = saved
+        gw.memory.history_char_budget = saved
     summary = gw.store.conversation_summary(conv)
     assert "Brazil" in summary or "Lindgren" in summary
     # conversation memory is read for its author only: as the gateway reads it, for the user

@@ -27,6 +27,7 @@ def _remembered(stack: Stack, conversation_id: str) -> list[str]:
 def test_a_turns_memory_is_written_after_the_settle_time_and_waiting_for_it_writes_it(
         stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
     memory = stack.app("gateway").memory
+    stack.call(memory.idle(), timeout=60)  # earlier tests' background work is not counted as this turn's
     monkeypatch.setattr(memory, "settle_s", SETTLE_S)
     ingests: list[int] = []  # the memory's ingest calls to the retriever, when they start
     real_ingest = memory.retriever.ingest

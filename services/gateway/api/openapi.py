@@ -137,6 +137,12 @@ class Strategy(_Exact):
     rerank_count: int = Field(description="Candidates the model reranked (0: none)")
     quality: list[QualityStep]
     followup: Followup
+    recency: str = Field(description="Words asking for the latest (e.g. 'latest', 'as of now') that sent the "
+                                     "retriever's time decay; empty: none")
+    default_window: dict[str, int] = Field(description="Collections searched within their default window "
+                                                       "(DEFAULT_WINDOW_DAYS): collection -> days")
+    relaxed: list[str] = Field(description="Filters read from the question, or a default window, that found "
+                                           "nothing and were loosened, each with why")
 
 
 class Retrieval(_Exact):
