@@ -39,7 +39,14 @@ class AskRequest(_message.Message):
     def __init__(self, question: _Optional[str] = ..., data_sources: _Optional[_Iterable[str]] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., selected_funds: _Optional[_Iterable[str]] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., top_k: _Optional[int] = ..., document_ids: _Optional[_Iterable[str]] = ..., persona: _Optional[str] = ..., context_window: _Optional[str] = ...) -> None: ...
 
 class Strategy(_message.Message):
-    __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks", "retrieval", "dense_skipped", "unavailable", "threshold_layer", "time_hint", "detected_funds", "context_chars", "corrections", "model", "variants", "rerank_count", "quality", "time_window")
+    __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks", "retrieval", "dense_skipped", "unavailable", "threshold_layer", "time_hint", "detected_funds", "context_chars", "corrections", "model", "variants", "rerank_count", "quality", "time_window", "embed_ms", "search_ms", "followup", "recency", "default_window", "relaxed")
+    class DefaultWindowEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     ROUTE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     CACHE_HIT_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +71,12 @@ class Strategy(_message.Message):
     RERANK_COUNT_FIELD_NUMBER: _ClassVar[int]
     QUALITY_FIELD_NUMBER: _ClassVar[int]
     TIME_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    EMBED_MS_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_MS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWUP_FIELD_NUMBER: _ClassVar[int]
+    RECENCY_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    RELAXED_FIELD_NUMBER: _ClassVar[int]
     route: str
     reason: str
     cache_hit: bool
@@ -88,7 +101,23 @@ class Strategy(_message.Message):
     rerank_count: int
     quality: _containers.RepeatedCompositeFieldContainer[QualityStep]
     time_window: str
-    def __init__(self, route: _Optional[str] = ..., reason: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., k: _Optional[int] = ..., candidate_count: _Optional[int] = ..., retrieval_ms: _Optional[float] = ..., conversation_id: _Optional[str] = ..., cache_key: _Optional[str] = ..., chunks: _Optional[int] = ..., retrieval: _Optional[str] = ..., dense_skipped: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., threshold_layer: _Optional[int] = ..., time_hint: _Optional[str] = ..., detected_funds: _Optional[_Iterable[str]] = ..., context_chars: _Optional[int] = ..., corrections: _Optional[int] = ..., model: _Optional[str] = ..., variants: _Optional[_Iterable[str]] = ..., rerank_count: _Optional[int] = ..., quality: _Optional[_Iterable[_Union[QualityStep, _Mapping]]] = ..., time_window: _Optional[str] = ...) -> None: ...
+    embed_ms: float
+    search_ms: float
+    followup: Followup
+    recency: str
+    default_window: _containers.ScalarMap[str, int]
+    relaxed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, route: _Optional[str] = ..., reason: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., k: _Optional[int] = ..., candidate_count: _Optional[int] = ..., retrieval_ms: _Optional[float] = ..., conversation_id: _Optional[str] = ..., cache_key: _Optional[str] = ..., chunks: _Optional[int] = ..., retrieval: _Optional[str] = ..., dense_skipped: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., threshold_layer: _Optional[int] = ..., time_hint: _Optional[str] = ..., detected_funds: _Optional[_Iterable[str]] = ..., context_chars: _Optional[int] = ..., corrections: _Optional[int] = ..., model: _Optional[str] = ..., variants: _Optional[_Iterable[str]] = ..., rerank_count: _Optional[int] = ..., quality: _Optional[_Iterable[_Union[QualityStep, _Mapping]]] = ..., time_window: _Optional[str] = ..., embed_ms: _Optional[float] = ..., search_ms: _Optional[float] = ..., followup: _Optional[_Union[Followup, _Mapping]] = ..., recency: _Optional[str] = ..., default_window: _Optional[_Mapping[str, int]] = ..., relaxed: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Followup(_message.Message):
+    __slots__ = ("rework", "signal", "detail")
+    REWORK_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    rework: bool
+    signal: str
+    detail: str
+    def __init__(self, rework: _Optional[bool] = ..., signal: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class QualityStep(_message.Message):
     __slots__ = ("step", "status", "ms", "detail")

@@ -52,6 +52,9 @@ def event_to_proto(event: Event) -> gateway_pb2.ChatEvent:
             detected_funds=value.detected_funds, context_chars=value.context_chars,
             corrections=value.corrections, model=value.model, variants=value.variants,
             rerank_count=value.rerank_count, quality=[gateway_pb2.QualityStep(**asdict(q)) for q in value.quality],
+            embed_ms=value.embed_ms, search_ms=value.search_ms,
+            followup=gateway_pb2.Followup(**asdict(value.followup)) if value.followup else None,
+            recency=value.recency, default_window=value.default_window, relaxed=value.relaxed,
         ))
     if kind == "citations":
         return gateway_pb2.ChatEvent(citations=gateway_pb2.Citations(
