@@ -57,3 +57,17 @@ def test_the_first_piece_cites_a_given_block() -> None:
     piece = asyncio.run(first())
     assert piece.startswith("Here is what the sources say:")
     assert {int(n) for n in re.findall(r"\[(\d+)\]", piece)} & {1, 2, 3}
+
+
+def test_a_question_that_only_says_what_to_do_quotes_each_sources_opening() -> None:
+    answer = run(GenerationRequest("extractive", "Summarize that", BLOCKS[:2]))
+    assert answer != NOTHING_RELEVANT
+    assert "12% to 4% in March 2024. [1]" in answer and "Northwind returned 3.2% in Q2. [2]" in answer
+    assert "weather" not in answer and "India" not in answer, "one opening sentence a source"
+
+
+def test_an_ampersand_term_is_one_word_of_the_question() -> None:
+    blocks = [block(1, "Solstice gained 4.1% in August. M&A was the main driver."),
+              block(2, "Solstice gained 2.8% in July.")]
+    answer = run(GenerationRequest("extractive", "What did Solstice gain from M&A?", blocks))
+    assert "M&A was the main driver. [1]" in answer

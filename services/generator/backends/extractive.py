@@ -35,6 +35,12 @@ _IRREGULAR = {  # the forms a question and a note use for the same event that no
     "fallen": "fall", "grew": "grow", "grown": "grow", "sold": "sell", "bought": "buy", "held": "hold",
     "made": "make", "won": "win", "gains": "gain", "gained": "gain",
 }
+# Words that say what to do with the sources, not what to look for: a question of nothing else ("Summarize
+# that") is answered with each source's opening sentences.
+INSTRUCTIONS = ("summarize", "summarise", "summary", "explain", "elaborate", "tell", "more", "list", "recap",
+                "remind", "describe", "detail", "details", "again", "please", "simpler", "words", "points", "give",
+                "overview", "briefly", "short", "shorter")
+_AMPERSAND = re.compile(r"\b[a-z]&[a-z]\b")  # M&A, R&D, S&P: one term, not two letters
 ASKED_WEIGHT = 3.0  # a sentence holding the kind of thing asked for, against one that only shares words
 METADATA_WEIGHT = 0.9  # a metadata sentence yields to the text's own sentence that says as much
 
@@ -62,7 +68,10 @@ def _stem(token: str) -> str:
 
 
 def _stems(text: str) -> set[str]:
-    return {_stem(t) for t in tokenize(text)}
+    return {_stem(t) for t in tokenize(text)} | set(_AMPERSAND.findall(text.lower()))
+
+
+_INSTRUCTION_STEMS = {_stem(w) for w in INSTRUCTIONS}
 
 
 class ExtractiveBackend:
@@ -108,6 +117,8 @@ class ExtractiveBackend:
 
     def _from_blocks(self, question: str, blocks: list[ContextBlock]) -> str:
         terms = _stems(question)
+        if not terms - _INSTRUCTION_STEMS:
+            return self._openings(blocks)
         kinds = asked(question)
         candidates = [  # (block, sentence, weight): the text's sentences, then what the metadata says
             (block, sentence, 1.0)
@@ -118,7 +129,7 @@ class ExtractiveBackend:
         # Inverse frequency over the candidate sentences: rare question terms count more.
         df = Counter(t for tokens in stems for t in tokens)
         n = len(candidates) or 1
-        scored: list[_Scored] = []
+        scores: dict[int, float] = {}
         for order, ((block, sentence, weight), tokens) in enumerate(zip(candidates, stems)):
             matched = terms & tokens
             if not matched:
@@ -127,8 +138,9 @@ class ExtractiveBackend:
             score *= 1.0 / (1 + 0.05 * (block.index - 1))  # earlier blocks ranked higher by retrieval
             if kinds and carries(sentence, kinds, block):
                 score *= ASKED_WEIGHT
-            scored.append(_Scored(score, block, sentence, order))
-        scored.sort(key=lambda s: (-s.score, s.order))
+            scores[order] = score
+        scored = sorted((_Scored(score, candidates[o][0], candidates[o][1], o) for o, score in scores.items()),
+                        key=lambda s: (-s.score, s.order))
         floor = scored[0].score * self.min_relative_score if scored else 0.0
         chosen: list[_Scored] = []
         for s in scored:
@@ -150,6 +162,16 @@ class ExtractiveBackend:
         if conflicts := find_conflicts(relevant):
             lines += ["", "**Conflicting information**", ""] + [f"- {c.describe()}" for c in conflicts]
         return "\n".join(lines)
+
+    def _openings(self, blocks: list[ContextBlock]) -> str:
+        """A question that only says what to do with the sources ("Summarize that"): each source's
+        opening sentence, in the order retrieval ranked them."""
+        lines = ["Here is what the sources say:", ""]
+        for block in blocks[: self.max_sentences]:
+            if sentences := split_sentences(block.text):
+                label = f"**{block.label}**: " if block.label else ""
+                lines.append(f"- {label}{sentences[0]} [{block.index}]")
+        return "\n".join(lines) if len(lines) > 2 else NOTHING_RELEVANT
 
     def _from_history(self, request: GenerationRequest) -> str:
         """No context blocks but a conversation: restate the points already made."""
