@@ -69,5 +69,5 @@ def test_a_question_that_only_says_what_to_do_quotes_each_sources_opening() -> N
 def test_an_ampersand_term_is_one_word_of_the_question() -> None:
     blocks = [block(1, "Solstice gained 4.1% in August. M&A was the main driver."),
               block(2, "Solstice gained 2.8% in July.")]
-    answer = run(GenerationRequest("extractive", "What did Solstice gain from M&A?", blocks))
+    answer = run(GenerationRequest("extractive", "What did Solstice say about M&A?", blocks))
     assert "M&A was the main driver. [1]" in answer

@@ -6,7 +6,7 @@ import pytest
 
 from ragmesh.types import Chunk, ContextBlock
 from services.generator.backends import GenerationRequest
-from services.generator.backends.answer_kinds import DATE, FIGURE, PERSON, asked
+from services.generator.backends.answer_kinds import DATE, FIGURE, PERSON, REASON, asked
 from services.generator.backends.extractive import ExtractiveBackend
 
 ALTAIR = {"fund_name": "Altair Credit Opportunities", "manager": "Priya Raman"}
@@ -23,7 +23,9 @@ def first_line(question: str, blocks: list[ContextBlock]) -> str:
 @pytest.mark.parametrize(("question", "kinds"), [
     ("Who manages Altair Credit Opportunities?", {PERSON}),
     ("Which Altair executive left in June 2024?", {PERSON}),
-    ("How much did Northwind lose in August 2024, and what caused it?", {FIGURE}),
+    ("How much did Northwind lose in August 2024, and what caused it?", {FIGURE, REASON}),
+    ("Why did Kestrel rally in September 2024?", {REASON}),
+    ("What did Solstice gain from M&A?", {FIGURE}),
     ("What was Kestrel's 2025 full-year return?", {FIGURE}),
     ("When did Meridian close to new investors, and at what capacity?", {DATE, FIGURE}),
     ("What did Kestrel say about Brazil?", set()),
@@ -44,6 +46,13 @@ def test_who_is_answered_from_the_metadata_when_the_text_names_no_one() -> None:
                        "holds 68 issuers.", **ALTAIR)]
     line = first_line("Who manages Altair Credit Opportunities?", blocks)
     assert line == "- **Block 1**: Altair Credit Opportunities is managed by Priya Raman. [1]"
+
+
+def test_why_prefers_the_sentence_that_tells_the_cause() -> None:
+    blocks = [block(1, "September was the fund's best month, up 5.8%. "
+                       "In late September, Chinese policymakers announced broad monetary and fiscal support.",
+                    fund_name="Kestrel Emerging Markets")]
+    assert "announced" in first_line("Why did Kestrel rally in September 2024?", blocks)
 
 
 def test_how_much_prefers_the_sentence_with_the_figure() -> None:

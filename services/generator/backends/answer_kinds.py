@@ -1,6 +1,7 @@
 """What a question asks for (a person, a figure, a date) and whether a sentence carries it, so an
 answer quoted from the context leads with the sentences that hold the thing asked: "Who manages
-Altair?" wants a name, "How much did Northwind lose?" a figure, "When did Meridian close?" a date.
+Altair?" wants a name, "How much did Northwind lose?" a figure, "When did Meridian close?" a date,
+"Why did Kestrel rally?" a cause.
 Rules, no model: the offline backend must do it too. A block's metadata says some of these
 things better than its text (the manager of a meeting note's fund, a factsheet's report date),
 so they are offered as sentences of their own."""
@@ -11,7 +12,7 @@ import re
 from ragmesh.text import STOPWORDS
 from ragmesh.types import ContextBlock
 
-PERSON, FIGURE, DATE = "person", "figure", "date"
+PERSON, FIGURE, DATE, REASON = "person", "figure", "date", "reason"
 
 _ROLES = r"(?:executives?|managers?|analysts?|persons?|people|partners?|pms?|co-pms?|hires?|employees?|ceos?|cios?|heads?)"
 _ASKS = {
@@ -20,9 +21,11 @@ _ASKS = {
         r"\bhow\s+(?:much|many|large|big|high|low|far|deep|strong|weak)\b|\bat\s+what\s+(?:capacity|level|price|size)\b"
         r"|\bwhat\s+(?:\w+\s+)?(?:percentage|percent|share|size|returns?|premium|price|cost|level|weight|amount|aum"
         r"|figure|capacity|loss|gain|drawdown|exposure|yield|spread)\b"
-        r"|\b(?:returns?|aum|size|premium|loss|capacity|drawdown|weight|cost|lose|lost|recover(?:ed)?|paid)\b.*\?\s*$",
+        r"|\b(?:returns?|aum|size|premium|loss|capacity|drawdown|weight|cost|lose|lost|recover(?:ed)?|paid|gain(?:ed)?|earn(?:ed)?"
+        r"|make|made)\b.*\?\s*$",
         re.I),
     DATE: re.compile(r"\bwhen\b|\b(?:what|which)\s+(?:date|day|month|year|quarter|week)\b|\bsince\s+when\b", re.I),
+    REASON: re.compile(r"\bwhy\b|\bwhat\s+(?:caused|drove|led\s+to|explains)\b|\breasons?\s+(?:for|behind)\b", re.I),
 }
 
 _MONTH = r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|" \
@@ -31,6 +34,9 @@ _CARRIES = {
     FIGURE: re.compile(r"[$€£]\s?\d|(?<![\w.])[-+\u2212]?\d+(?:[.,]\d+)*\s?(?:%|bp\b|bps\b|bn\b|billion|million|"
                        r"m\b|x\b|cents?\b|percent|per\s+cent)"),
     DATE: re.compile(rf"\b{_MONTH}\b|\b\d{{4}}-\d{{2}}-\d{{2}}\b|\bQ[1-4]\b|\b(?:19|20)\d{{2}}\b"),
+    # A cause told: "because", "driven by", "after policymakers announced ...".
+    REASON: re.compile(r"\b(?:because|due\s+to|driven\s+by|drove|thanks\s+to|as\s+a\s+result|following|announced|"
+                       r"led\s+to|caused|on\s+the\s+back\s+of|amid|since\s+(?:the|it|we))\b", re.I),
 }
 # Runs of capitalised words: a person's name is two or three of them (after any stopword such as a
 # sentence's first "The"), that are not all words of the block's fund.
