@@ -298,3 +298,101 @@ def test_index_rebuild_runs_from_a_shell_with_a_milvus_lite_file(tmp_path: Path)
                               capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
         assert done.returncode == 0, done.stderr[-2000:]
         assert "rebuilt c: 2 chunks" in done.stdout
+
+
+class Calls:
+    """The Milvus client's calls a test is watching, by method name."""
+
+    def __init__(self, b: MilvusBackend, monkeypatch, names: tuple[str, ...] = ("delete", "query", "upsert")) -> None:
+        self.made: list[tuple[str, tuple, dict]] = []
+        for name in names:
+            real = getattr(b.client, name)
+            monkeypatch.setattr(b.client, name, self._watch(name, real))
+
+    def _watch(self, name: str, real):
+        def call(*args, **kwargs):
+            self.made.append((name, args, kwargs))
+            return real(*args, **kwargs)
+        return call
+
+    def of(self, name: str, table: str | None = None) -> list[dict]:
+        return [kwargs for n, args, kwargs in self.made if n == name and (table is None or args[0] == table)]
+
+
+def pks(b: MilvusBackend, tenant: str = "t") -> set[str]:
+    """Primary keys of every row of the tenant's collection "c"."""
+    return {r["pk"] for r in b.client.query(rows_name(b, tenant), filter="chunk_index >= 0", output_fields=["pk"])}
+
+
+def pk(tenant: str, doc_id: str, chunk_id: str) -> str:
+    return rows.digest("chunk", tenant, doc_id, chunk_id)
+
+
+def test_new_documents_are_written_without_a_delete_or_a_query(uri: str, store, monkeypatch) -> None:
+    b = backend(uri, "fresh_")
+    b.warm_up(store, Path(), store.version())
+    calls = Calls(b, monkeypatch)
+    committer = Committer(store, b)
+    committer.replace([document("a", "alpha", 3), document("b", "beta", 2), document("a", "alpha", 1, "u")])
+    committer.replace([document("c", "gamma", 2)])
+    assert calls.of("delete") == [] and calls.of("query") == [], "a document seen for the first time deletes nothing"
+    assert len(calls.of("upsert", rows_name(b))) == 2, "one upsert of rows a write, whatever its documents"
+    assert len(found(b)) == 7 and found(b, "u") == ["alpha lantern rules 0"]
+
+
+def test_a_replaced_document_loses_exactly_its_dropped_chunks_by_primary_key(uri: str, store, monkeypatch) -> None:
+    b = backend(uri, "dropped_")
+    b.warm_up(store, Path(), store.version())
+    committer = Committer(store, b)
+    record, stored = document("a", "old", 4)
+    committer.replace([(record, stored), document("b", "other", 2)])
+    calls = Calls(b, monkeypatch)
+    kept = [stored[0], stored[2]]
+    added = document("a", "new", 1)[1][0]
+    added.chunk.chunk_id = "t/c/a#new"
+    committer.replace([(record, kept + [added])])
+    deletes = calls.of("delete", rows_name(b))
+    assert deletes == [{"ids": sorted([pk("t", "a", "t/c/a#1"), pk("t", "a", "t/c/a#3")])}]
+    assert calls.of("query") == [] and all("filter" not in kwargs for kwargs in calls.of("delete"))
+    assert pks(b) == {pk("t", "a", c) for c in ("t/c/a#0", "t/c/a#2", "t/c/a#new", )} | {
+        pk("t", "b", "t/c/b#0"), pk("t", "b", "t/c/b#1")}
+    committer.delete("t", "c", ["a"])
+    assert pks(b) == {pk("t", "b", "t/c/b#0"), pk("t", "b", "t/c/b#1")}
+
+
+def test_a_crash_between_the_upsert_and_the_delete_is_cleaned_up_at_the_next_start(uri: str, store,
+                                                                                    monkeypatch) -> None:
+    """The record of what Milvus holds is widened before the rows are written: a writer killed after
+    writing the new rows and before deleting the old ones leaves both, the search shows the new version
+    only, and the next start deletes the old rows."""
+    first = backend(uri, "halfway_")
+    first.warm_up(store, Path(), store.version())
+    committer = Committer(store, first)
+    committer.replace([version("v0", 3)])
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed between the upsert and the delete")
+
+    monkeypatch.setattr(first.client, "delete", killed)
+    with pytest.raises(RuntimeError):
+        committer.replace([version("v1", 2)])
+    assert len(pks(first)) == 5 and versions_seen(first) == {"v1"}
+    monkeypatch.undo()
+    restarted = backend(uri, "halfway_")
+    restarted.warm_up(store, Path(), store.version())
+    assert pks(restarted) == {pk("t", "a", f"t/c/a#{i}-v1") for i in range(2)}
+    assert found(restarted) == ["v1 lantern rules 0", "v1 lantern rules 1"]
+
+
+def test_a_document_past_one_record_row_keeps_exact_keys(uri: str, store, monkeypatch) -> None:
+    """Keys past held.PER_ROW go on in further rows of the record; shrinking drops those rows."""
+    monkeypatch.setattr(held, "PER_ROW", 2)
+    b = backend(uri, "long_")
+    b.warm_up(store, Path(), store.version())
+    committer = Committer(store, b)
+    for marker, chunks in (("five", 5), ("one", 1), ("three", 3)):
+        committer.replace([version(marker, chunks)])
+        assert pks(b) == {pk("t", "a", f"t/c/a#{i}-{marker}") for i in range(chunks)}
+        assert versions_seen(b) == {marker}
+    record = held.name("long_", "c")
+    assert len(b.client.query(record, filter='key != ""', output_fields=["key"])) == 2, "3 keys: two rows of 2"
