@@ -1,8 +1,9 @@
 """The Milvus backend against the store, the system of record: a retriever on an empty Milvus
 loads the store, a crash between the store write and the Milvus write is repaired at the next
-start, `ragmesh index rebuild` reloads from the store, and bad settings stop the retriever at
-start with one line. One milvus-lite file for the module; each test has collections of its own
-(MILVUS_PREFIX)."""
+start (and on the memory engine, the same tests), `ragmesh index rebuild` reloads from the store,
+a write deletes exactly what a document dropped, by primary key, and bad settings stop the
+retriever at start with one line. One milvus-lite file for the module; each test has collections
+of its own (MILVUS_PREFIX)."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,6 +22,8 @@ from ragmesh.identity.authenticator import ConfigError
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import Chunk, DocumentRecord, SearchFilter, StoredChunk
 from services.retriever.app import make_backend
+from services.retriever.backend import SearchBackend
+from services.retriever.index import IndexRegistry
 from services.retriever.ingest.commit import Committer
 from services.retriever.milvus import MilvusBackend, MilvusConfig, sync
 from services.retriever.milvus import backend as milvus_backend
@@ -53,7 +56,12 @@ def document(doc_id: str, marker: str, chunks: int, tenant: str = "t") -> tuple[
                                 rng.standard_normal(DIM).astype(np.float32)) for i in range(chunks)]
 
 
-def found(b: MilvusBackend, tenant: str = "t") -> list[str]:
+def either(kind: str, uri: str, prefix: str) -> SearchBackend:
+    """A backend of the kind: Milvus on the module's file, or the memory engine."""
+    return backend(uri, prefix) if kind == "milvus" else IndexRegistry(DIM)
+
+
+def found(b: SearchBackend, tenant: str = "t") -> list[str]:
     """Every chunk text of the tenant a lexical search finds."""
     r = b.search("c", ["lantern"], None, 100, SearchFilter(tenant=tenant))
     return sorted(chunk.text for chunk in r.chunks.values()) if r else []
@@ -71,9 +79,11 @@ def test_a_retriever_on_an_empty_milvus_loads_the_store(uri: str, store) -> None
     assert again.endswith("0 documents replayed since 1")
 
 
-def test_a_crash_between_the_store_and_milvus_is_repaired_at_the_next_start(uri: str, store, monkeypatch) -> None:
-    first = backend(uri, "crash_")
-    first.warm_up(store, Path(), store.version())
+@pytest.mark.parametrize("kind", ["memory", "milvus"])
+def test_a_crash_between_the_store_and_the_index_is_repaired_at_the_next_start(kind: str, uri: str, store, tmp_path,
+                                                                                monkeypatch) -> None:
+    first = either(kind, uri, "crash_")
+    first.warm_up(store, tmp_path, store.version())
     committer = Committer(store, first)
     committer.replace([document("a", "old", 3)])
     assert found(first) == [f"old lantern rules {i}" for i in range(3)]
@@ -86,9 +96,9 @@ def test_a_crash_between_the_store_and_milvus_is_repaired_at_the_next_start(uri:
         committer.replace([document("a", "new", 1)])
     assert store.document_chunks("t", "c", "a")[0].chunk.text == "new lantern rules 0"
     assert found(first) == [f"old lantern rules {i}" for i in range(3)], "the old version stays searchable"
-    restarted = backend(uri, "crash_")
-    done = restarted.warm_up(store, Path(), store.version())
-    assert "1 documents replayed" in done
+    restarted = either(kind, uri, "crash_")
+    done = restarted.warm_up(store, tmp_path, store.version())
+    assert "1 documents replayed" in done if kind == "milvus" else "rebuilt from the store" in done
     assert found(restarted) == ["new lantern rules 0"]
 
 
@@ -238,29 +248,31 @@ def version(marker: str, chunks: int) -> tuple[DocumentRecord, list[StoredChunk]
     return record, stored
 
 
-def versions_seen(b: MilvusBackend) -> set[str]:
+def versions_seen(b: SearchBackend) -> set[str]:
     return {text.split()[0] for text in found(b)}
 
 
-def test_a_replaced_document_is_never_seen_in_two_versions(uri: str, store, monkeypatch) -> None:
+@pytest.mark.parametrize("kind", ["memory", "milvus"])
+def test_a_replaced_document_is_never_seen_in_two_versions(kind: str, uri: str, store, tmp_path, monkeypatch) -> None:
     """Searches run while a document is replaced again and again: each sees the old or the new
-    version, never chunks of both (one search is made to run exactly between Milvus's upsert of
-    the new rows and its delete of the old ones)."""
-    b = backend(uri, "swap_")
-    b.warm_up(store, Path(), store.version())
+    version, never chunks of both (on Milvus, one search is made to run exactly between the upsert
+    of the new rows and the delete of the old ones)."""
+    b = either(kind, uri, "swap_")
+    b.warm_up(store, tmp_path, store.version())
     committer = Committer(store, b)
     committer.replace([version("v0", 3)])
-    in_window: list[set[str]] = []
-    delete = b.client.delete
+    if isinstance(b, MilvusBackend):
+        in_window: list[set[str]] = []
+        delete = b.client.delete
 
-    def delete_after_a_search(*args, **kwargs):
-        in_window.append(versions_seen(b))
-        return delete(*args, **kwargs)
+        def delete_after_a_search(*args, **kwargs):
+            in_window.append(versions_seen(b))
+            return delete(*args, **kwargs)
 
-    monkeypatch.setattr(b.client, "delete", delete_after_a_search)
-    committer.replace([version("v1", 2)])
-    assert in_window == [{"v1"}], "a search between the upsert and the delete saw both versions"
-    monkeypatch.setattr(b.client, "delete", delete)
+        monkeypatch.setattr(b.client, "delete", delete_after_a_search)
+        committer.replace([version("v1", 2)])
+        assert in_window == [{"v1"}], "a search between the upsert and the delete saw both versions"
+        monkeypatch.setattr(b.client, "delete", delete)
 
     stop = threading.Event()
     seen: list[set[str]] = []
