@@ -38,7 +38,7 @@ import numpy as np
 from bench import scifact_eval
 from bench.search_bench import (
     CHUNKS_PER_DOC, COLLECTION, REPO, TEN_PERCENT, TOP_K, RetrieverProcess, Section, SyntheticCorpus, Target,
-    channel, chunk_message, log, percentiles, search_request,
+    channel, chunk_message, log, percentiles, render, search_request,
 )
 from ragmesh import convert
 from ragmesh.config import Settings
@@ -361,6 +361,7 @@ def run_backends(n_chunks: int, n_queries: int, scifact: Path, quick: bool) -> S
             (folder / part).mkdir()
         synthetic(section, n_chunks, n_queries, folder / "synthetic")
         replica_start(section, SyntheticCorpus(min(n_chunks, MILVUS_CHUNKS)), folder / "replicas")
+        log(f"backends: so far\n{render([section])}")  # SciFact's ingest embeds with the local model: minutes
         data = scifact_eval.load_scifact(scifact)
         if quick:
             data = scifact_eval.subset(data, scifact_eval.QUICK_QUERIES, scifact_eval.QUICK_DISTRACTORS)

@@ -422,10 +422,12 @@ class MilvusBackend:
             for doc, old in before.items():
                 dropped.setdefault(doc[0], set()).update(set(old) - set(keys[doc]))
             for tenant, pks in dropped.items():
-                if pks and self._holds(collection, tenant):
-                    for start in range(0, len(pks), held.DELETE_KEYS):
-                        self._call(self.client.delete, self._table(collection, tenant),
-                                   ids=sorted(pks)[start:start + held.DELETE_KEYS])
+                if not pks or not self._holds(collection, tenant):
+                    continue
+                ordered = sorted(pks)
+                for start in range(0, len(ordered), held.CALL_KEYS):
+                    self._call(self.client.delete, self._table(collection, tenant),
+                               ids=ordered[start:start + held.CALL_KEYS])
             narrower = {doc: keys[doc] for doc, old in before.items() if set(old) - set(keys[doc])}
             held.write(self, record, narrower, {**before, **wider})
 
@@ -474,9 +476,9 @@ class MilvusBackend:
         for tenant in {tenant for tenant, _ in named}:
             owner = {pk: doc for doc, pks in named.items() if doc[0] == tenant for pk in pks}
             ids = list(owner)
-            for start in range(0, len(ids), held.DELETE_KEYS):
+            for start in range(0, len(ids), held.CALL_KEYS):
                 for r in self._call(self.client.get, self._table(collection, tenant),
-                                    ids=ids[start:start + held.DELETE_KEYS], output_fields=["pk"]):
+                                    ids=ids[start:start + held.CALL_KEYS], output_fields=["pk"]):
                     count[owner[r["pk"]]] = count.get(owner[r["pk"]], 0) + 1
         return count
 

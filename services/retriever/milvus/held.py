@@ -33,7 +33,7 @@ SUFFIX = "_m"
 KEY_CHARS = 32
 PER_ROW = rows.MAX_VARCHAR // KEY_CHARS  # 2,047 keys a row
 WRITE_ROWS = 256  # entries an upsert (a full one is 64 KB: 16 MB at most, below gRPC's message limit)
-DELETE_KEYS = 4096  # keys a point read or delete names
+CALL_KEYS = 4096  # keys one point read or delete by key names
 Keys = dict[DocKey, list[str]]
 
 
@@ -72,8 +72,8 @@ def read(backend: "MilvusBackend", table: str, docs: list[DocKey]) -> Keys:
     parts = {by_key[row["key"]]: _parts(int(row["count"])) for row in first}
     more = {_key(doc, p): (doc, p) for doc, n in parts.items() for p in range(1, n)}
     texts = {(by_key[row["key"]], 0): row["keys"] for row in first}
-    for start in range(0, len(more), DELETE_KEYS):
-        ids = list(more)[start:start + DELETE_KEYS]
+    for start in range(0, len(more), CALL_KEYS):
+        ids = list(more)[start:start + CALL_KEYS]
         texts |= {more[row["key"]]: row["keys"]
                   for row in backend._call(backend.client.get, table, ids=ids, output_fields=["key", "keys"])}
     out: Keys = {}
@@ -97,5 +97,5 @@ def write(backend: "MilvusBackend", table: str, entries: Keys, before: Keys) -> 
         surplus += [_key(doc, p) for p in range(n, _parts(len(before.get(doc, []))))]
     for start in range(0, len(upserts), WRITE_ROWS):
         backend._call(backend.client.upsert, table, upserts[start:start + WRITE_ROWS])
-    for start in range(0, len(surplus), DELETE_KEYS):
-        backend._call(backend.client.delete, table, ids=surplus[start:start + DELETE_KEYS])
+    for start in range(0, len(surplus), CALL_KEYS):
+        backend._call(backend.client.delete, table, ids=surplus[start:start + CALL_KEYS])

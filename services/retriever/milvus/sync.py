@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from itertools import groupby
 from dataclasses import asdict
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 from pymilvus import DataType, MilvusClient
