@@ -81,6 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS), help="parts to run")
     parser.add_argument("--queries", type=int, default=None, help="timed queries per search mode (default 300)")
     parser.add_argument("--scifact", type=Path, default=scifact_eval.DEFAULT_PATH, help="BEIR SciFact folder")
+    parser.add_argument("--no-model", action="store_true",
+                        help="backends: SciFact embedded with stand-in vectors instead of the local model (minutes less)")
     parser.add_argument("--results", type=Path, default=Path(time.strftime("bench-results-%Y%m%d-%H%M%S.md")),
                         help="where each part's figures are written as it ends (default: bench-results-<time>.md)")
     args = parser.parse_args(argv)
@@ -112,7 +114,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
     if "auth" in args.only:
         steps.append(("auth", partial(run_auth, 500 if quick else 5000, 100 if quick else 10_000)))
     if "backends" in args.only:
-        steps.append(("backends", partial(run_backends, size, args.queries, args.scifact, quick)))
+        steps.append(("backends", partial(run_backends, size, args.queries, args.scifact, quick, not args.no_model)))
     if "load" in args.only:
         steps.append(("load", partial(run_load, quick)))
     if "metrics" in args.only:
