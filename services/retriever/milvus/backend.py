@@ -48,7 +48,8 @@ import json
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +81,7 @@ NAMES_TTL_S = 2.0  # how long the list of collections is trusted: another replic
 _EMPTY = (np.zeros(0, np.int64), np.zeros(0, np.float32))
 # Dense and lexical searches of one request run side by side (and the filter's count beside them).
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="milvus")
+_WRITES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="milvus-write")  # one upsert in flight
 
 
 def _newest(lists: list[list[dict]]) -> dict[tuple[str, str], int]:
@@ -401,23 +403,20 @@ class MilvusBackend:
         are deleted, by key (held.py says which: a new document deletes nothing). A search meanwhile
         sees the old or the new version of a document (the rows carry when they were written, see
         _newest), never both and never none of the kept chunks."""
-        docs = dict(changes)  # the last change of a document wins
+        docs = {doc: self._indexed(collection, chunks) for doc, chunks in changes}  # a document's last change wins
         with self._write:
-            written = time.time_ns()
-            analyze = self.analyzer(collection).analyze
-            new = {doc: self._to_rows(collection, chunks, analyze, written) for doc, chunks in docs.items()}
-            for tenant in sorted({tenant for (tenant, _), doc_rows in new.items() if doc_rows}):
+            for tenant in sorted({tenant for (tenant, _), chunks in docs.items() if chunks}):
                 if not self._holds(collection, tenant):
                     self.create(collection, tenant)
             record = self._held_table(collection)
             if record is None:
                 return  # nothing indexed of the collection, and nothing to index
-            keys = {doc: [r["pk"] for r in doc_rows] for doc, doc_rows in new.items()}
+            keys = {doc: [rows.pk(s.chunk) for s in chunks] for doc, chunks in docs.items()}
             before = held.read(self, record, list(docs))
             wider = {doc: sorted(set(before.get(doc, [])) | set(k)) for doc, k in keys.items()
                      if not set(k) <= set(before.get(doc, []))}
             held.write(self, record, wider, before)  # first: Milvus never holds a row held.py does not name
-            self._upsert(collection, new)
+            self._upsert(collection, docs)
             dropped: dict[str, set[str]] = {}
             for doc, old in before.items():
                 dropped.setdefault(doc[0], set()).update(set(old) - set(keys[doc]))
@@ -431,30 +430,47 @@ class MilvusBackend:
             narrower = {doc: keys[doc] for doc, old in before.items() if set(old) - set(keys[doc])}
             held.write(self, record, narrower, {**before, **wider})
 
-    def _to_rows(self, collection: str, chunks: list[StoredChunk], analyze, written: int) -> list[dict]:
+    def _indexed(self, collection: str, chunks: list[StoredChunk]) -> list[StoredChunk]:
+        """The chunks that are searched (parents stay in the store), checked before anything is written."""
         indexed = [s for s in chunks if s.vector is not None]
         for s in indexed:
             if len(s.vector) != self.dimensions:
                 raise ValueError(f"collection {collection!r}: a {len(s.vector)}-dim vector, Milvus "
                                  f"holds {self.dimensions}-dim ones: rebuild with the matching embedder")
-        return [rows.to_row(s.chunk, s.vector, analyze(s.chunk.text), written) for s in indexed]
+        return indexed
 
-    def _upsert(self, collection: str, new: dict[DocKey, list[dict]]) -> None:
-        by_tenant: dict[str, list[dict]] = {}
-        for (tenant, _), doc_rows in new.items():
-            by_tenant.setdefault(tenant, []).extend(doc_rows)
-        for tenant, tenant_rows in by_tenant.items():
+    def _upsert(self, collection: str, docs: dict[DocKey, list[StoredChunk]]) -> None:
+        """One call's rows are built (analysed for BM25, digested) while the previous call is
+        written: Milvus and this process work side by side."""
+        in_flight: Future | None = None
+        try:
+            for table, batch in self._batches(collection, docs):
+                if in_flight is not None:
+                    in_flight.result()
+                in_flight = _WRITES.submit(self._call, self.client.upsert, table, batch)
+        finally:  # nothing is left writing once apply() returns or raises
+            if in_flight is not None:
+                in_flight.result()
+
+    def _batches(self, collection: str, docs: dict[DocKey, list[StoredChunk]]) -> Iterator[tuple[str, list[dict]]]:
+        """(Milvus collection, rows) of at most UPSERT_ROWS rows or UPSERT_BYTES, whatever documents they are."""
+        written = time.time_ns()
+        analyze = self.analyzer(collection).analyze
+        by_tenant: dict[str, list[StoredChunk]] = {}
+        for (tenant, _), chunks in docs.items():
+            by_tenant.setdefault(tenant, []).extend(chunks)
+        for tenant, chunks in by_tenant.items():
             table = self._table(collection, tenant)
             batch: list[dict] = []
             size = 0
-            for row in tenant_rows:
-                batch.append(row)
-                size += rows.size(row)
+            for s in chunks:
+                batch.append(rows.to_row(s.chunk, s.vector, analyze(s.chunk.text), written))
+                size += rows.size(batch[-1])
                 if len(batch) >= UPSERT_ROWS or size >= UPSERT_BYTES:
-                    self._call(self.client.upsert, table, batch)
+                    yield table, batch
                     batch, size = [], 0
             if batch:
-                self._call(self.client.upsert, table, batch)
+                yield table, batch
 
     # -- reads for delete-by-filter and field values -----------------------------------------
     def _scan(self, table: str, where: str, fields: list[str]):

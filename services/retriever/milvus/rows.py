@@ -73,9 +73,14 @@ def _clip(text: str, limit: int = MAX_VARCHAR) -> str:
     return raw[:limit].decode("utf-8", "ignore")
 
 
+def pk(chunk: Chunk) -> str:
+    """A row's primary key: its tenant, document and chunk id."""
+    return digest("chunk", chunk.tenant, chunk.doc_id, chunk.chunk_id)
+
+
 def to_row(chunk: Chunk, vector: np.ndarray, terms: list[str], written: int) -> dict:
     return {
-        "pk": digest("chunk", chunk.tenant, chunk.doc_id, chunk.chunk_id),
+        "pk": pk(chunk),
         "tenant": hexed(chunk.tenant),
         "doc": digest("doc", chunk.doc_id),
         "chunk_id": chunk.chunk_id,
