@@ -82,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--queries", type=int, default=None, help="timed queries per search mode (default 300)")
     parser.add_argument("--scifact", type=Path, default=scifact_eval.DEFAULT_PATH, help="BEIR SciFact folder")
     parser.add_argument("--no-model", action="store_true",
-                        help="backends: SciFact embedded with stand-in vectors instead of the local model (minutes less)")
+                        help="backends: SciFact embedded with stand-in vectors, not the local model (minutes less)")
     parser.add_argument("--results", type=Path, default=Path(time.strftime("bench-results-%Y%m%d-%H%M%S.md")),
                         help="where each part's figures are written as it ends (default: bench-results-<time>.md)")
     args = parser.parse_args(argv)
