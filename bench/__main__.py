@@ -30,8 +30,10 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
 
 `--quick` is a smoke run of every part at small sizes (for tests); its figures are not
 comparable to the targets, which are only applied at the sizes the issue names.
-Progress goes to stderr; the report is the last thing on stdout. The exit status is 1
-when a part failed to run, 0 otherwise (a missed target is a figure, not an error).
+Progress goes to stderr; the report goes to stdout a part at a time, each part's table as soon
+as the part ends, and to a results file (`--results`) as it goes, so a run cut short keeps what
+it measured. The exit status is 1 when a part failed to run, 0 otherwise (a missed target is a
+figure, not an error).
 """
 from __future__ import annotations
 
@@ -85,6 +87,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS), help="parts to run")
     parser.add_argument("--queries", type=int, default=None, help="timed queries per search mode (default 300)")
     parser.add_argument("--scifact", type=Path, default=scifact_eval.DEFAULT_PATH, help="BEIR SciFact folder")
+    parser.add_argument("--no-model", action="store_true",
+                        help="backends: SciFact embedded with stand-in vectors, not the local model (minutes less)")
+    parser.add_argument("--results", type=Path, default=Path(time.strftime("bench-results-%Y%m%d-%H%M%S.md")),
+                        help="where each part's figures are written as it ends (default: bench-results-<time>.md)")
     args = parser.parse_args(argv)
     if args.sizes is None:
         args.sizes = [QUICK_SIZE] if args.quick else DEFAULT_SIZES
@@ -114,7 +120,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
     if "auth" in args.only:
         steps.append(("auth", partial(run_auth, 500 if quick else 5000, 100 if quick else 10_000)))
     if "backends" in args.only:
-        steps.append(("backends", partial(run_backends, size, args.queries, args.scifact, quick)))
+        steps.append(("backends", partial(run_backends, size, args.queries, args.scifact, quick, not args.no_model)))
     if "load" in args.only:
         steps.append(("load", partial(run_load, quick)))
     if "metrics" in args.only:
@@ -141,8 +147,15 @@ def header() -> str:
             f"at the start: {machine_load()}.\n")
 
 
-def run_all(steps: list[tuple[str, Callable[[], Section]]]) -> tuple[list[Section], list[str]]:
-    """Runs every part; one that fails is reported as such and the rest still run."""
+def report(text: str, results: Path) -> None:
+    """To stdout and the results file at once: what is measured stays, however the run ends."""
+    print(text, flush=True)
+    with open(results, "a") as fh:
+        fh.write(text + "\n")
+
+
+def run_all(steps: list[tuple[str, Callable[[], Section]]], results: Path) -> tuple[list[Section], list[str]]:
+    """Runs every part, reporting each as it ends; one that fails is reported as such and the rest still run."""
     sections, errors = [], []
     for name, step in steps:
         log(f"{name}: start ({machine_load()})")
@@ -155,19 +168,20 @@ def run_all(steps: list[tuple[str, Callable[[], Section]]]) -> tuple[list[Sectio
             section = Section(f"{name}: FAILED", notes=[f"{exc!r}"])
         section.notes.append(f"Ran in {time.perf_counter() - started:.0f} s; at the end: {machine_load()}.")
         sections.append(section)
+        report(render([section]), results)
     return sections, errors
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    head = header()
-    sections, errors = run_all(plan(args))
+    args.results.write_text("")
+    log(f"figures go to {args.results} as each part ends")
+    report(header(), args.results)
+    sections, errors = run_all(plan(args), args.results)
     missed = failed_targets(sections)
-    print(head)
-    print(render(sections))
-    print(f"Targets missed: {', '.join(missed) if missed else 'none'}.")
+    report(f"Targets missed: {', '.join(missed) if missed else 'none'}.", args.results)
     if errors:
-        print(f"Parts that failed to run: {'; '.join(errors)}.")
+        report(f"Parts that failed to run: {'; '.join(errors)}.", args.results)
     return 1 if errors else 0
 
 

@@ -298,7 +298,9 @@ def _index_rebuild(args: argparse.Namespace, settings: Settings) -> int:
             return 2
         for name, version in sync.interrupted(backend, store, names or sorted(stats)).items():
             print(f"continuing the interrupted rebuild of {name} (started at store version {version})")
-        bar = tqdm(total=sum(stats[n] for n in names or stats), unit="chunk", file=sys.stderr, disable=None)
+        # tqdm shows chunks/s as it goes: a rebuild writes by batches across documents, so the rate stays flat.
+        bar = tqdm(total=sum(stats[n] for n in names or stats), desc="rebuild", unit="chunk", unit_scale=True,
+                   smoothing=0.1, file=sys.stderr, disable=None)
         started = time.monotonic()
         try:
             chunks = sync.rebuild(backend, store, names, progress=bar.update)
@@ -311,8 +313,9 @@ def _index_rebuild(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         backend.close(Path(), 0)
         store.close()
+    seconds = time.monotonic() - started
     print(f"rebuilt {', '.join(names or sorted(stats)) or 'nothing'}: {chunks:,} chunks in "
-          f"{time.monotonic() - started:.1f} s")
+          f"{seconds:.1f} s ({chunks / max(seconds, 1e-9):,.0f} chunks/s)")
     return 0
 
 

@@ -1,8 +1,9 @@
 """The Milvus backend against the store, the system of record: a retriever on an empty Milvus
 loads the store, a crash between the store write and the Milvus write is repaired at the next
-start, `ragmesh index rebuild` reloads from the store, and bad settings stop the retriever at
-start with one line. One milvus-lite file for the module; each test has collections of its own
-(MILVUS_PREFIX)."""
+start (and on the memory engine, the same tests), `ragmesh index rebuild` reloads from the store,
+a write deletes exactly what a document dropped, by primary key, and bad settings stop the
+retriever at start with one line. One milvus-lite file for the module; each test has collections
+of its own (MILVUS_PREFIX)."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,10 +22,12 @@ from ragmesh.identity.authenticator import ConfigError
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import Chunk, DocumentRecord, SearchFilter, StoredChunk
 from services.retriever.app import make_backend
+from services.retriever.backend import SearchBackend
+from services.retriever.index import IndexRegistry
 from services.retriever.ingest.commit import Committer
 from services.retriever.milvus import MilvusBackend, MilvusConfig, sync
 from services.retriever.milvus import backend as milvus_backend
-from services.retriever.milvus import rows
+from services.retriever.milvus import held, rows
 
 DIM = 4
 
@@ -53,7 +56,12 @@ def document(doc_id: str, marker: str, chunks: int, tenant: str = "t") -> tuple[
                                 rng.standard_normal(DIM).astype(np.float32)) for i in range(chunks)]
 
 
-def found(b: MilvusBackend, tenant: str = "t") -> list[str]:
+def either(kind: str, uri: str, prefix: str) -> SearchBackend:
+    """A backend of the kind: Milvus on the module's file, or the memory engine."""
+    return backend(uri, prefix) if kind == "milvus" else IndexRegistry(DIM)
+
+
+def found(b: SearchBackend, tenant: str = "t") -> list[str]:
     """Every chunk text of the tenant a lexical search finds."""
     r = b.search("c", ["lantern"], None, 100, SearchFilter(tenant=tenant))
     return sorted(chunk.text for chunk in r.chunks.values()) if r else []
@@ -71,9 +79,11 @@ def test_a_retriever_on_an_empty_milvus_loads_the_store(uri: str, store) -> None
     assert again.endswith("0 documents replayed since 1")
 
 
-def test_a_crash_between_the_store_and_milvus_is_repaired_at_the_next_start(uri: str, store, monkeypatch) -> None:
-    first = backend(uri, "crash_")
-    first.warm_up(store, Path(), store.version())
+@pytest.mark.parametrize("kind", ["memory", "milvus"])
+def test_a_crash_between_the_store_and_the_index_is_repaired_at_the_next_start(kind: str, uri: str, store, tmp_path,
+                                                                                monkeypatch) -> None:
+    first = either(kind, uri, "crash_")
+    first.warm_up(store, tmp_path, store.version())
     committer = Committer(store, first)
     committer.replace([document("a", "old", 3)])
     assert found(first) == [f"old lantern rules {i}" for i in range(3)]
@@ -86,9 +96,9 @@ def test_a_crash_between_the_store_and_milvus_is_repaired_at_the_next_start(uri:
         committer.replace([document("a", "new", 1)])
     assert store.document_chunks("t", "c", "a")[0].chunk.text == "new lantern rules 0"
     assert found(first) == [f"old lantern rules {i}" for i in range(3)], "the old version stays searchable"
-    restarted = backend(uri, "crash_")
-    done = restarted.warm_up(store, Path(), store.version())
-    assert "1 documents replayed" in done
+    restarted = either(kind, uri, "crash_")
+    done = restarted.warm_up(store, tmp_path, store.version())
+    assert "1 documents replayed" in done if kind == "milvus" else "rebuilt from the store" in done
     assert found(restarted) == ["new lantern rules 0"]
 
 
@@ -186,7 +196,7 @@ def test_a_collection_in_an_older_layout_is_rebuilt_at_start(uri: str, store, la
     assert found(restarted, "u") == ["alpha lantern rules 0"]
     assert restarted.outdated() == []
     assert sorted(t for t in restarted.client.list_collections() if t.startswith(prefix + "c")) == sorted(
-        [rows_name(restarted), rows_name(restarted, "u")]), "the shared collection is gone"
+        [rows_name(restarted), rows_name(restarted, "u"), held.name(prefix, "c")]), "the shared collection is gone"
 
 
 def rows_name(b: MilvusBackend, tenant: str = "t") -> str:
@@ -238,29 +248,31 @@ def version(marker: str, chunks: int) -> tuple[DocumentRecord, list[StoredChunk]
     return record, stored
 
 
-def versions_seen(b: MilvusBackend) -> set[str]:
+def versions_seen(b: SearchBackend) -> set[str]:
     return {text.split()[0] for text in found(b)}
 
 
-def test_a_replaced_document_is_never_seen_in_two_versions(uri: str, store, monkeypatch) -> None:
+@pytest.mark.parametrize("kind", ["memory", "milvus"])
+def test_a_replaced_document_is_never_seen_in_two_versions(kind: str, uri: str, store, tmp_path, monkeypatch) -> None:
     """Searches run while a document is replaced again and again: each sees the old or the new
-    version, never chunks of both (one search is made to run exactly between Milvus's upsert of
-    the new rows and its delete of the old ones)."""
-    b = backend(uri, "swap_")
-    b.warm_up(store, Path(), store.version())
+    version, never chunks of both (on Milvus, one search is made to run exactly between the upsert
+    of the new rows and the delete of the old ones)."""
+    b = either(kind, uri, "swap_")
+    b.warm_up(store, tmp_path, store.version())
     committer = Committer(store, b)
     committer.replace([version("v0", 3)])
-    in_window: list[set[str]] = []
-    delete = b.client.delete
+    if isinstance(b, MilvusBackend):
+        in_window: list[set[str]] = []
+        delete = b.client.delete
 
-    def delete_after_a_search(*args, **kwargs):
-        in_window.append(versions_seen(b))
-        return delete(*args, **kwargs)
+        def delete_after_a_search(*args, **kwargs):
+            in_window.append(versions_seen(b))
+            return delete(*args, **kwargs)
 
-    monkeypatch.setattr(b.client, "delete", delete_after_a_search)
-    committer.replace([version("v1", 2)])
-    assert in_window == [{"v1"}], "a search between the upsert and the delete saw both versions"
-    monkeypatch.setattr(b.client, "delete", delete)
+        monkeypatch.setattr(b.client, "delete", delete_after_a_search)
+        committer.replace([version("v1", 2)])
+        assert in_window == [{"v1"}], "a search between the upsert and the delete saw both versions"
+        monkeypatch.setattr(b.client, "delete", delete)
 
     stop = threading.Event()
     seen: list[set[str]] = []
@@ -298,3 +310,101 @@ def test_index_rebuild_runs_from_a_shell_with_a_milvus_lite_file(tmp_path: Path)
                               capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
         assert done.returncode == 0, done.stderr[-2000:]
         assert "rebuilt c: 2 chunks" in done.stdout
+
+
+class Calls:
+    """The Milvus client's calls a test is watching, by method name."""
+
+    def __init__(self, b: MilvusBackend, monkeypatch, names: tuple[str, ...] = ("delete", "query", "upsert")) -> None:
+        self.made: list[tuple[str, tuple, dict]] = []
+        for name in names:
+            real = getattr(b.client, name)
+            monkeypatch.setattr(b.client, name, self._watch(name, real))
+
+    def _watch(self, name: str, real):
+        def call(*args, **kwargs):
+            self.made.append((name, args, kwargs))
+            return real(*args, **kwargs)
+        return call
+
+    def of(self, name: str, table: str | None = None) -> list[dict]:
+        return [kwargs for n, args, kwargs in self.made if n == name and (table is None or args[0] == table)]
+
+
+def pks(b: MilvusBackend, tenant: str = "t") -> set[str]:
+    """Primary keys of every row of the tenant's collection "c"."""
+    return {r["pk"] for r in b.client.query(rows_name(b, tenant), filter="chunk_index >= 0", output_fields=["pk"])}
+
+
+def pk(tenant: str, doc_id: str, chunk_id: str) -> str:
+    return rows.digest("chunk", tenant, doc_id, chunk_id)
+
+
+def test_new_documents_are_written_without_a_delete_or_a_query(uri: str, store, monkeypatch) -> None:
+    b = backend(uri, "fresh_")
+    b.warm_up(store, Path(), store.version())
+    calls = Calls(b, monkeypatch)
+    committer = Committer(store, b)
+    committer.replace([document("a", "alpha", 3), document("b", "beta", 2), document("a", "alpha", 1, "u")])
+    committer.replace([document("c", "gamma", 2)])
+    assert calls.of("delete") == [] and calls.of("query") == [], "a document seen for the first time deletes nothing"
+    assert len(calls.of("upsert", rows_name(b))) == 2, "one upsert of rows a write, whatever its documents"
+    assert len(found(b)) == 7 and found(b, "u") == ["alpha lantern rules 0"]
+
+
+def test_a_replaced_document_loses_exactly_its_dropped_chunks_by_primary_key(uri: str, store, monkeypatch) -> None:
+    b = backend(uri, "dropped_")
+    b.warm_up(store, Path(), store.version())
+    committer = Committer(store, b)
+    record, stored = document("a", "old", 4)
+    committer.replace([(record, stored), document("b", "other", 2)])
+    calls = Calls(b, monkeypatch)
+    kept = [stored[0], stored[2]]
+    added = document("a", "new", 1)[1][0]
+    added.chunk.chunk_id = "t/c/a#new"
+    committer.replace([(record, kept + [added])])
+    deletes = calls.of("delete", rows_name(b))
+    assert deletes == [{"ids": sorted([pk("t", "a", "t/c/a#1"), pk("t", "a", "t/c/a#3")])}]
+    assert calls.of("query") == [] and all("filter" not in kwargs for kwargs in calls.of("delete"))
+    assert pks(b) == {pk("t", "a", c) for c in ("t/c/a#0", "t/c/a#2", "t/c/a#new", )} | {
+        pk("t", "b", "t/c/b#0"), pk("t", "b", "t/c/b#1")}
+    committer.delete("t", "c", ["a"])
+    assert pks(b) == {pk("t", "b", "t/c/b#0"), pk("t", "b", "t/c/b#1")}
+
+
+def test_a_crash_between_the_upsert_and_the_delete_is_cleaned_up_at_the_next_start(uri: str, store,
+                                                                                    monkeypatch) -> None:
+    """The record of what Milvus holds is widened before the rows are written: a writer killed after
+    writing the new rows and before deleting the old ones leaves both, the search shows the new version
+    only, and the next start deletes the old rows."""
+    first = backend(uri, "halfway_")
+    first.warm_up(store, Path(), store.version())
+    committer = Committer(store, first)
+    committer.replace([version("v0", 3)])
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed between the upsert and the delete")
+
+    monkeypatch.setattr(first.client, "delete", killed)
+    with pytest.raises(RuntimeError):
+        committer.replace([version("v1", 2)])
+    assert len(pks(first)) == 5 and versions_seen(first) == {"v1"}
+    monkeypatch.undo()
+    restarted = backend(uri, "halfway_")
+    restarted.warm_up(store, Path(), store.version())
+    assert pks(restarted) == {pk("t", "a", f"t/c/a#{i}-v1") for i in range(2)}
+    assert found(restarted) == ["v1 lantern rules 0", "v1 lantern rules 1"]
+
+
+def test_a_document_past_one_record_row_keeps_exact_keys(uri: str, store, monkeypatch) -> None:
+    """Keys past held.PER_ROW go on in further rows of the record; shrinking drops those rows."""
+    monkeypatch.setattr(held, "PER_ROW", 2)
+    b = backend(uri, "long_")
+    b.warm_up(store, Path(), store.version())
+    committer = Committer(store, b)
+    for marker, chunks in (("five", 5), ("one", 1), ("three", 3)):
+        committer.replace([version(marker, chunks)])
+        assert pks(b) == {pk("t", "a", f"t/c/a#{i}-{marker}") for i in range(chunks)}
+        assert versions_seen(b) == {marker}
+    record = held.name("long_", "c")
+    assert len(b.client.query(record, filter='key != ""', output_fields=["key"])) == 2, "3 keys: two rows of 2"

@@ -2,8 +2,9 @@
 
 Retriever replicas hold no index of their own: every replica searches the same Milvus
 collections, so they start in seconds whatever the corpus size. Writes come through the
-Committer after the store write (upsert by primary key, then delete the rows the new version
-dropped); sync.py repairs what a crash between the two left behind, at the next start.
+Committer after the store write (upsert by primary key, then delete by primary key the rows the
+new version dropped, known from held.py: never a delete by expression, which milvus-lite answers
+by scanning every row); sync.py repairs what a crash between the two left behind, at the next start.
 
 Layout: one Milvus collection per (tenant, ragmesh collection), named by rows.milvus_name (the
 prefix, the escaped ragmesh name, a digest of the tenant), made at the tenant's first write.
@@ -47,7 +48,8 @@ import json
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,7 +66,7 @@ from ragmesh.types import Chunk, SearchFilter, StoredChunk
 from services.retriever.analyzer import Analyzer
 from services.retriever.backend import CollectionOptions, DocKey, Retrieved
 from services.retriever.dense import FLAT, HNSW
-from services.retriever.milvus import expr, rows, sync
+from services.retriever.milvus import expr, held, rows, sync
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +74,14 @@ INDEX_TYPES = ("FLAT", "HNSW", "IVF_FLAT")
 CONSISTENCY = ("Strong", "Bounded", "Session", "Eventually")
 BM25_PARAMS = {"bm25_k1": 1.5, "bm25_b": 0.75}  # as the memory engine's BM25 (rank_bm25's defaults)
 HNSW_DEFAULTS = {"M": 16, "efConstruction": 64}  # a collection configured "hnsw" without MILVUS_INDEX_PARAMS
-UPSERT_ROWS = 512  # rows per upsert call (a batch stays well below gRPC's message limit)
+UPSERT_ROWS = 2048  # rows an upsert call carries at most ...
+UPSERT_BYTES = 16 << 20  # ... and bytes (about: texts, terms, vectors), well below gRPC's message limit
 READ_BATCH = 1000
 NAMES_TTL_S = 2.0  # how long the list of collections is trusted: another replica may have made one
 _EMPTY = (np.zeros(0, np.int64), np.zeros(0, np.float32))
 # Dense and lexical searches of one request run side by side (and the filter's count beside them).
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="milvus")
+_WRITES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="milvus-write")  # one upsert in flight
 
 
 def _newest(lists: list[list[dict]]) -> dict[tuple[str, str], int]:
@@ -151,6 +155,7 @@ class MilvusBackend:
         self._client: MilvusClient | None = None
         self._options: dict[str, CollectionOptions] = {}
         self._listed: dict[tuple[str, str], str] = {}  # Milvus collections of ours, listed at _listed_at
+        self._held: set[str] = set()  # held.py's collections among them
         self._listed_at = -NAMES_TTL_S
         self._write = threading.Lock()
 
@@ -196,6 +201,7 @@ class MilvusBackend:
             listed = self._call(self.client.list_collections)
             self._listed = {key: table for key, table in
                             ((rows.parse(self.config.prefix, t), t) for t in listed) if key}
+            self._held = {t for t in listed if t.startswith(self.config.prefix) and t.endswith(held.SUFFIX)}
             self._listed_at = time.monotonic()
         return self._listed
 
@@ -218,8 +224,20 @@ class MilvusBackend:
         params.add_index("date", index_type="INVERTED")
         return params
 
+    def _held_table(self, name: str) -> str | None:
+        """held.py's collection of the ragmesh collection, when there is one."""
+        table = held.name(self.config.prefix, name)
+        self._tables()
+        return table if table in self._held else None
+
     def create(self, name: str, tenant: str) -> None:
-        """The tenant's empty collection with this retriever's dimensions and the collection's options."""
+        """The tenant's empty collection with this retriever's dimensions and the collection's options
+        (and the collection's record of what Milvus holds, first: a tenant's collection without one is
+        of an older layout, see outdated)."""
+        table = held.name(self.config.prefix, name)
+        if table not in self._held and not self._call(self.client.has_collection, table):
+            held.create(self, table)
+        self._held.add(table)
         table = self._table(name, tenant)
         if not self._call(self.client.has_collection, table):  # else made by another replica meanwhile
             self._call(self.client.create_collection, table, schema=rows.schema(self.dimensions),
@@ -235,11 +253,12 @@ class MilvusBackend:
 
     def outdated(self) -> list[str]:
         """Collections laid out otherwise than now: in the shared layout (one Milvus collection for
-        every tenant), or with fields other than rows.schema's (made by an older version)."""
+        every tenant), with fields other than rows.schema's, or without held.py's record (made by
+        an older version: its rows' keys did not name their document)."""
         wanted = [f.name for f in rows.schema(self.dimensions).fields]
         return sorted({name for (name, key), table in self._tables().items()
-                       if key == rows.SHARED or [f["name"] for f in self._call(self.client.describe_collection, table)
-                                                 ["fields"]] != wanted})
+                       if key == rows.SHARED or self._held_table(name) is None
+                       or [f["name"] for f in self._call(self.client.describe_collection, table)["fields"]] != wanted})
 
     def seal(self, name: str) -> None:
         """Seals what was written so far into indexed segments: after a bulk load, not per write
@@ -249,9 +268,10 @@ class MilvusBackend:
 
     def drop(self, name: str) -> None:
         """Every tenant's collection of it."""
-        for table in self._of(name):
+        for table in self._of(name) + [t for t in [self._held_table(name)] if t]:
             self._call(self.client.drop_collection, table)
         self._listed = {key: table for key, table in self._tables().items() if key[0] != name}
+        self._held.discard(held.name(self.config.prefix, name))
 
     def indexed(self, name: str, tenant: str | None = None) -> int:
         """The tenant's searchable chunks of the collection (None: every tenant's)."""
@@ -377,42 +397,83 @@ class MilvusBackend:
 
     # -- writes ----------------------------------------------------------------------------
     def apply(self, collection: str, changes: list[tuple[DocKey, list[StoredChunk]]]) -> None:
-        """Upserts each document's indexed chunks into its tenant's collection, then deletes the
-        rows its new version dropped: a search meanwhile sees the old or the new version of a
-        document (the rows carry when they were written, see _newest), never both and never none
-        of the kept chunks. One upsert per UPSERT_ROWS rows and one delete per tenant in the batch."""
-        by_tenant: dict[str, dict[str, list[StoredChunk]]] = {}
-        for (tenant, doc_id), chunks in changes:  # the last change of a document wins
-            by_tenant.setdefault(tenant, {})[doc_id] = chunks
+        """Replaces each document's indexed chunks (parents stay in the store), all of the call's
+        documents together: the rows are upserted in calls of UPSERT_ROWS rows or UPSERT_BYTES,
+        whatever documents they belong to, then the keys the old versions had and the new ones lack
+        are deleted, by key (held.py says which: a new document deletes nothing). A search meanwhile
+        sees the old or the new version of a document (the rows carry when they were written, see
+        _newest), never both and never none of the kept chunks."""
+        docs = {doc: self._indexed(collection, chunks) for doc, chunks in changes}  # a document's last change wins
         with self._write:
-            written = time.time_ns()
-            analyze = self.analyzer(collection).analyze
-            for tenant, docs in by_tenant.items():
+            for tenant in sorted({tenant for (tenant, _), chunks in docs.items() if chunks}):
                 if not self._holds(collection, tenant):
-                    if not any(s.vector is not None for chunks in docs.values() for s in chunks):
-                        continue  # nothing to delete from a collection that does not exist
                     self.create(collection, tenant)
-                table = self._table(collection, tenant)
-                pending: list[dict] = []
-                kept: list[str] = []
-                for chunks in docs.values():
-                    indexed = [s for s in chunks if s.vector is not None]  # parents stay in the store
-                    for s in indexed:
-                        if len(s.vector) != self.dimensions:
-                            raise ValueError(f"collection {collection!r}: a {len(s.vector)}-dim vector, Milvus "
-                                             f"holds {self.dimensions}-dim ones: rebuild with the matching embedder")
-                    doc_rows = [rows.to_row(s.chunk, s.vector, analyze(s.chunk.text), written) for s in indexed]
-                    kept += [r["pk"] for r in doc_rows]
-                    pending += doc_rows
-                    if len(pending) >= UPSERT_ROWS:
-                        self._call(self.client.upsert, table, pending)
-                        pending = []
-                if pending:
-                    self._call(self.client.upsert, table, pending)
-                self._call(self.client.delete, table, filter=expr.dropped(tenant, list(docs), kept))
+            record = self._held_table(collection)
+            if record is None:
+                return  # nothing indexed of the collection, and nothing to index
+            keys = {doc: [rows.pk(s.chunk) for s in chunks] for doc, chunks in docs.items()}
+            before = held.read(self, record, list(docs))
+            wider = {doc: sorted(set(before.get(doc, [])) | set(k)) for doc, k in keys.items()
+                     if not set(k) <= set(before.get(doc, []))}
+            held.write(self, record, wider, before)  # first: Milvus never holds a row held.py does not name
+            self._upsert(collection, docs)
+            dropped: dict[str, set[str]] = {}
+            for doc, old in before.items():
+                dropped.setdefault(doc[0], set()).update(set(old) - set(keys[doc]))
+            for tenant, pks in dropped.items():
+                if not pks or not self._holds(collection, tenant):
+                    continue
+                ordered = sorted(pks)
+                for start in range(0, len(ordered), held.CALL_KEYS):
+                    self._call(self.client.delete, self._table(collection, tenant),
+                               ids=ordered[start:start + held.CALL_KEYS])
+            narrower = {doc: keys[doc] for doc, old in before.items() if set(old) - set(keys[doc])}
+            held.write(self, record, narrower, {**before, **wider})
+
+    def _indexed(self, collection: str, chunks: list[StoredChunk]) -> list[StoredChunk]:
+        """The chunks that are searched (parents stay in the store), checked before anything is written."""
+        indexed = [s for s in chunks if s.vector is not None]
+        for s in indexed:
+            if len(s.vector) != self.dimensions:
+                raise ValueError(f"collection {collection!r}: a {len(s.vector)}-dim vector, Milvus "
+                                 f"holds {self.dimensions}-dim ones: rebuild with the matching embedder")
+        return indexed
+
+    def _upsert(self, collection: str, docs: dict[DocKey, list[StoredChunk]]) -> None:
+        """One call's rows are built (analysed for BM25, digested) while the previous call is
+        written: Milvus and this process work side by side."""
+        in_flight: Future | None = None
+        try:
+            for table, batch in self._batches(collection, docs):
+                if in_flight is not None:
+                    in_flight.result()
+                in_flight = _WRITES.submit(self._call, self.client.upsert, table, batch)
+        finally:  # nothing is left writing once apply() returns or raises
+            if in_flight is not None:
+                in_flight.result()
+
+    def _batches(self, collection: str, docs: dict[DocKey, list[StoredChunk]]) -> Iterator[tuple[str, list[dict]]]:
+        """(Milvus collection, rows) of at most UPSERT_ROWS rows or UPSERT_BYTES, whatever documents they are."""
+        written = time.time_ns()
+        analyze = self.analyzer(collection).analyze
+        by_tenant: dict[str, list[StoredChunk]] = {}
+        for (tenant, _), chunks in docs.items():
+            by_tenant.setdefault(tenant, []).extend(chunks)
+        for tenant, chunks in by_tenant.items():
+            table = self._table(collection, tenant)
+            batch: list[dict] = []
+            size = 0
+            for s in chunks:
+                batch.append(rows.to_row(s.chunk, s.vector, analyze(s.chunk.text), written))
+                size += rows.size(batch[-1])
+                if len(batch) >= UPSERT_ROWS or size >= UPSERT_BYTES:
+                    yield table, batch
+                    batch, size = [], 0
+            if batch:
+                yield table, batch
 
     # -- reads for delete-by-filter and field values -----------------------------------------
-    def _rows(self, table: str, where: str, fields: list[str]):
+    def _scan(self, table: str, where: str, fields: list[str]):
         """Every row the expression admits, a batch at a time."""
         it = self._call(self.client.query_iterator, table, batch_size=READ_BATCH, filter=where,
                         output_fields=fields, consistency_level=self.config.consistency)
@@ -423,28 +484,31 @@ class MilvusBackend:
             it.close()
 
     def held(self, collection: str, keys: list[DocKey]) -> dict[DocKey, int]:
-        """How many rows Milvus holds of each of these documents (a resumed rebuild skips whole ones)."""
+        """How many rows Milvus holds of each of these documents (a resumed rebuild skips whole ones):
+        point reads of the keys held.py names."""
+        record = self._held_table(collection)
+        named = held.read(self, record, keys) if record else {}
         count: dict[DocKey, int] = {}
-        by_tenant: dict[str, list[str]] = {}
-        for tenant, doc_id in keys:
-            by_tenant.setdefault(tenant, []).append(doc_id)
-        for tenant, doc_ids in by_tenant.items():
-            if self._holds(collection, tenant):
-                for r in self._rows(self._table(collection, tenant), expr.documents(tenant, doc_ids), ["doc_id"]):
-                    count[tenant, r["doc_id"]] = count.get((tenant, r["doc_id"]), 0) + 1
+        for tenant in {tenant for tenant, _ in named}:
+            owner = {pk: doc for doc, pks in named.items() if doc[0] == tenant for pk in pks}
+            ids = list(owner)
+            for start in range(0, len(ids), held.CALL_KEYS):
+                for r in self._call(self.client.get, self._table(collection, tenant),
+                                    ids=ids[start:start + held.CALL_KEYS], output_fields=["pk"]):
+                    count[owner[r["pk"]]] = count.get(owner[r["pk"]], 0) + 1
         return count
 
     def matching_doc_ids(self, collection: str, where: SearchFilter) -> list[str]:
         if not self._holds(collection, where.tenant):
             return []
         table = self._table(collection, where.tenant)
-        return sorted({r["doc_id"] for r in self._rows(table, expr.expression(where), ["doc_id"])})
+        return sorted({r["doc_id"] for r in self._scan(table, expr.expression(where), ["doc_id"])})
 
     def field_values(self, field_name: str, collections: list[str], tenant: str) -> list[str]:
         key = rows.hexed(field_name)
         values: set[str] = set()
         for name in self.searchable(collections or self.names(), tenant):
-            found = self._rows(self._table(name, tenant), expr.has_field(tenant, field_name), ["meta"])
+            found = self._scan(self._table(name, tenant), expr.has_field(tenant, field_name), ["meta"])
             values |= {rows.unhexed(r["meta"][key]) for r in found}
         return sorted(values)
 

@@ -59,17 +59,6 @@ def _doc_in(doc_ids: list[str]) -> str:
     return f"doc in {_hex_list(sorted({digest('doc', d) for d in doc_ids}))}"
 
 
-def documents(tenant: str, doc_ids: list[str]) -> str:
-    """The rows of these documents of the tenant."""
-    return f"tenant == {_hex_literal(hexed(tenant))} and {_doc_in(doc_ids)}"
-
-
-def dropped(tenant: str, doc_ids: list[str], kept: list[str]) -> str:
-    """The documents' rows other than the primary keys kept."""
-    base = documents(tenant, doc_ids)
-    return f"{base} and not (pk in {_hex_list(kept)})" if kept else base
-
-
 def has_field(tenant: str, field_name: str) -> str:
     """The tenant's rows whose metadata has the field (every string is >= the empty one)."""
     return f'tenant == {_hex_literal(hexed(tenant))} and meta[{_hex_literal(hexed(field_name))}] >= ""'

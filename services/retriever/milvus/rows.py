@@ -2,8 +2,9 @@
 
 Every value that came from a caller and may later be matched by a filter is stored encoded,
 so a filter expression only ever carries hexadecimal text between its quotes:
-- `pk`, `doc`, `kv` hold 128-bit digests (chunk id and tenant; doc id; each metadata key and
-  value pair), matched for equality;
+- `pk`, `doc`, `kv` hold 128-bit digests (tenant, doc id and chunk id; doc id; each metadata key
+  and value pair), matched for equality; a row's key names its document too, so the keys a
+  document's version had (held.py) are its own, even when a chunk id moves to another document;
 - `tenant` (the partition key) and `meta` (metadata as {hex(key): hex(value)}) hold UTF-8 hex,
   which keeps the code-point order of the text, so a date range on a metadata field compares
   exactly as the memory engine's string comparison does;
@@ -72,9 +73,14 @@ def _clip(text: str, limit: int = MAX_VARCHAR) -> str:
     return raw[:limit].decode("utf-8", "ignore")
 
 
+def pk(chunk: Chunk) -> str:
+    """A row's primary key: its tenant, document and chunk id."""
+    return digest("chunk", chunk.tenant, chunk.doc_id, chunk.chunk_id)
+
+
 def to_row(chunk: Chunk, vector: np.ndarray, terms: list[str], written: int) -> dict:
     return {
-        "pk": digest("chunk", chunk.tenant, chunk.chunk_id),
+        "pk": pk(chunk),
         "tenant": hexed(chunk.tenant),
         "doc": digest("doc", chunk.doc_id),
         "chunk_id": chunk.chunk_id,
@@ -92,6 +98,12 @@ def to_row(chunk: Chunk, vector: np.ndarray, terms: list[str], written: int) -> 
         "dense": np.asarray(vector, dtype=np.float32).tolist(),
         "written": written,
     }
+
+
+def size(row: dict) -> int:
+    """About the bytes a row takes on the wire (its long parts: texts, terms, vector, metadata)."""
+    return (len(row["text"]) + len(row["terms"]) + len(row["chunk_id"]) + len(row["doc_id"]) + 4 * len(row["dense"])
+            + sum(len(k) + len(v) for k, v in row["meta"].items()) + 34 * len(row["kv"]) + 256)
 
 
 def to_chunk(row: dict, collection: str) -> Chunk:
@@ -145,9 +157,13 @@ def tenant_key(tenant: str) -> str:
     return digest("tenant", tenant)
 
 
+def escaped(name: str) -> str:
+    return _ESCAPE.sub(lambda m: f'_{ord(m.group()):02x}', name)
+
+
 def milvus_name(prefix: str, name: str, tenant: str) -> str:
     """The Milvus collection holding the tenant's chunks of the ragmesh collection `name`."""
-    return f"{prefix}{_ESCAPE.sub(lambda m: f'_{ord(m.group()):02x}', name)}_t{tenant_key(tenant)}"
+    return f"{prefix}{escaped(name)}_t{tenant_key(tenant)}"
 
 
 def parse(prefix: str, milvus: str) -> tuple[str, str] | None:

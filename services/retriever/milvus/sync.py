@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 from pymilvus import DataType, MilvusClient
@@ -101,11 +102,22 @@ def interrupted(backend: "MilvusBackend", store: Store, names: list[str]) -> dic
     return {name: version for name, version in found.items() if version is not None}
 
 
-def _load(backend: "MilvusBackend", chunks: Iterable[StoredChunk], progress: Progress | None,
+Document = tuple[str, DocKey, list[StoredChunk]]  # (collection, (tenant, doc_id), its stored chunks)
+
+
+def _documents(chunks: Iterable[StoredChunk]) -> Iterator[Document]:
+    """A stream of stored chunks as documents (the store gives a document's chunks together)."""
+    for (collection, tenant, doc_id), group in groupby(chunks, lambda s: (s.chunk.collection, s.chunk.tenant,
+                                                                          s.chunk.doc_id)):
+        yield collection, (tenant, doc_id), list(group)
+
+
+def _load(backend: "MilvusBackend", documents: Iterable[Document], progress: Progress | None,
           resumed: bool = False) -> int:
-    """Applies a stream of stored chunks a batch at a time (a document's chunks arrive together);
+    """Applies documents BATCH_CHUNKS chunks at a time, whatever documents they are (never splitting
+    one: apply() replaces a document whole); the path of a rebuild and of a replay alike.
     `resumed`: documents Milvus already holds whole are skipped."""
-    pending: dict[str, dict[DocKey, list[StoredChunk]]] = defaultdict(lambda: defaultdict(list))
+    pending: dict[str, dict[DocKey, list[StoredChunk]]] = defaultdict(dict)
     count = batched = 0
 
     def flush() -> None:
@@ -119,18 +131,15 @@ def _load(backend: "MilvusBackend", chunks: Iterable[StoredChunk], progress: Pro
             progress(batched)
         pending.clear()
 
-    last: tuple[str, DocKey] | None = None
-    for stored in chunks:
-        c = stored.chunk
-        key = (c.collection, (c.tenant, c.doc_id))
-        if batched >= BATCH_CHUNKS and key != last:  # never split a document: apply() replaces it whole
+    for collection, key, chunks in documents:
+        if batched >= BATCH_CHUNKS:
             flush()
             batched = 0
-        pending[c.collection][key[1]].append(stored)
-        last = key
-        batched += 1
-        count += 1
-    flush()
+        pending[collection][key] = chunks
+        batched += max(1, len(chunks))
+        count += len(chunks)
+    if pending:
+        flush()
     return count
 
 
@@ -158,9 +167,9 @@ def rebuild(backend: "MilvusBackend", store: Store, collections: list[str] | Non
             if name in backend.names():
                 backend.drop(name)
             _set(backend, key, started)  # from here on, a run that stops is continued by the next
-            total += _load(backend, store.iter_chunks(name), progress)
+            total += _load(backend, _documents(store.iter_chunks(name)), progress)
         elif _get(backend, key + DONE) is None:
-            total += _load(backend, store.iter_chunks(name), progress, resumed=True)
+            total += _load(backend, _documents(store.iter_chunks(name)), progress, resumed=True)
         _replay(backend, store, started, store.version(), name)  # written while it ran, or between two runs
         backend.seal(name)
         _set(backend, key + DONE, started)  # a run stopped in a later collection does not redo this one
@@ -189,8 +198,10 @@ def reconcile(backend: "MilvusBackend", store: Store, version: int) -> str:
 
 
 def _replay(backend: "MilvusBackend", store: Store, since: int, until: int, collection: str | None = None) -> int:
+    """Writes each document changed in the store after `since` (up to `until`) to Milvus as the
+    store has it now (deleted ones are deleted), in batches as a rebuild loads."""
     changed = dict.fromkeys((c.collection, c.tenant, c.doc_id) for c in store.changes_since(since)
                             if c.version <= until and collection in (None, c.collection))
-    for collection, tenant, doc_id in changed:
-        backend.apply(collection, [((tenant, doc_id), store.document_chunks(tenant, collection, doc_id))])
+    _load(backend, ((name, (tenant, doc_id), store.document_chunks(tenant, name, doc_id))
+                    for name, tenant, doc_id in changed), None)
     return len(changed)
