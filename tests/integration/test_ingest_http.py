@@ -19,11 +19,16 @@ from ragmesh.store.lazy import LazyStore
 from services.gateway.api.auth import Identifier, caller_dependency
 from services.gateway.api.documents import documents_router
 from services.gateway.api.limits import AdmissionGuard
+from services.gateway.library import Library
 from services.gateway.limits import RateLimiter
 from tests.stack import Stack
 from tests.unit.test_ingest_parsers import TRANSCRIPT, docx_bytes, pdf_bytes, sentence
 
 MAX_BYTES = 200_000
+
+
+async def no_funds(tenant: str) -> list[str]:
+    return []
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +45,8 @@ def client(stack: Stack) -> Iterator[TestClient]:
     identifier = Identifier(Authenticator(stack.settings, store, "users"), 8, 64)
     app.add_middleware(AdmissionGuard, identifier=identifier, admission=Admission("test", 0), max_body=MAX_BYTES,
                        max_upload=10 * MAX_BYTES, body_timeout_s=60, upload_timeout_s=60, bodies_per_user=0)
-    app.include_router(documents_router(retriever, MAX_BYTES, caller_dependency(), RateLimiter(0)))
+    library = Library(retriever, no_funds)
+    app.include_router(documents_router(retriever, library, MAX_BYTES, caller_dependency(), RateLimiter(0)))
     try:
         with TestClient(app, headers=stack.headers) as test_client:
             yield test_client

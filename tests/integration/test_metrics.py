@@ -28,7 +28,8 @@ def test_a_question_and_its_follow_up_in_the_metrics(stack: Stack) -> None:
     before = scrape(stack)
     first = sse(stack.http_url + "/api/chat/ask/stream", {"question": QUESTION}, stack.headers)
     conversation = first[-1]["conversation_id"]
-    sse(stack.http_url + "/api/chat/ask/stream", {"question": QUESTION + " And Brazil?",
+    # A follow-up that refers to nothing before it, on the same filters and words: it reuses the scope.
+    sse(stack.http_url + "/api/chat/ask/stream", {"question": "What did Kestrel do with Brazil?",
                                                   "conversation_id": conversation}, stack.headers)
     after = scrape(stack)
 
