@@ -45,6 +45,9 @@ def test_every_fresh_turn_has_its_facts(score: Score) -> None:
     answers that answer the question); until it lands they are reported here, not hidden."""
     own = [p for p in score.missing if not p.needs]
     assert not own, "\n".join(p.describe() for p in own)
+    done = [p for p in score.played if p.label == FRESH and p.needs and not p.missing]
+    assert not done, "these turns have their facts now: drop their `needs` mark\n" + "\n".join(
+        p.describe() for p in done)
     if pending := [p for p in score.missing if p.needs]:
         pytest.xfail("facts missing where another part of issue 24 is needed:\n"
                      + "\n".join(p.describe() for p in pending))
