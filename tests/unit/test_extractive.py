@@ -71,3 +71,10 @@ def test_an_ampersand_term_is_one_word_of_the_question() -> None:
               block(2, "Solstice gained 2.8% in July.")]
     answer = run(GenerationRequest("extractive", "What did Solstice say about M&A?", blocks))
     assert "M&A was the main driver. [1]" in answer
+
+
+def test_a_sentence_naming_the_subject_is_followed_by_the_one_that_holds_the_fact() -> None:
+    blocks = [block(1, "The loss came from Dunmore Auto Components, a parts supplier. Some receivables were pledged "
+                       "twice. Altair's facility was marked down from 97 to 55, costing about 70bp. The weather was mild.")]
+    answer = run(GenerationRequest("extractive", "What happened with Dunmore Auto Components?", blocks))
+    assert "marked down from 97 to 55" in answer and "weather" not in answer

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ragmesh.types import ContextBlock, GenEvent
 from ragmesh.text import split_sentences, strip_citations, tokenize
 from services.generator.backends import GenerationRequest
-from services.generator.backends.answer_kinds import asked, carries, metadata_sentences
+from services.generator.backends.answer_kinds import DATE, FIGURE, PERSON, asked, carries, metadata_sentences
 from services.generator.backends.conflicts import find_conflicts
 
 NO_DATA = "There is no data in the selected sources that matches this question and these filters."
@@ -40,6 +40,11 @@ _IRREGULAR = {  # the forms a question and a note use for the same event that no
 INSTRUCTIONS = ("summarize", "summarise", "summary", "explain", "elaborate", "tell", "more", "list", "recap",
                 "remind", "describe", "detail", "details", "again", "please", "simpler", "words", "points", "give",
                 "overview", "briefly", "short", "shorter")
+# A matched sentence that names the subject but not what was asked ("M&A was the main driver.", "The loss came
+# from Dunmore ...") is often followed by the one that holds it: the next CONTINUATION sentences of the same
+# source are quoted after the best FOLLOWED sentences when they hold a figure, a date or a name.
+CONTINUATION, FOLLOWED = 2, 2
+FACTS = {PERSON, FIGURE, DATE}
 _AMPERSAND = re.compile(r"\b[a-z]&[a-z]\b")  # M&A, R&D, S&P: one term, not two letters
 ASKED_WEIGHT = 3.0  # a sentence holding the kind of thing asked for, against one that only shares words
 METADATA_WEIGHT = 0.9  # a metadata sentence yields to the text's own sentence that says as much
@@ -155,13 +160,34 @@ class ExtractiveBackend:
         if not chosen:
             return NOTHING_RELEVANT
         lines = ["Here is what the sources say:", ""]
-        for s in chosen:
+        for s in self._followed(chosen, candidates, kinds):
             label = f"**{s.block.label}**: " if s.block.label else ""
             lines.append(f"- {label}{s.sentence} [{s.block.index}]")
         relevant = [(s.block, s.sentence) for s in scored if s.score >= floor]
         if conflicts := find_conflicts(relevant):
             lines += ["", "**Conflicting information**", ""] + [f"- {c.describe()}" for c in conflicts]
         return "\n".join(lines)
+
+    @staticmethod
+    def _followed(chosen: list[_Scored], candidates: list[tuple[ContextBlock, str, float]],
+                  kinds: set[str]) -> list[_Scored]:
+        """The chosen sentences, each of the first FOLLOWED that lacks what was asked followed by the
+        sentences after it in its source that hold a fact (not already quoted)."""
+        quoted = {c.order for c in chosen}
+        out: list[_Scored] = []
+        for rank, anchor in enumerate(chosen):
+            out.append(anchor)
+            block, _, weight = candidates[anchor.order]
+            if rank >= FOLLOWED or weight != 1.0 or (kinds and carries(anchor.sentence, kinds, block)):
+                continue
+            for after in range(anchor.order + 1, min(anchor.order + 1 + CONTINUATION, len(candidates))):
+                next_block, sentence, next_weight = candidates[after]
+                if next_block is not block or next_weight != 1.0:
+                    break
+                if after not in quoted and carries(sentence, FACTS, block):
+                    quoted.add(after)
+                    out.append(_Scored(anchor.score, block, sentence, after))
+        return out
 
     def _openings(self, blocks: list[ContextBlock]) -> str:
         """A question that only says what to do with the sources ("Summarize that"): each source's
