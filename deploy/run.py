@@ -109,8 +109,8 @@ def describe_exit(returncode: int) -> str:
 
 @dataclass
 class Backoff:
-    """When to start a service that exited: 1 s, 2 s, 4 s ... capped at 30 s, and from 1 s again
-    once a run lasted 60 s (a crash an hour later is not part of the same loop). Also counts the
+    """When to start a service that exited: 1 s, 2 s, 4 s ... capped at 30 s (RESTART_BACKOFF_S,
+    RESTART_BACKOFF_MAX_S), and from the first again once a run lasted 60 s (a crash an hour later is not part of the same loop). Also counts the
     starts in a row that ended before SERVING, so a service that cannot start is reported loudly."""
 
     first_s: float = 1.0
@@ -207,7 +207,8 @@ class Supervisor:
     def _keep(self, name: str) -> None:
         """Waits for the service to exit, then starts it again after the backoff and waits for SERVING,
         until stop(). A service that cannot start is still retried: the others must not go down with it."""
-        backoff, served = Backoff(), True  # start() saw the first run SERVING
+        backoff = Backoff(self.settings.restart_backoff_s, self.settings.restart_backoff_max_s)
+        served = True  # start() saw the first run SERVING
         address, log_path = self.settings.address(name), self.logs / f"{name}.log"
         while True:
             proc = self.procs[name]

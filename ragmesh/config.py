@@ -345,6 +345,12 @@ class Settings:
     recency_half_life_days: float = field(default_factory=lambda: _float("RECENCY_HALF_LIFE_DAYS", 30.0))
     recency_floor: float = field(default_factory=lambda: _float("RECENCY_FLOOR", 0.3))
 
+    # Supervisor (`make run`)
+    # A service that exits is started again after RESTART_BACKOFF_S, doubling on each exit in a row up to
+    # RESTART_BACKOFF_MAX_S (from the first again once a run lasted a minute).
+    restart_backoff_s: float = field(default_factory=lambda: _float("RESTART_BACKOFF_S", 1.0))
+    restart_backoff_max_s: float = field(default_factory=lambda: _float("RESTART_BACKOFF_MAX_S", 30.0))
+
     def address(self, service: str) -> str:
         """host:port of a service, from its *_ADDR variable or this host and its port."""
         explicit = getattr(self, f"{service}_addr", "")

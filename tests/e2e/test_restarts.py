@@ -90,7 +90,8 @@ def supervised(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Super
     data_dir = tmp_path_factory.mktemp("restarts")
     ports = {name: free_port() for name in (*ORDER, "http")}
     env = run_env(data_dir, ports) | {"METRICS_PORT": "0", "LOG_LEVEL": "WARNING", "EMBED_DOCUMENTS_BF16": "off",
-                                      "INGEST_SUMMARIES": "false", "RATE_LIMIT_PER_MINUTE": "0"}
+                                      "INGEST_SUMMARIES": "false", "RATE_LIMIT_PER_MINUTE": "0",
+                                      "RESTART_BACKOFF_S": "0.1", "RESTART_BACKOFF_MAX_S": "3"}
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
