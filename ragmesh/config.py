@@ -33,6 +33,10 @@ def _float(name: str, default: float) -> float:
     return _number(name, default, float, "a number")
 
 
+class ConfigError(ValueError):
+    """Settings a service must not start with; the message says what to set."""
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every knob of every service; each field names the variable it reads."""

@@ -33,10 +33,10 @@ from grpc_reflection.v1alpha import reflection
 from ragmesh import config, metrics, tls, tracing
 from ragmesh import logging as rlog
 from ragmesh.admission import Admission
-from ragmesh.config import Settings
+from ragmesh.config import ConfigError, Settings
 from ragmesh.errors import InvalidArgument, RagmeshError, ResourceExhausted, Unavailable
 from ragmesh.identity import identity_var
-from ragmesh.identity.authenticator import Audience, Authenticator, ConfigError
+from ragmesh.identity.authenticator import Audience, Authenticator
 from ragmesh.message_limits import MessageLimits
 from ragmesh.private_files import keep_private
 from ragmesh.readiness import NotReady, Readiness, State

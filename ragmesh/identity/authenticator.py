@@ -5,7 +5,7 @@ import hmac
 from collections.abc import Mapping
 from typing import Literal
 
-from ragmesh.config import Settings
+from ragmesh.config import ConfigError, Settings
 from ragmesh.errors import PermissionDenied, Unauthenticated
 from ragmesh.identity import Identity, keys
 from ragmesh.identity.secrets import read_or_create
@@ -16,10 +16,6 @@ from ragmesh.store.lazy import LazyStore
 from ragmesh.tls import is_loopback
 
 Audience = Literal["users", "internal"]
-
-
-class ConfigError(ValueError):
-    """Settings a service must not start with; the message says what to set."""
 
 
 def service_token(settings: Settings) -> str:

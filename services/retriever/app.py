@@ -9,9 +9,8 @@ import numpy as np
 
 from ragmesh import metrics
 from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient, call_timeout
-from ragmesh.config import Settings
+from ragmesh.config import ConfigError, Settings
 from ragmesh.errors import InvalidArgument, RagmeshError
-from ragmesh.identity.authenticator import ConfigError
 from ragmesh.validation import check_name
 from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from pymilvus import DataType, MilvusClient
 
+from ragmesh.config import ConfigError
 from ragmesh import config
 from ragmesh.cli import main as cli
-from ragmesh.identity.authenticator import ConfigError
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import Chunk, DocumentRecord, SearchFilter, StoredChunk
 from services.retriever.app import make_backend

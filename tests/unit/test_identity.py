@@ -23,10 +23,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from ragmesh import config, tls
-from ragmesh.config import Settings
+from ragmesh.config import ConfigError, Settings
 from ragmesh.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from ragmesh.identity import ADMIN, MEMBER, SERVICE, Identity, keys
-from ragmesh.identity.authenticator import Authenticator, ConfigError, bearer, pepper, service_token
+from ragmesh.identity.authenticator import Authenticator, bearer, pepper, service_token
 from ragmesh.identity.tokens import JwtVerifier
 from ragmesh.store.lazy import LazyStore
 

@@ -15,10 +15,10 @@ from fastapi import Request
 from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ragmesh.config import Settings
+from ragmesh.config import ConfigError, Settings
 from ragmesh.errors import ResourceExhausted, Unauthenticated
 from ragmesh.identity import Identity, identity_var
-from ragmesh.identity.authenticator import Authenticator, ConfigError, bearer
+from ragmesh.identity.authenticator import Authenticator, bearer
 from ragmesh.tls import is_loopback
 from ragmesh.validation import shown
 

@@ -58,9 +58,8 @@ from pymilvus import MilvusClient
 from pymilvus.client.types import LoadState
 from pymilvus.exceptions import MilvusException
 
-from ragmesh.config import Settings, redact_uri
+from ragmesh.config import ConfigError, Settings, redact_uri
 from ragmesh.errors import Unavailable
-from ragmesh.identity.authenticator import ConfigError
 from ragmesh.store import Store
 from ragmesh.types import Chunk, SearchFilter, StoredChunk
 from services.retriever.analyzer import Analyzer
