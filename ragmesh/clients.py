@@ -24,7 +24,7 @@ from ragmesh.errors import InvalidArgument, Misconfigured, NotFound, RagmeshErro
 from ragmesh.identity import identity_var
 from ragmesh.identity.authenticator import service_token
 from ragmesh.logging import clean_request_id, request_id_var
-from ragmesh.retry import RETRY_FOR_S, Attempts, Replay
+from ragmesh.retry import RETRY_FOR_S, Attempts, Replay, lost_send
 from ragmesh.serving import REQUEST_ID_HEADER, deadline_var
 from ragmesh.v1 import (
     embedder_pb2,
@@ -155,6 +155,8 @@ def _translated(service: str) -> Iterator[None]:
             raise InvalidArgument(field, message or detail) from exc
         if code == grpc.StatusCode.CANCELLED:  # the server ended the call (our own cancel raises CancelledError)
             raise Unavailable(f"{service}: the call was cancelled by the server: {detail}") from exc
+        if lost_send(exc):
+            raise Unavailable(f"{service}: the call was ended by the service while it was being sent") from exc
         error = _ERRORS.get(code, RagmeshError)
         raise error(f"{service}: {code.name}: {detail}") from exc
 

@@ -35,8 +35,21 @@ MIN_TRY_S = 0.05  # a try with less time than this left could not succeed: not m
 REPLAY_BYTES = 64 * 1024 * 1024
 
 
+# grpc-python ends a client stream whose service ended the call while a message was being sent (it refused
+# the call while not ready, or went away) with this status of its own, not the service's: the call did not
+# get through.
+LOST_SEND = (grpc.StatusCode.INTERNAL, "Internal error from Core")
+
+
+def lost_send(exc: grpc.aio.AioRpcError) -> bool:
+    """Whether the call failed on our side, sending to a call the service had already ended."""
+    return (exc.code(), exc.details()) == LOST_SEND
+
+
 def pushback_s(exc: grpc.aio.AioRpcError) -> float | None:
     """How long to wait before trying `exc`'s call again (0: the backoff decides); None: not at all."""
+    if lost_send(exc):
+        return 0.0
     if exc.code() != grpc.StatusCode.UNAVAILABLE:
         return None
     value = (exc.trailing_metadata() or {}).get(RETRY_PUSHBACK_HEADER)

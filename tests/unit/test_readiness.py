@@ -269,3 +269,19 @@ def test_a_document_the_embedder_stayed_away_for_fails_retryable_and_leaves_noth
     refused = make(tmp_path / "refused", FakeEmbedder(poison="POISON"), retries=1)
     bad = final(run(refused, Document("y", "c", text="POISON for the embedder.")))["y"]
     assert bad.stage == "FAILED" and "retryable" not in bad.error
+
+
+def test_a_send_to_a_call_the_service_ended_counts_as_not_through() -> None:
+    """grpc-python reports a client stream the service ended while a message was being sent as INTERNAL
+    "Internal error from Core" (its own, not the service's): tried again before any reply, UNAVAILABLE after."""
+    from grpc.aio import AioRpcError, Metadata
+
+    from ragmesh.clients import _translated
+    from ragmesh.retry import pushback_s
+
+    lost = AioRpcError(grpc.StatusCode.INTERNAL, Metadata(), Metadata(), details="Internal error from Core")
+    served = AioRpcError(grpc.StatusCode.INTERNAL, Metadata(), Metadata(), details="internal error (request id x)")
+    assert pushback_s(lost) == 0.0 and pushback_s(served) is None
+    with pytest.raises(Unavailable):
+        with _translated("retriever"):
+            raise lost
