@@ -19,7 +19,6 @@ class WholeAnswer:
     citations: list[Citation] = field(default_factory=list)
     web_queries: list[str] = field(default_factory=list)
     strategy: Strategy | None = None  # None: the question never reached planning's end
-    done: dict = field(default_factory=dict)  # the done event: model, usage, timings
 
 
 async def whole_answer(pipeline: AskPipeline, prepared: Prepared) -> WholeAnswer:
@@ -35,7 +34,6 @@ async def whole_answer(pipeline: AskPipeline, prepared: Prepared) -> WholeAnswer
             elif event.kind == "strategy":
                 whole.strategy = event.value
             elif event.kind == "done":
-                whole.done = event.value
                 whole.model = event.value.get("model", whole.model)
             elif event.kind == "error":
                 raise error_of(event.value["code"], event.value["message"])
