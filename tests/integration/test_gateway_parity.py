@@ -176,3 +176,32 @@ def test_every_new_method_needs_a_credential_and_names_bad_input(member: Caller,
     ]
     for call, request, field in bad:
         assert refused(lambda: call(request), INVALID).startswith(field)
+
+
+def test_oversized_input_is_refused_naming_the_field(member: Caller) -> None:
+    long = "x" * 100_000
+    oversized = [
+        (member.grpc.GetChunk, retriever_pb2.GetChunkRequest(chunk_id=long), "chunk_id"),
+        (member.grpc.GetDocument, retriever_pb2.GetDocumentRequest(collection="meeting_notes", doc_id=long), "doc_id"),
+        (member.grpc.ListDocuments, retriever_pb2.ListDocumentsRequest(collection="c" * 200), "collection"),
+        (member.grpc.AskNotes, gateway_pb2.AskRequest(question=long), "question"),
+        (member.grpc.RenameConversation, gateway_pb2.RenameConversationRequest(conversation_id=long, title="t"),
+         "conversation_id"),
+    ]
+    for call, request, field in oversized:
+        assert refused(lambda: call(request), INVALID).startswith(field)
+    # Past the unary message limit, the edge refuses before anything parses it.
+    with pytest.raises(grpc.RpcError) as caught:
+        member.grpc.GetChunk(retriever_pb2.GetChunkRequest(chunk_id="x" * (5 * 1024 * 1024)))
+    assert caught.value.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, INVALID), caught.value.details()
+
+
+def test_another_tenant_asks_and_picks_only_within_its_own(outsider: Caller, member: Caller,
+                                                           cited: gateway_pb2.NotesAnswer) -> None:
+    theirs = gateway_pb2.AskRequest(question=QUESTION, conversation_id=cited.conversation_id)
+    refused(lambda: outsider.grpc.AskNotes(theirs), NOT_FOUND)
+    assert not outsider.grpc.ListFunds(gateway_pb2.ListFundsRequest()).funds
+    assert not {c.name for c in outsider.grpc.ListCollections(retriever_pb2.ListCollectionsRequest()).collections} & {
+        "meeting_notes", "factsheets"}
+    assert outsider.grpc.GetMeta(gateway_pb2.GetMetaRequest()).identity.tenant == "parity-other"
+    assert member.grpc.ListFunds(gateway_pb2.ListFundsRequest()).funds, "the owner's funds are still there"
