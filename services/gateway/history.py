@@ -11,8 +11,7 @@ from ragmesh.errors import NotFound
 from ragmesh.identity import Identity
 from ragmesh.store import ConversationInfo, MessageRecord, Store
 from ragmesh.types import Turn
-from ragmesh.validation import check_text, shown
-from services.gateway.request import MAX_NAME_CHARS
+from ragmesh.validation import shown
 
 STOPPED_MARK = "*[Response stopped by user]*"
 FAILED_MARK = "*[Response failed: {code}]*"
@@ -158,9 +157,7 @@ class History:
 
     def require(self, who: Identity, conversation_id: str, *, owner_only: bool = False) -> None:
         """Raises NotFound unless the conversation is the caller's (or, without owner_only, in an admin's
-        tenant). Unknown and not-yours raise the same error, so ids cannot be probed; an id no conversation
-        can have is INVALID_ARGUMENT, as Ask answers it."""
-        check_text("conversation_id", conversation_id, MAX_NAME_CHARS, required=True)
+        tenant). Unknown and not-yours raise the same error, so ids cannot be probed."""
         owner = self.store.conversation_owner(conversation_id)
         mine = owner is not None and owner[0] == who.tenant and (
             owner[1] == who.user or (who.is_admin and not owner_only))

@@ -185,8 +185,6 @@ def test_oversized_input_is_refused_naming_the_field(member: Caller) -> None:
         (member.grpc.GetDocument, retriever_pb2.GetDocumentRequest(collection="meeting_notes", doc_id=long), "doc_id"),
         (member.grpc.ListDocuments, retriever_pb2.ListDocumentsRequest(collection="c" * 200), "collection"),
         (member.grpc.AskNotes, gateway_pb2.AskRequest(question=long), "question"),
-        (member.grpc.RenameConversation, gateway_pb2.RenameConversationRequest(conversation_id=long, title="t"),
-         "conversation_id"),
     ]
     for call, request, field in oversized:
         assert refused(lambda: call(request), INVALID).startswith(field)
