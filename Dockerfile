@@ -3,7 +3,7 @@
 #   docker build -t ragmesh .
 #   docker run ragmesh                      # services.gateway (the default command)
 #   docker run ragmesh services.retriever   # or services.embedder, services.generator
-# deploy/compose.yaml and deploy/k8s/ run it; README.md "Runbook" says how.
+# deploy/compose.yaml and deploy/k8s/ run it; docs/operations.md "Deploy" says how.
 ARG PYTHON_VERSION=3.11
 
 # ---- build: a virtualenv with CPU torch, the dependencies and ragmesh ----

@@ -182,7 +182,7 @@ async def answers_per_s(fronts: list[Any], clients: int, seconds: float) -> tupl
 
 
 def scope_sizes(url: str) -> list[float]:
-    """Bytes of each scope entry in Redis: what sizing it takes (README.md "Runbook")."""
+    """Bytes of each scope entry in Redis: what sizing it takes (docs/operations.md "Gateway replicas and Redis")."""
     client = redis.Redis.from_url(url)
     try:
         return [float(client.strlen(key)) for key in client.scan_iter("ragmesh:scope:*")]

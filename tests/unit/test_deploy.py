@@ -10,7 +10,7 @@
   others), every object validated against the Kubernetes OpenAPI schemas (kubernetes-validate,
   offline), and the wiring (Services, probes, NetworkPolicies, HPAs, overlays). Where `kubectl` is
   installed, its kustomize renders the same objects.
-- The README's environment-variable table is fresh (ragmesh.configdoc --check).
+- The environment-variable table in docs/operations.md is fresh (ragmesh.configdoc --check).
 - deploy/grafana-dashboard.json queries only metrics the services export (ragmesh.metrics), and
   has a panel for each of them.
 """
@@ -742,7 +742,7 @@ def test_each_service_runs_its_deployment_with_grpc_probes_and_sized_resources(r
         assert any(p["port"] == GRPC_PORT[name] and p["targetPort"] == "grpc" for p in service["spec"]["ports"])
     memory = {n: _quantity(d["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"])
               for n, d in deployments.items()}
-    assert memory["retriever"] >= (2**29 if layout == "milvus" else 2**30), "README: 559 MB at 100k chunks in memory"
+    assert memory["retriever"] >= (2**29 if layout == "milvus" else 2**30), "docs/benchmarks.md: 559 MB at 100k chunks in memory"
     assert memory["embedder"] >= 512 * 2**20, "the model and torch: ~520 MB resident"
 
 
@@ -895,8 +895,8 @@ def test_secrets_are_placeholders_that_fail_closed(rendered):
 # The runbook's environment-variable table
 # --------------------------------------------------------------------------------------------
 
-def test_readme_config_table_is_fresh():
-    done = subprocess.run([sys.executable, "-m", "ragmesh.configdoc", "--check", "README.md"], cwd=ROOT,
+def test_operations_config_table_is_fresh():
+    done = subprocess.run([sys.executable, "-m", "ragmesh.configdoc", "--check", "docs/operations.md"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr + done.stdout
 
@@ -936,13 +936,13 @@ def test_config_table_replaces_only_the_marked_text():
         configdoc.replace("no markers", "new")
 
 
-def test_readme_runbook_is_the_last_section_and_holds_the_table():
-    readme = (ROOT / "README.md").read_text()
-    runbook = readme.rindex("\n## Runbook")
-    assert "\n## " not in readme[runbook + 1:], "## Runbook is the last section"
-    section = readme[runbook:]
-    assert configdoc.START in section and configdoc.END in section
-    assert "docker compose -f deploy/compose.yaml" in section and "kubectl apply -k deploy/k8s/overlays/" in section
+def test_operations_settings_is_the_last_section_and_holds_the_table():
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    settings = operations.rindex("\n## Settings")
+    assert "\n## " not in operations[settings + 1:], "## Settings is the last section"
+    assert configdoc.START in operations[settings:] and configdoc.END in operations[settings:]
+    deploy = operations[operations.index("\n## Deploy"):settings]
+    assert "docker compose -f deploy/compose.yaml" in deploy and "kubectl apply -k deploy/k8s/overlays/" in deploy
 
 
 # --------------------------------------------------------------------------------------------
