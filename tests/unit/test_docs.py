@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 PAGES = sorted((ROOT / "docs").glob("*.md"))
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-DOCUMENT_NUMBER = re.compile(r"(?<![\w,.\-])00[0-4](?![\w,])|\bPath [ABC]\b|\bseeds?\b")
+# A design document's number (000-004) standing alone (not 2,000, 0.001 or gemini-embedding-001), the
+# seeds' path letters, or a seed named as such.
+DOCUMENT_NUMBER = re.compile(r"(?<![\w.,-])00[0-4](?![\w.,%])|\b[Pp]ath [ABC]\b|\bseeds?'|\bthe \w+ seed\b|\bseed 00")
 
 
 def prose(text: str) -> str:
