@@ -22,6 +22,7 @@ from ragmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, retriever_pb2
 
 TIMEOUT_S = 60.0  # each call's deadline: the gateway stops the work (and the model call) when it passes
 PAGE = 50  # documents a page (1..200)
+QUESTION = "What did Kestrel do with its Brazil exposure in March 2024?"  # asked when none is given
 
 
 @dataclass
@@ -98,7 +99,7 @@ def analyst_flow(gateway: gateway_pb2_grpc.GatewayStub, key: str, question: str,
 def main(argv: list[str] | None = None) -> int:
     address = os.environ.get("RAGMESH_GATEWAY", "localhost:50051")
     key = os.environ.get("RAGMESH_API_KEY", "")
-    question = " ".join(sys.argv[1:] if argv is None else argv) or "What did Kestrel do with its Brazil exposure in March 2024?"
+    question = " ".join(sys.argv[1:] if argv is None else argv) or QUESTION
     if not key:
         print("set RAGMESH_API_KEY (a key from `ragmesh keys create --tenant T --user U`)", file=sys.stderr)
         return 2

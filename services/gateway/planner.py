@@ -97,7 +97,8 @@ class PipelineSettings:
     quality: QualitySettings = field(default_factory=QualitySettings)
     # conversation memory and recency
     history_char_budget: int = 6000  # earlier turns a prompt carries verbatim; past it, the running summary
-    default_window_days: dict[str, int] = field(default_factory=dict)  # collection -> days searched when the question names no period
+    # collection -> days searched when the question names no period
+    default_window_days: dict[str, int] = field(default_factory=dict)
     recency_half_life_days: float = 30.0  # recency words in the question: the retriever's decay
     recency_floor: float = 0.3
 
