@@ -27,9 +27,8 @@ from pymongo.client_session import ClientSession
 from pymongo.errors import DuplicateKeyError, InvalidURI, OperationFailure, PyMongoError
 
 from ragmesh.config import redact_uri
-from ragmesh.identity.keys import ApiKeyRecord
-from ragmesh.store.records import (Change, CollectionStats, ConversationInfo, CorrectionRecord, MessageRecord,
-                                   StoreUnavailable)
+from ragmesh.store.records import (ApiKeyRecord, Change, CollectionStats, ConversationInfo, CorrectionRecord,
+                                   MessageRecord, StoreUnavailable)
 from ragmesh.types import (MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, DocumentEntry, DocumentRecord, SectionOutline,
                            StoredChunk)
 

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from ragmesh.identity.keys import ApiKeyRecord
-from ragmesh.store.records import Change, CollectionStats, ConversationInfo, CorrectionRecord, MessageRecord
+from ragmesh.store.records import (ApiKeyRecord, Change, CollectionStats, ConversationInfo, CorrectionRecord,
+                                   MessageRecord)
 from ragmesh.types import DocumentEntry, DocumentRecord, StoredChunk
 
 

@@ -1,7 +1,9 @@
-"""What the store hands back besides documents and chunks (those are in ragmesh.types), and its
-one error. Both backends build these; callers read them without knowing which backend answered."""
+"""What the store hands back besides documents and chunks (those are in ragmesh.types), API key
+records included, and its one error. Both backends build these; callers read them without knowing
+which backend answered."""
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 
 from ragmesh.errors import Unavailable
@@ -64,3 +66,24 @@ class CorrectionRecord:
     correction: str
     conversation_id: str = ""
     created_at: str = ""
+
+
+@dataclass
+class ApiKeyRecord:
+    """What the store keeps of an API key (ragmesh.identity.keys makes them): never the key itself."""
+
+    key_id: str
+    tenant: str
+    user_id: str
+    role: str
+    secret_hash: str
+    created_at: str = ""
+    expires_at: str = ""  # ISO 8601 UTC; empty = never
+    revoked_at: str = ""  # empty = live
+    label: str = ""
+
+    def expired(self, now: dt.datetime | None = None) -> bool:
+        if not self.expires_at:
+            return False
+        now = now or dt.datetime.now(dt.timezone.utc)
+        return now >= dt.datetime.fromisoformat(self.expires_at.replace("Z", "+00:00"))

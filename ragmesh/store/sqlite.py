@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from ragmesh.errors import InvalidArgument
-from ragmesh.identity.keys import ApiKeyRecord
-from ragmesh.store.records import Change, CollectionStats, ConversationInfo, CorrectionRecord, MessageRecord
+from ragmesh.store.records import (ApiKeyRecord, Change, CollectionStats, ConversationInfo, CorrectionRecord,
+                                   MessageRecord)
 from ragmesh.types import (MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, DocumentEntry, DocumentRecord, SectionOutline,
                            StoredChunk)
 
