@@ -146,7 +146,7 @@ class History:
         return self.store.add_message(conversation_id, "assistant", answer, meta)
 
     def drop_question(self, tenant: str, conversation_id: str, question_id: str) -> None:
-        """000's stop flow: a question stopped before any answer is removed, not kept with a bare stop
+        """Stop before any answer: a question stopped before any answer is removed, not kept with a bare stop
         mark; a conversation it leaves empty goes too (no untitled conversation in the list)."""
         self.store.delete_message(question_id)
         if not self.store.messages(conversation_id, limit=1):

@@ -1,4 +1,4 @@
-"""Per-user limits: monthly message and token counters in the store (004 usage tracking), and a
+"""Per-user limits: monthly message and token counters in the store (usage tracking), and a
 per-minute request rate counted once for all gateway replicas (in this process with one gateway, in
 Redis with several: services/gateway/shared_state)."""
 from __future__ import annotations
