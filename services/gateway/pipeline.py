@@ -23,9 +23,9 @@ from ragmesh import metrics, tracing
 from ragmesh.admission import Admission
 from ragmesh.clients import GeneratorClient
 from ragmesh.errors import RagmeshError, Unavailable
-from ragmesh.identity import Identity, identity_var
-from ragmesh.logging import request_id_var
+from ragmesh.identity import Identity
 from ragmesh.models import EXTRACTIVE
+from ragmesh.request_context import identity_var, request_id_var
 from ragmesh.store import CorrectionRecord
 from ragmesh.text import citation_numbers
 from ragmesh.types import Citation, GenEvent, Hit
