@@ -2,21 +2,13 @@
 TLS_KEY, TLS_CA), and the rule that a service reachable from other machines speaks TLS."""
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 
 import grpc
 
-from ragmesh.config import Settings
+from ragmesh.config import Settings, is_loopback
 
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+__all__ = ["is_loopback"]  # kept here for its callers; defined with the settings that check binds
 
 
 def enabled(settings: Settings) -> bool:

@@ -5,8 +5,8 @@ import hmac
 from collections.abc import Mapping
 from typing import Literal
 
-from ragmesh.config import ConfigError, Settings
-from ragmesh.errors import PermissionDenied, Unauthenticated
+from ragmesh.config import Settings
+from ragmesh.errors import ConfigError, PermissionDenied, Unauthenticated
 from ragmesh.identity import Identity, keys
 from ragmesh.identity.secrets import read_or_create
 from ragmesh.identity.throttle import FailureThrottle

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ragmesh.admission import Admission
 from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient, RetrieverClient
-from ragmesh.config import Settings
+from ragmesh.config import GatewaySettings
 from ragmesh.errors import RagmeshError
 from ragmesh.identity.authenticator import Authenticator
 from ragmesh.models import default_model
@@ -21,7 +21,6 @@ from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import gateway_pb2_grpc
 from services.gateway.api import FrontDoor, create_app
-from services.gateway.api.auth import allowed_hosts
 from services.gateway.api.protocol import with_header_deadline
 from services.gateway.boosts import default_windows
 from services.gateway.conversations import Conversations
@@ -45,13 +44,14 @@ FUNDS_REFRESH_S = 60.0
 class GatewayApp(ServiceApp):
     service_name = "ragmesh.v1.Gateway"
     audience = "users"
+    settings_model = GatewaySettings
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: GatewaySettings) -> None:
         """Raises ConfigError for settings the HTTP bridge must not start with."""
         self.settings = settings
         self.store = LazyStore(settings)  # opened at warm-up: an unreachable database means NOT_SERVING
         self.key_store = self.store
-        self.allowed_hosts = allowed_hosts(settings)
+        self.allowed_hosts = settings.allowed_host_names()
         self.default_windows = default_windows(settings.default_window_days)
         self.history = History(self.store)
         self.http_port = settings.http_port
