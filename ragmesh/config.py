@@ -103,13 +103,6 @@ class Section(BaseSettings):
         """This model from the environment."""
         return cls()
 
-    @classmethod
-    def of(cls, other: BaseSettings) -> Self:
-        """This model from another holding its fields (the whole `Settings`, say), checked as a load is."""
-        if isinstance(other, cls):
-            return other
-        return cls(**{name: getattr(other, name) for name in cls.model_fields})
-
     def replace(self, **changes: Any) -> Self:
         """A copy with `changes` (by field name), checked as a load is."""
         return type(self)(**({name: getattr(self, name) for name in type(self).model_fields} | changes))
@@ -707,12 +700,12 @@ SERVICE_MODELS: dict[str, type[ServiceSettings]] = {
 class Settings(ServiceSettings, ModelProviderSettings, ChunkSettings, EmbeddingSettings, GenerationSettings,
                IngestSettings, SearchBackendSettings, ParseLimitSettings, AnsweringSettings, UsageSettings,
                HttpBridgeSettings, SharedStateSettings, SupervisorSettings):
-    """Every section: for the command line, the supervisor and tests. Holds every field of each
-    service's model, so it serves where one is wanted (`GatewaySettings.of(settings)` checks it as the
-    gateway would)."""
+    """Every section: for the command line, the supervisor and tests (which hand it to the services:
+    it holds every field of each service's model)."""
 
 
 def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps a service on this machine (secrets may then be made here)."""
     if host == "localhost":
         return True
     try:

@@ -8,8 +8,6 @@ import grpc
 
 from ragmesh.config import Settings, is_loopback
 
-__all__ = ["is_loopback"]  # kept here for its callers; defined with the settings that check binds
-
 
 def enabled(settings: Settings) -> bool:
     return bool(settings.tls_cert and settings.tls_key)

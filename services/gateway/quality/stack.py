@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ragmesh import tracing
 from ragmesh.clients import GeneratorClient
+from ragmesh.config import AnsweringSettings
 from ragmesh.models import EXTRACTIVE
 from services.gateway.quality import compress, rerank, rewrite
 from services.gateway.quality.model import StepFailed, complete
@@ -25,19 +26,6 @@ NO_MODEL = "no model configured"
 
 
 @dataclass(frozen=True)
-class QualitySettings:
-    rewrite: bool = True
-    rerank: bool = True
-    compress: bool = True
-    history: bool = True
-    model: str = ""  # the model the steps ask; empty = the answer's
-    rerank_candidates: int = 20
-    rewrite_timeout_s: float = 2.0
-    rerank_timeout_s: float = 4.0
-    compress_timeout_s: float = 4.0
-
-
-@dataclass(frozen=True)
 class QualityStep:
     step: str  # rewrite | rerank | compress | history
     status: str  # done | skipped | fallback
@@ -46,7 +34,8 @@ class QualityStep:
 
 
 class QualityStack:
-    def __init__(self, generator: GeneratorClient, settings: QualitySettings) -> None:
+    def __init__(self, generator: GeneratorClient, settings: AnsweringSettings) -> None:
+        """`settings`: the gateway's, which turn each step on (QUALITY_*) and bound its time."""
         self.generator = generator
         self.settings = settings
 
@@ -56,7 +45,7 @@ class QualityStack:
         records how it went."""
         started = time.perf_counter()
         status, detail = SKIPPED, (
-            f"turned off (QUALITY_{name.upper()}=false)" if not getattr(self.settings, name)
+            f"turned off (QUALITY_{name.upper()}=false)" if not getattr(self.settings, f"quality_{name}")
             else NO_MODEL if (model or self._model(s)) == EXTRACTIVE else unneeded)
         if not detail:
             with tracing.span("quality", step=name):
@@ -68,7 +57,7 @@ class QualityStack:
         s.quality.append(QualityStep(name, status, round((time.perf_counter() - started) * 1000, 2), detail))
 
     def _model(self, s: Strategy) -> str:
-        return self.settings.model or s.model
+        return self.settings.quality_model or s.model
 
     async def _ask(self, s: Strategy, system: str, prompt: str, timeout: float) -> str:
         return await complete(self.generator, self._model(s), system, prompt, timeout)
