@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import json
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticUseDefault
@@ -49,6 +49,7 @@ Flag = Annotated[bool, BeforeValidator(_flag)]
 Int = Annotated[int, BeforeValidator(_blank_is_default)]
 Float = Annotated[float, BeforeValidator(_blank_is_default)]
 OptionalInt = Annotated[int | None, BeforeValidator(_blank_is_default)]  # unset = the service picks
+AutoOnOff = Literal["auto", "on", "off"]
 
 
 def env(variable: str, default: Any, meaning: str, *fallbacks: str) -> Any:
@@ -77,7 +78,12 @@ def _problems(exc: ValidationError) -> str:
             lines.append(str(cause))
             continue
         where = ".".join(str(part) for part in error["loc"])
-        kind = str(cause) if isinstance(cause, ValueError) else _KINDS.get(error["type"], error["msg"])
+        if isinstance(cause, ValueError):
+            kind = str(cause)
+        elif error["type"] == "literal_error":
+            kind = f"must be {error['ctx']['expected']}"
+        else:
+            kind = _KINDS.get(error["type"], error["msg"])
         lines.append(f"environment variable {where} {kind}, got {error['input']!r}")
     return "; ".join(lines)
 
@@ -162,10 +168,10 @@ class StoreSettings(Section):
                                           "Connection and socket timeouts (milliseconds).")
     mongodb_socket_timeout_ms: Int = env("MONGODB_SOCKET_TIMEOUT_MS", 30000,
                                          "Connection and socket timeouts (milliseconds).")
-    mongodb_transactions: str = env("MONGODB_TRANSACTIONS", "auto",
-                                    "auto: transactions where `hello` reports a replica set or mongos; off: versioned "
-                                    "writes only (Cosmos DB for MongoDB reports a replica set but has no transactions "
-                                    "across collections).")
+    mongodb_transactions: AutoOnOff = env("MONGODB_TRANSACTIONS", "auto",
+                                          "auto: transactions where `hello` reports a replica set or mongos; off: "
+                                          "versioned writes only (Cosmos DB for MongoDB reports a replica set but has "
+                                          "no transactions across collections).")
 
     @property
     def sqlite_path(self) -> Path:
@@ -309,16 +315,17 @@ class ChunkSettings(Section):
 class EmbeddingSettings(Section):
     title = "Embedder"
 
-    embed_backend: str = env("EMBED_BACKEND", "local",
-                             "local (all-MiniLM-L6-v2 from its package, offline) or gemini (gemini-embedding-001, "
-                             "needs GEMINI_API_KEY).")
-    embed_runtime: str = env("EMBED_RUNTIME", "onnx",
-                             "How the local model runs: onnx (ONNX Runtime, the same vectors at a fraction of the CPU) "
-                             "or torch (sentence-transformers as shipped).")
-    embed_documents_bf16: str = env("EMBED_DOCUMENTS_BF16", "auto",
-                                    "With the onnx runtime, documents (ingest) run through torch in bfloat16: auto = "
-                                    "on CPUs that multiply bf16 in hardware (AMX, AVX512-BF16; 2.5x less CPU a chunk, "
-                                    "cosine >= 0.9999 to float32), on, or off.")
+    embed_backend: Literal["local", "gemini"] = env(
+        "EMBED_BACKEND", "local",
+        "local (all-MiniLM-L6-v2 from its package, offline) or gemini (gemini-embedding-001, needs GEMINI_API_KEY).")
+    embed_runtime: Literal["onnx", "torch"] = env(
+        "EMBED_RUNTIME", "onnx",
+        "How the local model runs: onnx (ONNX Runtime, the same vectors at a fraction of the CPU) or torch "
+        "(sentence-transformers as shipped).")
+    embed_documents_bf16: AutoOnOff = env(
+        "EMBED_DOCUMENTS_BF16", "auto",
+        "With the onnx runtime, documents (ingest) run through torch in bfloat16: auto = on CPUs that multiply bf16 "
+        "in hardware (AMX, AVX512-BF16; 2.5x less CPU a chunk, cosine >= 0.9999 to float32), on, or off.")
     model_cache_dir: str = env("MODEL_CACHE_DIR", "",
                                "Where the local model's ONNX export is kept (made at first start); empty = "
                                "DATA_DIR/models.")
@@ -411,8 +418,8 @@ class SearchBackendSettings(Section):
     milvus_index_params: str = env("MILVUS_INDEX_PARAMS", "{}", _MILVUS_INDEX)
     milvus_search_params: str = env("MILVUS_SEARCH_PARAMS", "{}", _MILVUS_INDEX)
     milvus_consistency: str = env("MILVUS_CONSISTENCY", "Strong",
-                                  "Milvus consistency level of searches: Strong (a search sees every write acknowledged "
-                                  "before it), Bounded, Session or Eventually.")
+                                  "Milvus consistency level of searches: Strong (a search sees every write "
+                                  "acknowledged before it), Bounded, Session or Eventually.")
     milvus_prefix: str = env("MILVUS_PREFIX", "ragmesh_",
                              "Milvus: collection names are this prefix + the ragmesh collection name.")
 
@@ -534,8 +541,8 @@ class AnsweringSettings(Section):
                                 f"{_QUALITY} Rewrite the question into up to 3 more search queries, with a prompt for "
                                 f"its intent (picked by rules).")
     quality_rerank: Flag = env("QUALITY_RERANK", True,
-                               f"{_QUALITY} Have the model score the best RERANK_CANDIDATES fused hits 0-10 and reorder "
-                               f"them by that score.")
+                               f"{_QUALITY} Have the model score the best RERANK_CANDIDATES fused hits 0-10 and "
+                               f"reorder them by that score.")
     quality_compress: Flag = env("QUALITY_COMPRESS", True,
                                  f"{_QUALITY} Cut each context chunk to the sentences the question needs, marked "
                                  f"[Partial]: / [Conflicting]:.")
@@ -551,11 +558,12 @@ class AnsweringSettings(Section):
     rerank_timeout_s: Float = env("RERANK_TIMEOUT_S", 4.0, _STEP_TIMEOUTS)
     compress_timeout_s: Float = env("COMPRESS_TIMEOUT_S", 4.0, _STEP_TIMEOUTS)
     reasoning_model: str = env("REASONING_MODEL", "",
-                               "Model for the DEEP route (reasoning questions); empty = the request's or default model.")
+                               "Model for the DEEP route (reasoning questions); empty = the request's or default "
+                               "model.")
     history_char_budget: Int = env("HISTORY_CHAR_BUDGET", 6000,
-                                   "Characters of earlier turns a prompt carries verbatim: the whole conversation while "
-                                   "it fits; past it, the running summary (extended in the background as turns stop "
-                                   "fitting) and the turns after it.")
+                                   "Characters of earlier turns a prompt carries verbatim: the whole conversation "
+                                   "while it fits; past it, the running summary (extended in the background as turns "
+                                   "stop fitting) and the turns after it.")
     default_window_days: str = env("DEFAULT_WINDOW_DAYS", "Conversation memory=90",
                                    "Time window per data source (\"Data Source=days\", comma-separated): a question "
                                    "with no date, window or recency word searches that source's last N days; when "

@@ -62,6 +62,17 @@ def test_numbers_set_to_nothing_take_their_default_and_bad_ones_name_the_variabl
         "environment variable EMBED_TIMEOUT_S must be a number, got 'soon'"}
 
 
+def test_a_choice_names_its_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBED_RUNTIME", "tensorrt")
+    with pytest.raises(ConfigError, match="^environment variable EMBED_RUNTIME must be 'onnx' or 'torch', "
+                                          "got 'tensorrt'$"):
+        EmbedderSettings.load()
+    monkeypatch.setenv("EMBED_RUNTIME", "torch")
+    monkeypatch.setenv("MONGODB_TRANSACTIONS", "off")
+    settings = EmbedderSettings.load()
+    assert (settings.embed_runtime, settings.mongodb_transactions) == ("torch", "off")
+
+
 def test_variables_are_read_by_their_exact_names(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("host", "10.0.0.1")  # a field's own name is no variable
     monkeypatch.setenv("ragmesh_host", "10.0.0.2")
