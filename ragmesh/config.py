@@ -13,12 +13,11 @@ from __future__ import annotations
 import ipaddress
 import json
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import AliasChoices, BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from typing_extensions import Self
 
 from ragmesh.errors import ConfigError
 
@@ -269,6 +268,15 @@ class IdentitySettings(Section):
     allow_plaintext: Flag = env("ALLOW_PLAINTEXT", False,
                                 "A non-loopback bind without TLS is refused unless TLS is terminated in front "
                                 "(a mesh sidecar).")
+
+    @model_validator(mode="after")
+    def _tls_files_go_together(self) -> Self:
+        """A certificate without its key (or a CA without both) would silently mean plaintext."""
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("TLS_CERT and TLS_KEY go together: set both or neither")
+        if self.tls_ca and not self.tls_cert:
+            raise ConfigError("TLS_CA (mTLS) needs TLS_CERT and TLS_KEY too")
+        return self
 
 
 class ServiceSettings(NetworkSettings, StoreSettings, ServingSettings, LoggingSettings, MetricsSettings,

@@ -138,6 +138,19 @@ def test_the_gateway_needs_allowed_hosts_on_a_public_bind(monkeypatch: pytest.Mo
     assert GatewaySettings.load().allowed_host_names() == {"127.0.0.1", "localhost", "::1"}
 
 
+def test_tls_files_go_together(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TLS_CERT", "/certs/tls.crt")
+    with pytest.raises(ConfigError, match="^TLS_CERT and TLS_KEY go together"):
+        EmbedderSettings.load()
+    monkeypatch.setenv("TLS_KEY", "/certs/tls.key")
+    assert EmbedderSettings.load().tls_key == "/certs/tls.key"
+    monkeypatch.setenv("TLS_CERT", "")
+    monkeypatch.setenv("TLS_KEY", "")
+    monkeypatch.setenv("TLS_CA", "/certs/ca.crt")
+    with pytest.raises(ConfigError, match="^TLS_CA \\(mTLS\\) needs TLS_CERT and TLS_KEY"):
+        config.load()
+
+
 def test_milvus_settings_are_checked_only_when_milvus_is_the_backend(monkeypatch: pytest.MonkeyPatch,
                                                                       tmp_path: Path) -> None:
     monkeypatch.setenv("MILVUS_CONSISTENCY", "sometimes")
