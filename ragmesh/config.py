@@ -679,7 +679,13 @@ class SupervisorSettings(Section):
 # -- one model per service, and all of them --------------------------------------------------------
 
 class EmbedderSettings(ServiceSettings, ModelProviderSettings, ChunkSettings, EmbeddingSettings):
-    """What the embedder reads."""
+    """What the embedder reads; the Gemini backend's key is checked at load."""
+
+    @model_validator(mode="after")
+    def _gemini_key(self) -> Self:
+        if self.embed_backend == "gemini" and not self.gemini_api_key:
+            raise ConfigError("EMBED_BACKEND=gemini needs GEMINI_API_KEY")
+        return self
 
 
 class GeneratorSettings(ServiceSettings, ModelProviderSettings, GenerationSettings):

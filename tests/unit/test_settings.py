@@ -123,6 +123,15 @@ def test_a_service_refuses_to_start_with_one_line(monkeypatch: pytest.MonkeyPatc
         serving.main("embedder", EmbedderApp, lambda s: s.embedder_port)
 
 
+def test_the_gemini_embedder_needs_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMBED_BACKEND", "gemini")
+    with pytest.raises(ConfigError, match="^EMBED_BACKEND=gemini needs GEMINI_API_KEY$"):
+        EmbedderSettings.load()
+    assert config.load().embed_backend == "gemini", "only the embedder needs it"
+    monkeypatch.setenv("GOOGLE_API_KEY", "key")
+    assert EmbedderSettings.load().gemini_api_key == "key"
+
+
 def test_the_gateway_needs_allowed_hosts_on_a_public_bind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAGMESH_HOST", "0.0.0.0")
     with pytest.raises(ConfigError, match="^ALLOWED_HOSTS must be set when the HTTP bridge binds 0.0.0.0"):
