@@ -29,7 +29,7 @@ from services.gateway.library import Library
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
-from services.gateway.strategy import Planner
+from services.gateway.planner import Planner
 from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.servicer import GatewayServicer
 from services.gateway.shared_state import open_shared_state

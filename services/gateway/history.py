@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ragmesh.errors import NotFound
 from ragmesh.identity import Identity
-from ragmesh.store import ConversationInfo, MessageRecord, Store
+from ragmesh.store import ConversationInfo, ConversationStore, MessageRecord
 from ragmesh.types import Turn
 from ragmesh.validation import shown
 
@@ -87,7 +87,7 @@ def _pairs(messages: list[MessageRecord]) -> list[Turn]:
 
 
 class History:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: ConversationStore) -> None:
         self.store = store
 
     def recent(self, conversation_id: str, keep: int) -> Recent:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ragmesh.errors import ResourceExhausted
-from ragmesh.store import Store
+from ragmesh.store import AccountStore
 
 
 def this_month() -> str:
@@ -75,7 +75,7 @@ class RateLimiter:
 
 
 class UsageLimiter:
-    def __init__(self, store: Store, max_messages: int = 0, max_tokens: int = 0) -> None:
+    def __init__(self, store: AccountStore, max_messages: int = 0, max_tokens: int = 0) -> None:
         self.store = store
         self.max_messages = max_messages  # 0 = unlimited
         self.max_tokens = max_tokens

@@ -16,8 +16,9 @@ from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragmesh.errors import ResourceExhausted, Unauthenticated
-from ragmesh.identity import Identity, identity_var
+from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import Authenticator, bearer
+from ragmesh.request_context import identity_var
 from ragmesh.validation import shown
 
 OPEN_PATHS = ("/healthz", "/metrics")  # load balancers and Prometheus reach them by address, without a key

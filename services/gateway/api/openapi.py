@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
 from ragmesh.models import KNOWN_MODELS, WEB_SEARCH_MODELS
-from ragmesh.serving import REQUEST_ID_HEADER
+from ragmesh.request_context import REQUEST_ID_HEADER
 from ragmesh.v1 import retriever_pb2
 from ragmesh.validation import _NAME as COLLECTION_NAME
 from ragmesh.validation import MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, MAX_OFFSET, MAX_PAGE
