@@ -5,28 +5,38 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
+from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ragmesh.identity import Identity
-from services.gateway.transcripts import MAX_TAGS, TranscriptInput, Transcripts
+from ragmesh.validation import COLLECTION_NAME, NOT_BLANK, WHITESPACE
+from services.gateway.api.schemas import TranscriptStored, returns
+from services.gateway.request import Date, Declared, Name
+from services.gateway.transcripts import (MAX_TAG_CHARS, MAX_TAGS, MAX_TRANSCRIPT_CHARS, MAX_TRANSCRIPT_ID_CHARS,
+                                          TranscriptInput, Transcripts)
+
+Tag = Annotated[str, Field(max_length=MAX_TAG_CHARS, pattern=f"^[^,]*[^,{WHITESPACE}][^,]*$")]
+Transcript = Annotated[str, Field(max_length=MAX_TRANSCRIPT_CHARS)]
 
 
-# Types and the tag count are checked here (so the OpenAPI document says what is accepted); the
-# rest by TranscriptInput.validate, 400 naming the field.
-class TranscriptBody(BaseModel):
-    model_config = ConfigDict(strict=True)
-
-    raw_text: str
-    refined_text: str | None = ""
-    polished_text: str | None = ""  # 003's older name for refined_text
-    tags: list[str] = Field(default_factory=list, max_length=MAX_TAGS)
-    echotag: str | None = ""
-    transcript_id: str | None = ""
-    collection: str | None = ""
-    date: str | None = ""
-    tenant: str = ""
+# The shape and limits of a transcript as a client sends it (TranscriptInput.validate checks the same for gRPC).
+class TranscriptBody(Declared):
+    raw_text: Transcript = Field(pattern=NOT_BLANK, description="The call as said; not blank")
+    refined_text: Transcript | None = Field("", description="Notes made from the call, stored after the raw text")
+    polished_text: Transcript | None = Field("", description="The older name of refined_text (used when that is "
+                                                             "empty)")
+    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS, description=(
+        "Topics, not blank and without commas (repeats are dropped); sent, no model is asked"))
+    echotag: Annotated[str, Field(max_length=MAX_TAG_CHARS)] | None = Field("", description=(
+        "The transcript's main tag; empty or null: the first tag"))
+    transcript_id: Annotated[str, Field(max_length=MAX_TRANSCRIPT_ID_CHARS)] | None = Field("", description=(
+        "Empty or null: a new id; an id stored already is replaced"))
+    collection: Annotated[str, Field(pattern=f"(?:{COLLECTION_NAME})|^$")] | None = Field("", description=(
+        "Empty or null: documents"))
+    date: Date | None = Field("", description="YYYY-MM-DD of the call; empty or null: today")
+    tenant: Name = Field("", description="Empty or the credential's own tenant (403 otherwise)")
 
     def to_input(self) -> TranscriptInput:
         return TranscriptInput(
@@ -39,7 +49,9 @@ class TranscriptBody(BaseModel):
 def transcripts_router(transcripts: Transcripts, caller: Callable[..., Awaitable[Identity]]) -> APIRouter:
     router = APIRouter()
 
-    @router.post("/api/transcripts")
+    @router.post("/api/transcripts", summary="Store a call transcript (admin keys) as a document of type transcript, "
+                                             "tagged with 3-6 topics by the configured model",
+                 **returns(TranscriptStored, 502))
     async def ingest_transcript(body: TranscriptBody, who: Identity = Depends(caller)) -> dict:
         return asdict(await transcripts.ingest(who, body.to_input()))
 
