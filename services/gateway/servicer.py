@@ -1,5 +1,7 @@
 """Gateway gRPC servicer: AskRequest to AskInput, pipeline events to ChatEvents. The caller's
-identity comes from the server interceptor (ragmesh.identity.current)."""
+identity comes from the server interceptor (ragmesh.identity.current). Requests are checked by the
+declarations the HTTP bridge parses with (services/gateway/request.py): an Ask by AskRequest (in
+AskInput.validate), a conversation id by the rule of the HTTP path parameter."""
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +26,7 @@ from services.gateway.memory import Memory
 from services.gateway.meta import describe
 from services.gateway.notes_contract import notes_answer
 from services.gateway.pipeline import AskPipeline, Event
-from services.gateway.request import AskInput
+from services.gateway.request import AskInput, checked_conversation_id
 from services.gateway.transcripts import TranscriptInput, Transcripts
 from services.gateway.whole_answer import whole_answer
 
@@ -108,7 +110,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             yield event_to_proto(event)
 
     async def Stop(self, request: gateway_pb2.StopRequest, context: grpc.aio.ServicerContext):
-        stopped = await self.conversations.stop(identity.current(), request.conversation_id)
+        stopped = await self.conversations.stop(identity.current(), checked_conversation_id(request.conversation_id))
         return gateway_pb2.StopResponse(stopped=stopped)
 
     async def ListConversations(self, request: gateway_pb2.ListConversationsRequest, context):
@@ -120,17 +122,18 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             next_offset=found.next_offset)
 
     async def RenameConversation(self, request: gateway_pb2.RenameConversationRequest, context):
-        title = await self.conversations.rename(identity.current(), request.conversation_id, request.title)
+        title = await self.conversations.rename(identity.current(), checked_conversation_id(request.conversation_id),
+                                                request.title)
         return gateway_pb2.RenameConversationResponse(conversation_id=request.conversation_id, title=title)
 
     async def GetConversation(self, request: gateway_pb2.GetConversationRequest, context):
-        messages = await self.conversations.messages(identity.current(), request.conversation_id)
+        messages = await self.conversations.messages(identity.current(), checked_conversation_id(request.conversation_id))
         return gateway_pb2.Conversation(conversation_id=request.conversation_id,
                                         messages=[message_to_proto(m) for m in messages])
 
     async def DeleteConversation(self, request: gateway_pb2.DeleteConversationRequest, context):
         who = identity.current().acting_for(request.tenant, "")
-        await self.conversations.delete(who, request.conversation_id)  # NotFound when not the caller's
+        await self.conversations.delete(who, checked_conversation_id(request.conversation_id))  # NotFound: not the caller's
         return gateway_pb2.DeleteConversationResponse(deleted=True)
 
     async def Ingest(
@@ -143,6 +146,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             yield progress
 
     async def Correct(self, request: gateway_pb2.CorrectionRequest, context: grpc.aio.ServicerContext):
+        if request.conversation_id:
+            checked_conversation_id(request.conversation_id)
         author = identity.current().acting_for(request.tenant, request.user_id)
         record = CorrectionRecord("", author.tenant, author.user, request.question, request.wrong_answer,
                                   request.correction, request.conversation_id)
