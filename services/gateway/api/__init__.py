@@ -171,8 +171,9 @@ def create_app(
     app.mount("/static", StaticFiles(directory=WEB_DIR / "static"), name="static")
 
     @app.get("/healthz", summary="Health of the gateway and the services it calls (503 when degraded)",
-             response_model=Health, responses={503: {"model": Health, "description": "Degraded: a service is not serving"}})
-    async def health() -> JSONResponse:
+             response_model=Health, name="health",
+             responses={503: {"model": Health, "description": "Degraded: a service is not serving"}})
+    async def healthz() -> JSONResponse:
         services = await health()
         ok = all(v == "SERVING" for v in services.values())
         return JSONResponse({"status": "ok" if ok else "degraded", "services": services},
