@@ -69,7 +69,7 @@ def check_writable(field: str, collection: str) -> None:
         raise InvalidArgument(field, f"{collection!r} is the conversation memory: only Ask writes it")
 
 
-# Bounds on what a caller may send the retriever (issue 11): every string, list and number is
+# Bounds on what a caller may send the retriever: every string, list and number is
 # checked before anything runs, so a bad input is an InvalidArgument naming the field.
 MAX_QUERY_CHARS = 4_000          # a search's query, and each of its variants
 MAX_VARIANTS = 8                 # distinct query variants per search

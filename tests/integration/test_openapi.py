@@ -1,4 +1,4 @@
-"""The OpenAPI document is the truth (issue 11): schemathesis, with every check and negative data too,
+"""The OpenAPI document is the truth: schemathesis, with every check and negative data too,
 finds nothing the gateway does that its document does not say, and the document lists every route.
 
 Schemathesis calls the live stack with an admin key of a tenant of its own (OAS_TENANT): it exercises

@@ -45,6 +45,7 @@ from services.gateway.library import Library
 from services.gateway.limits import RateLimiter
 
 MAX_FILES = 100
+MAX_FORM_FIELDS = 1000  # a multipart form's fields (files, repeated meta, ...)
 Collection = Annotated[str, Path(pattern=COLLECTION_NAME, description="Letters, digits, '_', '-' or '.', 1-64")]
 DocId = Annotated[str, Path(max_length=MAX_ID_CHARS, pattern=NOT_BLANK, description="The document's id (may contain "
                                                                                      "'/')")]
@@ -119,7 +120,7 @@ def _check_integers(where: str, value: object) -> None:
 
 async def _from_form(request: Request, max_bytes: int) -> _Batch:
     try:
-        form = await request.form(max_files=MAX_FILES, max_fields=1000)
+        form = await request.form(max_files=MAX_FILES, max_fields=MAX_FORM_FIELDS)
     except (HTTPException, MultiPartException) as exc:
         raise InvalidArgument("body", f"unreadable multipart form ({getattr(exc, 'detail', exc)})") from None
     files = [f for f in form.getlist("files") + form.getlist("file") if isinstance(f, UploadFile)]
@@ -272,7 +273,7 @@ def documents_router(retriever: Callable[[], RetrieverClient], library: Library,
 
     @router.post("/api/documents", summary="Ingest files or JSON documents (admin keys), progress streamed as "
                                            "Server-Sent Events", **streams("IngestEvent"),
-                 openapi_extra={"requestBody": upload_body(max_upload_bytes, max_bytes, MAX_FILES)})
+                 openapi_extra={"requestBody": upload_body(max_upload_bytes, max_bytes, MAX_FILES, MAX_FORM_FIELDS)})
     async def ingest_documents(request: Request, who: Identity = Depends(caller)):
         who.require_admin("ingesting documents")
         await rate.check(who.tenant, who.user)

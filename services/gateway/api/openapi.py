@@ -18,7 +18,7 @@ from pydantic.json_schema import models_json_schema
 from ragmesh.models import KNOWN_MODELS, WEB_SEARCH_MODELS
 from ragmesh.serving import REQUEST_ID_HEADER
 from ragmesh.validation import COLLECTION_NAME, WHITESPACE
-from services.gateway.api.schemas import ASK_EVENTS, ERRORS, INGEST_EVENTS, SCHEMAS, Error, strategy_schemas
+from services.gateway.api.schemas import ERRORS, SCHEMAS, STREAMS, Error, strategy_schemas
 
 API_ERRORS = (400, 401, 408, 413, 429, 500, 503)  # any /api route: host, credential, body time and size, admission, store
 WRITE_ERRORS = (403,)  # POST, PATCH and DELETE: the Origin rule
@@ -43,7 +43,7 @@ def streams(event: str, *errors: int) -> dict[str, Any]:
             "schema": stream}}}, **{status: {"model": Error, "description": ERRORS[status]} for status in errors}}}
 
 
-def upload_body(max_upload: int, max_file: int, max_files: int) -> dict[str, Any]:
+def upload_body(max_upload: int, max_file: int, max_files: int, max_fields: int) -> dict[str, Any]:
     """POST /api/documents reads its body by hand: files as multipart/form-data, or documents as JSON."""
     collection = {"type": "string", "pattern": COLLECTION_NAME, "description": "Letters, digits, '_', '-' or '.', 1-64"}
     tenant = "Empty or the credential's own tenant (403 otherwise)"
@@ -55,7 +55,7 @@ def upload_body(max_upload: int, max_file: int, max_files: int) -> dict[str, Any
         "metadata": {"type": "string", "pattern": JSON_OBJECT_OF_STRINGS,
                      "description": "A JSON object of string values, stored with every document"},
         "meta": {"type": "array", "items": {"type": "string", "pattern": f"^[^=]*[^={WHITESPACE}][^=]*="},
-                 "description": "key=value metadata, repeated (a form has at most 1,000 fields)"},
+                 "description": f"key=value metadata, repeated (a form has at most {max_fields:,} fields)"},
         "summarize": {"type": "string", "pattern": "^(?:[Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])?$",
                       "description": "true or false (any case); empty: the collection's setting"}}}
     text = {"type": "object", "title": "TextDocument", "required": ["doc_id", "text"], "properties": {
@@ -79,14 +79,13 @@ def upload_body(max_upload: int, max_file: int, max_files: int) -> dict[str, Any
                            f"in the stream, not the request."}
 
 
+ERROR_HEADERS = {401: {"WWW-Authenticate": {"required": True, "description": "Bearer", "schema": {"type": "string"}}},
+                 429: {"Retry-After": {"required": True, "description": "Seconds to wait before trying again",
+                                       "schema": {"type": "string", "pattern": "^[0-9]+$"}}}}
+
+
 def _error(status: int) -> dict[str, Any]:
-    headers: dict[str, Any] = dict(REQUEST_ID)
-    if status == 401:
-        headers["WWW-Authenticate"] = {"required": True, "description": "Bearer", "schema": {"type": "string"}}
-    if status == 429:
-        headers["Retry-After"] = {"required": True, "description": "Seconds to wait before trying again",
-                                  "schema": {"type": "string", "pattern": "^[0-9]+$"}}
-    return {"description": ERRORS[status], "headers": headers,
+    return {"description": ERRORS[status], "headers": {**REQUEST_ID, **ERROR_HEADERS.get(status, {})},
             "content": {"application/json": {"schema": {"$ref": SCHEMAS + "Error"}}}}
 
 
@@ -105,15 +104,11 @@ def build(app: FastAPI, *, offered_models: list[str], max_body_bytes: int, max_u
     schemas = components.setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):  # validation errors are our 400s
         schemas.pop(unused, None)
-    events = [(m, "serialization") for m in (*ASK_EVENTS, *INGEST_EVENTS)]
+    events = [(m, "serialization") for models, _ in STREAMS.values() for m in models]
     schemas.update(models_json_schema(events, ref_template=SCHEMAS + "{model}")[1].get("$defs", {}))
     schemas.update(strategy_schemas())
-    schemas["AskEvent"] = {"oneOf": [{"$ref": SCHEMAS + e.__name__} for e in ASK_EVENTS],
-                           "description": "One event of an answer's stream: searching (true, false), strategy, "
-                                          "generating, thinking and content (repeated), citations, done; or error"}
-    schemas["IngestEvent"] = {"oneOf": [{"$ref": SCHEMAS + e.__name__} for e in INGEST_EVENTS],
-                              "description": "One event of an ingest stream: a stage of one document (repeated), "
-                                             "then done; or error, which ends the stream"}
+    for name, (models, description) in STREAMS.items():
+        schemas[name] = {"oneOf": [{"$ref": SCHEMAS + m.__name__} for m in models], "description": description}
     others = ", ".join(m for m in KNOWN_MODELS if m not in offered_models) or "none"
     schemas["AskRequest"]["properties"]["model"] = {"enum": ["", *offered_models, None], "description": (
         "Empty or null: the default model. The models this deployment served when this document was made (GET "

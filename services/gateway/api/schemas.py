@@ -344,6 +344,12 @@ class Health(_Exact):
 ASK_EVENTS = (SearchingEvent, StrategyEvent, GeneratingEvent, ThinkingEvent, ContentEvent, CitationsEvent,
               AskDone, Error)
 INGEST_EVENTS = (IngestProgress, IngestDone, Error)
+STREAMS = {  # the events a streaming route sends, one of them per `data:` line
+    "AskEvent": (ASK_EVENTS, "One event of an answer's stream: searching (true, false), strategy, generating, thinking "
+                             "and content (repeated), citations, done; or error"),
+    "IngestEvent": (INGEST_EVENTS, "One event of an ingest stream: a stage of one document (repeated), then done; or "
+                                   "error, which ends the stream"),
+}
 
 
 ERRORS = {
