@@ -181,9 +181,11 @@ def error_message(error: Mapping[str, Any]) -> str:
         return f"must be {PATTERN_MEANINGS.get(ctx['pattern'], 'of the pattern ' + ctx['pattern'])}, got {shown(value)}"
     if kind == "string_unicode":
         return "is not valid Unicode (a lone surrogate)"
+    if kind == "literal_error":
+        return f"must be one of {ctx['expected']}, got {shown(value) if isinstance(value, str) else repr(value)[:40]}"
     if kind == "missing":
         return "is required"
-    return error["msg"][0].lower() + error["msg"][1:]
+    return error["msg"]
 
 
 def invalid_argument(errors: Sequence[Mapping[str, Any]], skip: int = 0) -> InvalidArgument:

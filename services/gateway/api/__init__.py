@@ -198,7 +198,7 @@ def create_app(
 
     app.include_router(chat_router(pipeline, memory, conversations, caller))
     app.include_router(conversations_router(conversations, caller))
-    app.include_router(documents_router(retriever, library, max_file_bytes, max_upload_bytes, caller, pipeline.rate))
+    app.include_router(documents_router(retriever, library, max_file_bytes, caller, pipeline.rate))
     app.include_router(transcripts_router(transcripts, caller))
     app.include_router(chunks_router(library, caller))
     app.include_router(catalog_router(library, caller))

@@ -20,16 +20,17 @@ from services.gateway.events import event_json, strategy_json
 from services.gateway.memory import CORRECTION_LIMITS, Memory
 from services.gateway.notes_contract import notes_answer, notes_json
 from services.gateway.pipeline import AskPipeline
-from services.gateway.request import MAX_NAME_CHARS, AskRequest, ConversationId, Declared, MaybeConversationId, Name
 from services.gateway.api.openapi import streams
 from services.gateway.api.schemas import Answer, CorrectionRecorded, NotesAnswer, Stopped, returns
+from services.gateway.request import MAX_NAME_CHARS, AskRequest, ConversationId, Declared, MaybeConversationId, Name
 from services.gateway.whole_answer import whole_answer
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def _text(limit: int, description: str = "", *, not_blank: bool = False) -> Any:
-    return Field("", max_length=limit, pattern=NOT_BLANK if not_blank else None, description=description)
+def _text(limit: int, description: str) -> Any:
+    """An optional text field (empty when left out) of at most `limit` characters."""
+    return Field("", max_length=limit, description=description)
 
 
 class StopBody(Declared):

@@ -264,16 +264,15 @@ def document_line(e: DocumentEntry) -> dict:
             "metadata": d.metadata}
 
 
-def documents_router(retriever: Callable[[], RetrieverClient], library: Library, max_bytes: int, max_upload_bytes: int,
+def documents_router(retriever: Callable[[], RetrieverClient], library: Library, max_bytes: int,
                      caller: Callable[..., Awaitable[Identity]], rate: RateLimiter) -> APIRouter:
     """The router; `retriever` returns the gateway's client (made once its event loop runs); `rate`
-    counts uploads with the same user's asks, before an upload's body is read. `max_bytes` bounds each
-    file, `max_upload_bytes` the whole upload (checked as it arrives, by the guards in front)."""
+    counts uploads with the same user's asks, before an upload's body is read; `max_bytes` bounds each file."""
     router = APIRouter()
 
     @router.post("/api/documents", summary="Ingest files or JSON documents (admin keys), progress streamed as "
                                            "Server-Sent Events", **streams("IngestEvent"),
-                 openapi_extra={"requestBody": upload_body(max_upload_bytes, max_bytes, MAX_FILES, MAX_FORM_FIELDS)})
+                 openapi_extra={"requestBody": upload_body(max_bytes, MAX_FILES, MAX_FORM_FIELDS)})
     async def ingest_documents(request: Request, who: Identity = Depends(caller)):
         who.require_admin("ingesting documents")
         await rate.check(who.tenant, who.user)

@@ -43,7 +43,7 @@ def streams(event: str, *errors: int) -> dict[str, Any]:
             "schema": stream}}}, **{status: {"model": Error, "description": ERRORS[status]} for status in errors}}}
 
 
-def upload_body(max_upload: int, max_file: int, max_files: int, max_fields: int) -> dict[str, Any]:
+def upload_body(max_file: int, max_files: int, max_fields: int) -> dict[str, Any]:
     """POST /api/documents reads its body by hand: files as multipart/form-data, or documents as JSON."""
     collection = {"type": "string", "pattern": COLLECTION_NAME, "description": "Letters, digits, '_', '-' or '.', 1-64"}
     tenant = "Empty or the credential's own tenant (403 otherwise)"
@@ -74,7 +74,7 @@ def upload_body(max_upload: int, max_file: int, max_files: int, max_fields: int)
     return {"required": True, "content": {"multipart/form-data": {"schema": form},
                                           "application/json": {"schema": documents}},
             "description": f"Files as multipart/form-data (at most {max_files}) or documents as JSON, at most "
-                           f"{max_upload:,} bytes in all (UPLOAD_MAX_BYTES). What the retriever refuses in a document "
+                           f"UPLOAD_MAX_BYTES in all (the figure is above). What the retriever refuses in a document "
                            f"(its limits on ids, titles and metadata, a file it cannot parse) fails that document "
                            f"in the stream, not the request."}
 
