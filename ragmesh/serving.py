@@ -20,7 +20,6 @@ import signal
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -35,19 +34,15 @@ from ragmesh import logging as rlog
 from ragmesh.admission import Admission
 from ragmesh.config import ConfigError, Settings
 from ragmesh.errors import InvalidArgument, RagmeshError, ResourceExhausted, Unavailable
-from ragmesh.identity import identity_var
 from ragmesh.identity.authenticator import Audience, Authenticator
 from ragmesh.message_limits import MessageLimits
 from ragmesh.private_files import keep_private
 from ragmesh.readiness import NotReady, Readiness, State
+from ragmesh.request_context import REQUEST_ID_HEADER, clean_request_id, deadline_var, identity_var, request_id_var
 from ragmesh.store.lazy import LazyStore
 
 log = logging.getLogger(__name__)
 
-# Monotonic time by which the current call must finish; None = the caller set no deadline.
-deadline_var: ContextVar[float | None] = ContextVar("deadline", default=None)
-
-REQUEST_ID_HEADER = "x-request-id"
 # gRPC's own trailer for "retry this call, or not": -1 on an UNAVAILABLE the service answered itself
 # (a dependency of its own failed, after the service retried it within the same deadline), so callers
 # do not retry it again at every hop. A refusal before the call ran (NotReady) or a lost connection
@@ -69,7 +64,7 @@ def _status(exc: RagmeshError) -> grpc.StatusCode:
 
 
 def _enter_call(context: grpc.aio.ServicerContext, request_id: str) -> None:
-    rlog.request_id_var.set(request_id)
+    request_id_var.set(request_id)
     remaining = context.time_remaining()
     deadline_var.set(time.monotonic() + remaining if remaining is not None else None)
 
@@ -196,7 +191,7 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
     def _observed(self, method: str, metadata: dict, request_id: str) -> Iterator[_Outcome]:
         """Counts and times the call by its final status code, inside its server span."""
         outcome, calls, started = _Outcome(), metrics.rpc(self.service, method), time.perf_counter()
-        rlog.request_id_var.set(request_id)  # before the span starts: every span carries it
+        request_id_var.set(request_id)  # before the span starts: every span carries it
         with tracing.server_span(method.lstrip("/"), metadata, self.service) as span:
             try:
                 yield outcome
@@ -232,7 +227,7 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         metadata = dict(details.invocation_metadata or ())
-        request_id = rlog.clean_request_id(metadata.get(REQUEST_ID_HEADER))
+        request_id = clean_request_id(metadata.get(REQUEST_ID_HEADER))
         method = details.method
         parse = _Parser(method, handler.request_deserializer, *self.limits.of(method))
         admission = self.admission.slot if not method.startswith(_OPEN_PREFIXES) else contextlib.nullcontext

@@ -31,7 +31,7 @@ from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
 from services.gateway.quality import QualitySettings
-from services.gateway.strategy import PipelineSettings, Planner
+from services.gateway.planner import PipelineSettings, Planner
 from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.servicer import GatewayServicer
 from services.gateway.shared_state import open_shared_state

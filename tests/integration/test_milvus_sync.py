@@ -18,9 +18,9 @@ from pymilvus import DataType, MilvusClient
 
 from ragmesh.config import ConfigError
 from ragmesh import config
-from ragmesh.cli import main as cli
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import Chunk, DocumentRecord, SearchFilter, StoredChunk
+from services.cli import main as cli
 from services.retriever.app import make_backend
 from services.retriever.backend import SearchBackend
 from services.retriever.index import IndexRegistry
@@ -306,7 +306,7 @@ def test_index_rebuild_runs_from_a_shell_with_a_milvus_lite_file(tmp_path: Path)
     env = {"RETRIEVER_BACKEND": "milvus", "MILVUS_URI": str(tmp_path / "index.db"), "DATA_DIR": str(tmp_path),
            "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
     for _ in range(2):
-        done = subprocess.run([sys.executable, "-m", "ragmesh.cli", "index", "rebuild"], env=env,
+        done = subprocess.run([sys.executable, "-m", "services.cli", "index", "rebuild"], env=env,
                               capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
         assert done.returncode == 0, done.stderr[-2000:]
         assert "rebuilt c: 2 chunks" in done.stdout

@@ -23,10 +23,9 @@ from ragmesh.admission import Admission
 from ragmesh.clients import RetrieverClient
 from ragmesh.config import Settings
 from ragmesh.errors import RagmeshError, ResourceExhausted
-from ragmesh.logging import request_id_var
 from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import Authenticator
-from ragmesh.serving import REQUEST_ID_HEADER
+from ragmesh.request_context import REQUEST_ID_HEADER, request_id_var
 from ragmesh.validation import invalid_argument
 from services.gateway.api.auth import BrowserGuard, Identifier, caller_dependency
 from services.gateway.api.catalog import catalog_router

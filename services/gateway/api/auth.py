@@ -17,8 +17,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragmesh.config import ConfigError, Settings
 from ragmesh.errors import ResourceExhausted, Unauthenticated
-from ragmesh.identity import Identity, identity_var
+from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import Authenticator, bearer
+from ragmesh.request_context import identity_var
 from ragmesh.tls import is_loopback
 from ragmesh.validation import shown
 

@@ -5,7 +5,6 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter, Depends
@@ -16,14 +15,14 @@ from ragmesh.identity import Identity
 from ragmesh.store import CorrectionRecord
 from ragmesh.validation import NOT_BLANK
 from services.gateway.conversations import Conversations
-from services.gateway.events import event_json, strategy_json
+from services.gateway.events import event_json
 from services.gateway.memory import CORRECTION_LIMITS, Memory
 from services.gateway.notes_contract import notes_answer, notes_json
 from services.gateway.pipeline import AskPipeline
 from services.gateway.api.openapi import streams
 from services.gateway.api.schemas import Answer, CorrectionRecorded, NotesAnswer, Stopped, returns
 from services.gateway.request import MAX_NAME_CHARS, AskRequest, ConversationId, Declared, MaybeConversationId, Name
-from services.gateway.whole_answer import whole_answer
+from services.gateway.whole_answer import whole_answer, whole_json
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -82,16 +81,7 @@ def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversati
     async def ask(body: AskRequest, who: Identity = Depends(caller)) -> dict:
         prepared = await pipeline.prepare(body.to_input(), who)
         whole = await whole_answer(pipeline, prepared)  # an error event: raised, answered with its status
-        if prepared.ask.response_format == "notes":
-            return notes_json(notes_answer(whole))
-        strategy = strategy_json(whole.strategy) if whole.strategy else {}
-        return {
-            "answer": whole.answer, "citations": [asdict(c) for c in whole.citations],
-            "web_queries": whole.web_queries, "conversation_id": whole.conversation_id,
-            "meta": {"model": whole.model, "strategy": strategy,
-                     "retrieval": {"k": strategy.get("k", 0), "candidateCount": strategy.get("candidate_count", 0),
-                                   "timeMs": strategy.get("retrieval_ms", 0.0)}},
-        }
+        return notes_json(notes_answer(whole)) if prepared.ask.response_format == "notes" else whole_json(whole)
 
     @router.post("/api/chat/stop", summary="Stop the conversation's running answer", **returns(Stopped, 404))
     async def stop(body: StopBody, who: Identity = Depends(caller)) -> dict:

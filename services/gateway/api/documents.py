@@ -33,8 +33,9 @@ from starlette.formparsers import MultiPartException
 
 from ragmesh.clients import RetrieverClient
 from ragmesh.errors import InvalidArgument, RagmeshError
-from ragmesh.identity import Identity, identity_var
+from ragmesh.identity import Identity
 from ragmesh.paging import DEFAULT_PAGE
+from ragmesh.request_context import identity_var
 from ragmesh.types import DocumentEntry
 from ragmesh.v1 import retriever_pb2
 from ragmesh.validation import COLLECTION_NAME, MAX_ID_CHARS, NOT_BLANK, check_writable, shown

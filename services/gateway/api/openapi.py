@@ -16,7 +16,7 @@ from fastapi.responses import StreamingResponse
 from pydantic.json_schema import models_json_schema
 
 from ragmesh.models import KNOWN_MODELS, WEB_SEARCH_MODELS
-from ragmesh.serving import REQUEST_ID_HEADER
+from ragmesh.request_context import REQUEST_ID_HEADER
 from ragmesh.validation import COLLECTION_NAME, WHITESPACE
 from services.gateway.api.schemas import ERRORS, SCHEMAS, STREAMS, Error, strategy_schemas
 
