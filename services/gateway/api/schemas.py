@@ -14,16 +14,14 @@ from services.gateway.strategy import Strategy
 SCHEMAS = "#/components/schemas/"
 
 
-_STRATEGY = TypeAdapter(Strategy).json_schema(mode="serialization", ref_template=SCHEMAS + "{model}")
-
-
 def strategy_schemas() -> dict[str, Any]:
-    """The schemas the strategy's refers to, as components (derived from the Strategy record)."""
-    return dict(_STRATEGY.get("$defs", {}))
+    """The Strategy record's schema and those it refers to, as components."""
+    schema = TypeAdapter(Strategy).json_schema(mode="serialization", ref_template=SCHEMAS + "{model}")
+    return {**schema.pop("$defs", {}), "Strategy": schema}
 
 
-# The strategy as the events and stored answers carry it (events.strategy_json); its schema is Strategy's.
-StrategyJson = Annotated[dict[str, Any], WithJsonSchema({k: v for k, v in _STRATEGY.items() if k != "$defs"})]
+# The strategy as the events and stored answers carry it (strategy_json); its schema is the Strategy component.
+StrategyJson = Annotated[dict[str, Any], WithJsonSchema({"allOf": [{"$ref": SCHEMAS + "Strategy"}]})]
 
 
 class _Exact(BaseModel):
