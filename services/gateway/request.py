@@ -6,7 +6,7 @@ naming it. `AskInput` is the Ask as the gateway's domain carries it through the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, \
     WithJsonSchema, field_validator, model_validator
@@ -78,11 +78,15 @@ class Declared(BaseModel):
     model_config = ConfigDict(strict=True)
 
     @classmethod
-    def checked(cls, fields: dict[str, Any]):
+    def checked(cls, sent: dict[str, Any]) -> Self:
+        """The request `sent` (a proto's fields, or the domain's), checked as the HTTP body is."""
         try:
-            return cls.model_validate(fields)
+            return cls.model_validate(sent)
         except ValidationError as exc:
             raise invalid_argument(exc.errors()) from None
+
+
+_CONVERSATION_ID: TypeAdapter[str] = TypeAdapter(ConversationId)
 
 
 def checked_conversation_id(value: str) -> str:
@@ -91,9 +95,6 @@ def checked_conversation_id(value: str) -> str:
         return _CONVERSATION_ID.validate_python(value)
     except ValidationError as exc:
         raise invalid_argument([{**e, "loc": ("conversation_id",)} for e in exc.errors()]) from None
-
-
-_CONVERSATION_ID: TypeAdapter[str] = TypeAdapter(ConversationId)
 
 
 class AskRequest(Declared):

@@ -29,7 +29,8 @@ from services.gateway.notes_contract import notes_answer
 from services.gateway.pipeline import AskPipeline
 from services.gateway.request import AskInput, checked_conversation_id
 from services.gateway.strategy import Strategy, strategy_json
-from services.gateway.transcripts import TranscriptInput, Transcripts
+from services.gateway.transcript_request import TranscriptBody
+from services.gateway.transcripts import Transcripts
 from services.gateway.whole_answer import whole_answer
 
 
@@ -160,10 +161,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                               web_search_models=[m for m in models if m in WEB_SEARCH_MODELS])
 
     async def IngestTranscript(self, request: gateway_pb2.TranscriptRequest, context: grpc.aio.ServicerContext):
-        done = await self.transcripts.ingest(identity.current(), TranscriptInput(
-            raw_text=request.raw_text, refined_text=request.refined_text, tags=list(request.tags),
-            echotag=request.echotag, transcript_id=request.transcript_id, collection=request.collection,
-            date=request.date, tenant=request.tenant))
+        sent = TranscriptBody.checked(json_format.MessageToDict(request, preserving_proto_field_name=True))
+        done = await self.transcripts.ingest(identity.current(), sent.to_input())
         return gateway_pb2.TranscriptResponse(
             doc_id=done.doc_id, collection=done.collection, chunks=done.chunks, tags=done.tags,
             tagged_by=done.tagged_by, note=done.note, stage=done.stage)

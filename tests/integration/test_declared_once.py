@@ -16,8 +16,8 @@ import pytest
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
 from services.gateway.api.chat import CorrectionBody, StopBody
 from services.gateway.api.conversations import RenameBody
-from services.gateway.api.transcripts import TranscriptBody
 from services.gateway.request import AskRequest
+from services.gateway.transcript_request import TranscriptBody
 from tests.auth import bearer, channel, headers
 from tests.stack import DEMO, Stack
 
@@ -123,6 +123,17 @@ def test_a_correction_and_a_rename_are_held_to_their_documented_bounds_on_both_e
     grpc_rename = grpc_sender(stub.RenameConversation, gateway_pb2.RenameConversationRequest)
     assert assert_bounds_held(schemas["RenameBody"], grpc_rename, {**rename, "conversation_id": UNKNOWN},
                               "NOT_FOUND") == 1
+
+
+def test_a_transcript_is_held_to_its_documented_bounds_on_both_edges(stack: Stack, document: dict) -> None:
+    """A date that is no calendar day is checked after every bounded field: its refusal means they passed."""
+    admin = stack.key(DEMO, "declared-once-admin", "admin")
+    schema = document["components"]["schemas"]["TranscriptBody"]
+    base = {"raw_text": "The call.", "date": "2024-02-30"}
+    assert assert_bounds_held(schema, http_sender(stack, admin, "POST", "/api/transcripts"), base, "date") >= 7
+    stub = gateway_pb2_grpc.GatewayStub(channel(stack.address("gateway"), bearer(admin)))
+    assert assert_bounds_held(schema, grpc_sender(stub.IngestTranscript, gateway_pb2.TranscriptRequest), base, "date",
+                              skip={"polished_text"}) >= 6  # polished_text: the HTTP body's older name only
 
 
 def test_the_documented_request_schemas_are_the_models_own(document: dict) -> None:

@@ -5,45 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import Field
 
 from ragmesh.identity import Identity
-from ragmesh.validation import COLLECTION_NAME, NOT_BLANK, WHITESPACE
 from services.gateway.api.schemas import TranscriptStored, returns
-from services.gateway.request import Date, Declared, Name
-from services.gateway.transcripts import (MAX_TAG_CHARS, MAX_TAGS, MAX_TRANSCRIPT_CHARS, MAX_TRANSCRIPT_ID_CHARS,
-                                          TranscriptInput, Transcripts)
-
-Tag = Annotated[str, Field(max_length=MAX_TAG_CHARS, pattern=f"^[^,]*[^,{WHITESPACE}][^,]*$")]
-Transcript = Annotated[str, Field(max_length=MAX_TRANSCRIPT_CHARS)]
-
-
-# The shape and limits of a transcript as a client sends it (TranscriptInput.validate checks the same for gRPC).
-class TranscriptBody(Declared):
-    raw_text: Transcript = Field(pattern=NOT_BLANK, description="The call as said; not blank")
-    refined_text: Transcript | None = Field("", description="Notes made from the call, stored after the raw text")
-    polished_text: Transcript | None = Field("", description="The older name of refined_text (used when that is "
-                                                             "empty)")
-    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS, description=(
-        "Topics, not blank and without commas (repeats are dropped); sent, no model is asked"))
-    echotag: Annotated[str, Field(max_length=MAX_TAG_CHARS)] | None = Field("", description=(
-        "The transcript's main tag; empty or null: the first tag"))
-    transcript_id: Annotated[str, Field(max_length=MAX_TRANSCRIPT_ID_CHARS)] | None = Field("", description=(
-        "Empty or null: a new id; an id stored already is replaced"))
-    collection: Annotated[str, Field(pattern=f"(?:{COLLECTION_NAME})|^$")] | None = Field("", description=(
-        "Empty or null: documents"))
-    date: Date | None = Field("", description="YYYY-MM-DD of the call; empty or null: today")
-    tenant: Name = Field("", description="Empty or the credential's own tenant (403 otherwise)")
-
-    def to_input(self) -> TranscriptInput:
-        return TranscriptInput(
-            raw_text=self.raw_text, refined_text=self.refined_text or self.polished_text or "", tags=self.tags,
-            echotag=self.echotag or "", transcript_id=self.transcript_id or "", collection=self.collection or "",
-            date=self.date or "", tenant=self.tenant,
-        )
+from services.gateway.transcript_request import TranscriptBody
+from services.gateway.transcripts import Transcripts
 
 
 def transcripts_router(transcripts: Transcripts, caller: Callable[..., Awaitable[Identity]]) -> APIRouter:
