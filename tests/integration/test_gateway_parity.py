@@ -225,7 +225,8 @@ def test_a_conversation_id_no_conversation_can_have_is_refused_alike_on_every_co
                  lambda c: g.GetConversation(gateway_pb2.GetConversationRequest(conversation_id=c)),
                  lambda c: g.RenameConversation(gateway_pb2.RenameConversationRequest(conversation_id=c, title="t")),
                  lambda c: g.DeleteConversation(gateway_pb2.DeleteConversationRequest(conversation_id=c)),
-                 lambda c: g.Correct(gateway_pb2.CorrectionRequest(conversation_id=c or "-", correction="4%", question="q")),
+                 lambda c: g.Correct(gateway_pb2.CorrectionRequest(conversation_id=c or "-", correction="4%",
+                                                                   question="q")),
                  lambda c: list(g.Ask(gateway_pb2.AskRequest(question=QUESTION, conversation_id=c or "-")))):
         assert refused(lambda: call(malformed), INVALID).startswith("conversation_id")
 
@@ -242,8 +243,10 @@ def test_a_well_formed_unknown_conversation_id_is_not_found_on_every_conversatio
     g = member.grpc
     for call in (lambda: g.Stop(gateway_pb2.StopRequest(conversation_id=unknown)),
                  lambda: g.GetConversation(gateway_pb2.GetConversationRequest(conversation_id=unknown)),
-                 lambda: g.RenameConversation(gateway_pb2.RenameConversationRequest(conversation_id=unknown, title="t")),
+                 lambda: g.RenameConversation(gateway_pb2.RenameConversationRequest(conversation_id=unknown,
+                                                                                    title="t")),
                  lambda: g.DeleteConversation(gateway_pb2.DeleteConversationRequest(conversation_id=unknown)),
-                 lambda: g.Correct(gateway_pb2.CorrectionRequest(conversation_id=unknown, correction="4%", question="q")),
+                 lambda: g.Correct(gateway_pb2.CorrectionRequest(conversation_id=unknown, correction="4%",
+                                                                 question="q")),
                  lambda: list(g.Ask(gateway_pb2.AskRequest(question=QUESTION, conversation_id=unknown)))):
         refused(call, NOT_FOUND)

@@ -77,7 +77,8 @@ def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversati
 
         return StreamingResponse(sse(), media_type="text/event-stream", headers=SSE_HEADERS)
 
-    @router.post("/api/chat/ask", summary="Ask, the answer whole as JSON", **returns(Answer | NotesAnswer, 403, 404, 502))
+    @router.post("/api/chat/ask", summary="Ask, the answer whole as JSON",
+                 **returns(Answer | NotesAnswer, 403, 404, 502))
     async def ask(body: AskRequest, who: Identity = Depends(caller)) -> dict:
         prepared = await pipeline.prepare(body.to_input(), who)
         whole = await whole_answer(pipeline, prepared)  # an error event: raised, answered with its status

@@ -58,7 +58,8 @@ def conversations_router(conversations: CallerConversations, caller: Callable[..
 
     @router.patch("/api/conversations/{conversation_id}", summary="Rename a conversation",
                   **returns(ConversationRenamed, 404))
-    async def rename_conversation(conversation_id: PathConversationId, body: RenameBody, who: Identity = Depends(caller)) -> dict:
+    async def rename_conversation(conversation_id: PathConversationId, body: RenameBody,
+                                  who: Identity = Depends(caller)) -> dict:
         return {"conversation_id": conversation_id,
                 "title": await conversations.rename(who, conversation_id, body.title)}
 

@@ -20,7 +20,7 @@ from ragmesh.request_context import REQUEST_ID_HEADER
 from ragmesh.validation import COLLECTION_NAME, WHITESPACE
 from services.gateway.api.schemas import ERRORS, SCHEMAS, STREAMS, Error, strategy_schemas
 
-API_ERRORS = (400, 401, 408, 413, 429, 500, 503)  # any /api route: host, credential, body time and size, admission, store
+API_ERRORS = (400, 401, 408, 413, 429, 500, 503)  # any /api route: host, credential, body time and size, admission
 WRITE_ERRORS = (403,)  # POST, PATCH and DELETE: the Origin rule
 BODY_ERRORS = (415,)  # POST and PATCH: the content type
 REQUEST_ID = {REQUEST_ID_HEADER: {"$ref": "#/components/headers/RequestId"}}
@@ -48,7 +48,8 @@ def upload_body(max_file: int, max_files: int, max_fields: int) -> dict[str, Any
     collection = {"type": "string", "pattern": COLLECTION_NAME, "description": "Letters, digits, '_', '-' or '.', 1-64"}
     tenant = "Empty or the credential's own tenant (403 otherwise)"
     form = {"type": "object", "required": ["files", "collection"], "properties": {
-        "files": {"type": "array", "minItems": 1, "maxItems": max_files, "items": {"type": "string", "format": "binary"},
+        "files": {"type": "array", "minItems": 1, "maxItems": max_files, "items": {"type": "string",
+                                                                                    "format": "binary"},
                   "description": f"PDF, Word, PowerPoint, text, Markdown, HTML or JSON files (the field `file` works "
                                  f"too); a file over INGEST_MAX_BYTES ({max_file:,} bytes) fails alone"},
         "collection": collection, "tenant": {"type": "string", "description": tenant},
