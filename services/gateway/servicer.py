@@ -1,7 +1,7 @@
 """Gateway gRPC servicer: AskRequest to AskInput, pipeline events to ChatEvents. The caller's
 identity comes from the server interceptor (ragmesh.identity.current). Requests are checked by the
-declarations the HTTP bridge parses with (services/gateway/request.py): an Ask by AskRequest (in
-AskInput.validate), a conversation id by the rule of the HTTP path parameter."""
+declarations the HTTP bridge parses with: an Ask by AskRequest (in AskInput.validate), a correction
+and a transcript by their models, a conversation id by the rule of the HTTP path parameter."""
 from __future__ import annotations
 
 import asyncio
@@ -21,6 +21,7 @@ from ragmesh.store import CorrectionRecord, MessageRecord
 from ragmesh.types import Citation
 from ragmesh.validation import check_writable
 from services.gateway.conversations import Conversations
+from services.gateway.correction_request import CorrectionBody
 from services.gateway.events import Event
 from services.gateway.library import Library
 from services.gateway.memory import Memory
@@ -147,12 +148,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             yield progress
 
     async def Correct(self, request: gateway_pb2.CorrectionRequest, context: grpc.aio.ServicerContext):
-        if request.conversation_id:
-            checked_conversation_id(request.conversation_id)
-        author = identity.current().acting_for(request.tenant, request.user_id)
-        record = CorrectionRecord("", author.tenant, author.user, request.question, request.wrong_answer,
-                                  request.correction, request.conversation_id)
-        correction_id = await asyncio.to_thread(self.memory.record_correction, author, record, request.message_id)
+        sent = CorrectionBody.checked(json_format.MessageToDict(request, preserving_proto_field_name=True))
+        author = identity.current().acting_for(sent.tenant, sent.user_id)
+        record = CorrectionRecord("", author.tenant, author.user, sent.question, sent.wrong_answer, sent.correction,
+                                  sent.conversation_id)
+        correction_id = await asyncio.to_thread(self.memory.record_correction, author, record, sent.message_id)
         return gateway_pb2.CorrectionResponse(correction_id=correction_id)
 
     async def ListModels(self, request: gateway_pb2.ListModelsRequest, context: grpc.aio.ServicerContext):

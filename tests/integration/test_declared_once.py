@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
-from services.gateway.api.chat import CorrectionBody, StopBody
+from services.gateway.api.chat import StopBody
 from services.gateway.api.conversations import RenameBody
+from services.gateway.correction_request import CorrectionBody
 from services.gateway.request import AskRequest
 from services.gateway.transcript_request import TranscriptBody
 from tests.auth import bearer, channel, headers

@@ -5,60 +5,28 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import StreamingResponse
-from pydantic import ConfigDict, Field
 
 from ragmesh.identity import Identity
 from ragmesh.store import CorrectionRecord
-from ragmesh.validation import NOT_BLANK
-from services.gateway.conversations import Conversations
-from services.gateway.events import event_json
-from services.gateway.memory import CORRECTION_LIMITS, Memory
-from services.gateway.notes_contract import notes_answer, notes_json
-from services.gateway.pipeline import AskPipeline
 from services.gateway.api.openapi import streams
 from services.gateway.api.schemas import Answer, CorrectionRecorded, NotesAnswer, Stopped, returns
-from services.gateway.request import MAX_NAME_CHARS, AskRequest, ConversationId, Declared, MaybeConversationId, Name
+from services.gateway.conversations import Conversations
+from services.gateway.correction_request import CorrectionBody
+from services.gateway.events import event_json
+from services.gateway.memory import Memory
+from services.gateway.notes_contract import notes_answer, notes_json
+from services.gateway.pipeline import AskPipeline
+from services.gateway.request import AskRequest, ConversationId, Declared
 from services.gateway.whole_answer import whole_answer, whole_json
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def _text(limit: int, description: str) -> Any:
-    """An optional text field (empty when left out) of at most `limit` characters."""
-    return Field("", max_length=limit, description=description)
-
-
 class StopBody(Declared):
     conversation_id: ConversationId
-
-
-# The cross-field rules memory.record_correction checks, as JSON Schema: the question, or the message whose
-# question it was; a message_id needs its conversation.
-CORRECTION_RULES = {
-    "anyOf": [{"required": ["question"], "properties": {"question": {"pattern": NOT_BLANK}}},
-              {"required": ["message_id", "conversation_id"],
-               "properties": {"message_id": {"minLength": 1}, "conversation_id": {"minLength": 1}}}],
-    "if": {"required": ["message_id"], "properties": {"message_id": {"minLength": 1}}},
-    "then": {"required": ["conversation_id"], "properties": {"conversation_id": {"minLength": 1}}},
-}
-
-
-class CorrectionBody(Declared):
-    model_config = ConfigDict(json_schema_extra=CORRECTION_RULES)
-
-    correction: str = Field(max_length=CORRECTION_LIMITS["correction"], pattern=NOT_BLANK,
-                            description="What the right answer is")
-    tenant: Name = Field("", description="Empty or the credential's own tenant (403 otherwise)")
-    user_id: Name = Field("", description="Empty or the caller; an admin key may name another user of its tenant")
-    conversation_id: MaybeConversationId = Field("", description=(
-        "One of the caller's own conversations (404 otherwise); needed with message_id"))
-    message_id: str = _text(MAX_NAME_CHARS, "The wrong answer's message in conversation_id (404 when there is none)")
-    question: str = _text(CORRECTION_LIMITS["question"], "The question answered wrongly; may be empty with message_id")
-    wrong_answer: str = _text(CORRECTION_LIMITS["wrong_answer"], "Empty with message_id: that answer")
 
 
 def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversations,
