@@ -21,7 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import unquote
 
 import grpc
@@ -29,11 +29,11 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ragmesh import config, metrics, tls, tracing
+from ragmesh import metrics, tls, tracing
 from ragmesh import logging as rlog
 from ragmesh.admission import Admission
-from ragmesh.config import ConfigError, Settings
-from ragmesh.errors import InvalidArgument, RagmeshError, ResourceExhausted, Unavailable
+from ragmesh.config import ServiceSettings
+from ragmesh.errors import ConfigError, InvalidArgument, RagmeshError, ResourceExhausted, Unavailable
 from ragmesh.identity.authenticator import Audience, Authenticator
 from ragmesh.message_limits import MessageLimits
 from ragmesh.private_files import keep_private
@@ -52,7 +52,7 @@ RETRY_PUSHBACK_HEADER = "grpc-retry-pushback-ms"
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 DRAIN_POLL_S = 0.05  # how often a draining service looks whether its calls in flight are done
 
-def _server_options(settings: Settings, receive_limit: int) -> list[tuple[str, int]]:
+def _server_options(settings: ServiceSettings, receive_limit: int) -> list[tuple[str, int]]:
     """gRPC itself refuses a message larger than any of the service's methods takes; the interceptor
     checks each method's own limit."""
     return [("grpc.max_receive_message_length", receive_limit),
@@ -285,6 +285,8 @@ class ServiceApp(ABC):
     key_store: LazyStore | None = None
     #: Calls in flight; set by the ServiceHost (the gateway's HTTP bridge shares it).
     admission: Admission | None = None
+    #: The settings the service reads (its own model; `main` loads it from the environment).
+    settings_model: ClassVar[type[ServiceSettings]] = ServiceSettings
 
     @abstractmethod
     def register(self, server: grpc.aio.Server) -> None:
@@ -300,7 +302,7 @@ class ServiceApp(ABC):
 class ServiceHost:
     """Runs one ServiceApp on a grpc.aio server; tests start several on free loopback ports."""
 
-    def __init__(self, app: ServiceApp, settings: Settings, port: int, grace: float = 5.0) -> None:
+    def __init__(self, app: ServiceApp, settings: ServiceSettings, port: int, grace: float = 5.0) -> None:
         """Raises ConfigError for settings the service must not start with (the message says why)."""
         try:
             tls.check(settings)
@@ -420,7 +422,7 @@ class ServiceHost:
         await self.stop()
 
 
-def observe(service: str, settings: Settings) -> None:
+def observe(service: str, settings: ServiceSettings) -> None:
     """A service process's metrics (recorded or not, and served on their own port unless the
     gateway serves them on its HTTP port) and tracing (to OTEL_EXPORTER_OTLP_ENDPOINT, if set)."""
     metrics.configure(settings.metrics_enabled)
@@ -429,18 +431,22 @@ def observe(service: str, settings: Settings) -> None:
     tracing.setup(service, settings.otel_endpoint)
 
 
-def main(service: str, app_factory: Callable[[Settings], ServiceApp], port_of: Callable[[Settings], int],
+def main(service: str, app_class: type[ServiceApp], port_of: Callable[[ServiceSettings], int],
          loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop) -> None:
-    """Entry point of `python -m services.<name>`: JSON logs, metrics and traces, serve until a signal.
-    `loop_factory`: the gateway runs on uvloop (see services/gateway/__main__.py), the others on asyncio's."""
-    settings = config.load()
+    """Entry point of `python -m services.<name>`: the service's own settings, JSON logs, metrics and
+    traces, serve until a signal. `loop_factory`: the gateway runs on uvloop (see
+    services/gateway/__main__.py), the others on asyncio's."""
+    try:
+        settings = app_class.settings_model.load()
+    except ConfigError as exc:  # before logging is set up: the one line says it all
+        raise SystemExit(f"{service}: refusing to start: {exc}") from None
     keep_private(settings.data_dir)
     rlog.setup(service, settings.log_level)
     observe(service, settings)
 
     async def serve() -> None:
         # Built inside the loop: grpc.aio servers bind to the loop that is running when made.
-        host = ServiceHost(app_factory(settings), settings, port_of(settings), settings.grace_period)
+        host = ServiceHost(app_class(settings), settings, port_of(settings), settings.grace_period)
         await host.run_until_signal()
 
     try:

@@ -22,6 +22,7 @@ from typing import Any
 from ragmesh import metrics, tracing
 from ragmesh.admission import Admission
 from ragmesh.clients import GeneratorClient
+from ragmesh.config import AnsweringSettings
 from ragmesh.errors import RagmeshError, Unavailable
 from ragmesh.identity import Identity
 from ragmesh.models import EXTRACTIVE
@@ -36,7 +37,7 @@ from services.gateway.history import History, Recent, carried_whole
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory, corrections_text
 from services.gateway.models_offered import ModelCatalog, web_search_note
-from services.gateway.planner import NO_RETRIEVAL, PipelineSettings, Planner
+from services.gateway.planner import NO_RETRIEVAL, Planner
 from services.gateway.request import AskInput
 from services.gateway.scope_cache import Scopes
 from services.gateway.shared_state import LocalRuns, SharedState
@@ -104,12 +105,12 @@ class AskPipeline:
         self.memory = memory
         self.limits = limits
         self.rate = rate or RateLimiter(0)
-        self.models = ModelCatalog(generator, planner.settings.default_model)
+        self.models = ModelCatalog(generator, planner.default_model)
         # Running answers (and the scope cache and rate windows): in this process, or shared by replicas.
         self.shared = shared or SharedState(LocalRuns(), planner.cache, self.rate.windows)
 
     @property
-    def settings(self) -> PipelineSettings:
+    def settings(self) -> AnsweringSettings:
         return self.planner.settings
 
     @property
@@ -118,7 +119,7 @@ class AskPipeline:
 
     @property
     def default_model(self) -> str:
-        return self.settings.default_model
+        return self.planner.default_model
 
     async def prepare(self, ask: AskInput, caller: Identity) -> Prepared:
         """Settles who asks (the caller, or a user an admin names), validates, checks usage limits and

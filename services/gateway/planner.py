@@ -16,6 +16,7 @@ import numpy as np
 
 from ragmesh import tracing
 from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient, SearchResult
+from ragmesh.config import AnsweringSettings
 from ragmesh.errors import NotFound, RagmeshError
 from ragmesh.models import EXTRACTIVE
 from ragmesh.types import MEMORY_COLLECTION, Chunk, Hit, SearchFilter
@@ -23,7 +24,7 @@ from ragmesh.validation import MAX_VARIANTS
 from services.gateway import boosts, followup, router
 from services.gateway.followup import Followup
 from services.gateway.history import Recent
-from services.gateway.quality import QualitySettings, QualityStack, QualityStep
+from services.gateway.quality import QualityStack, QualityStep
 from services.gateway.query_analysis import mentioned_funds, recency_phrase, time_hint, time_window
 from services.gateway.question_lookup import numbered_filter
 from services.gateway.request import AskInput, document_ref
@@ -83,39 +84,23 @@ def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
 
 
-
-@dataclass
-class PipelineSettings:
-    default_model: str
-    reasoning_model: str = ""
-    history_turns: int = 3
-    same_topic_threshold: float = 0.5
-    context_char_budget: int = 4000
-    retrieval_timeout_s: float = 3.5
-    scope_llm_check: bool = False
-    scope_llm_timeout_s: float = 0.8
-    quality: QualitySettings = field(default_factory=QualitySettings)
-    # conversation memory and recency
-    history_char_budget: int = 6000  # earlier turns a prompt carries verbatim; past it, the running summary
-    # collection -> days searched when the question names no period
-    default_window_days: dict[str, int] = field(default_factory=dict)
-    recency_half_life_days: float = 30.0  # recency words in the question: the retriever's decay
-    recency_floor: float = 0.3
-
-
-
 class Planner:
     def __init__(self, retriever: RetrieverClient, generator: GeneratorClient, embedder: EmbedderClient,
-                 cache: Scopes, known_funds: Callable[[str], Awaitable[list[str]]], settings: PipelineSettings,
+                 cache: Scopes, known_funds: Callable[[str], Awaitable[list[str]]], settings: AnsweringSettings,
+                 default_model: str, windows: dict[str, int],
                  today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.timezone.utc).date()) -> None:
+        """`settings`: the gateway's; `default_model`: the model of a question that names none;
+        `windows`: the time window per data source (collection -> days, from DEFAULT_WINDOW_DAYS)."""
         self.retriever = retriever
         self.generator = generator
         self.embedder = embedder
         self.cache = cache
         self.known_funds = known_funds
         self.settings = settings
+        self.default_model = default_model
+        self.windows = windows
         self.today = today
-        self.quality = QualityStack(generator, settings.quality)
+        self.quality = QualityStack(generator, settings)
 
     def embed_early(self, ask: AskInput) -> asyncio.Task[tuple[np.ndarray | None, float]] | None:
         """The question's embedding, started before its conversation is read when every route the
@@ -230,7 +215,7 @@ class Planner:
         """Whether the question reworks what the conversation holds: the cheap signals, then the
         model's word when it is configured to check."""
         verdict = followup.decide(ask, conversation.turns, cached, self.today())
-        model = ask.model or self.settings.default_model
+        model = ask.model or self.default_model
         if not self.settings.scope_llm_check or model == EXTRACTIVE:
             return verdict
         return await followup.confirm(verdict, ask.question, conversation.turns, self.generator, model,
@@ -241,7 +226,7 @@ class Planner:
             return ask.model
         if rt.name == router.DEEP and self.settings.reasoning_model:
             return self.settings.reasoning_model
-        return self.settings.default_model
+        return self.default_model
 
     async def _read_question(self, ask: AskInput, s: Plan) -> None:
         """A time window, time hints and fund names in the question narrow the search when the user set
@@ -258,7 +243,7 @@ class Planner:
             s.time_hint = hint.phrase
         s.recency = recency_phrase(ask.question)
         if not s.recency and not (dated or s.time_window or s.time_hint):
-            s.default_window = {c: d for c, d in self.settings.default_window_days.items() if c in s.collections}
+            s.default_window = {c: d for c, d in self.windows.items() if c in s.collections}
         if not ask.selected_funds and (funds := mentioned_funds(ask.question, await self.known_funds(ask.tenant))):
             s.filter = dataclasses.replace(s.filter, any_of={"fund_name": funds})
             s.detected_funds = funds

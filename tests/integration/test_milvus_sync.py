@@ -6,7 +6,6 @@ retriever at start with one line. One milvus-lite file for the module; each test
 of its own (MILVUS_PREFIX)."""
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import threading
 import sys
@@ -16,8 +15,8 @@ import numpy as np
 import pytest
 from pymilvus import DataType, MilvusClient
 
-from ragmesh.config import ConfigError
 from ragmesh import config
+from ragmesh.errors import ConfigError
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import Chunk, DocumentRecord, SearchFilter, StoredChunk
 from services.cli import main as cli
@@ -217,9 +216,9 @@ def rows_name(b: MilvusBackend, tenant: str = "t") -> str:
     ({"milvus_prefix": "p" * 40}, "MILVUS_PREFIX must be letters, digits and '_' \\(at most 31\\)"),
 ])
 def test_bad_settings_are_refused_before_anything_starts(tmp_path: Path, overrides: dict, says: str) -> None:
-    settings = dataclasses.replace(config.load(), retriever_backend="milvus", milvus_uri=str(tmp_path / "i.db"))
+    settings = config.load().replace(retriever_backend="milvus", milvus_uri=str(tmp_path / "i.db"))
     with pytest.raises(ConfigError, match=says):
-        make_backend(dataclasses.replace(settings, **overrides))
+        make_backend(settings.replace(**overrides))
 
 
 def test_an_unreachable_milvus_fails_at_start(store) -> None:

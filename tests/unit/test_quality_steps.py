@@ -7,10 +7,11 @@ import asyncio
 
 import pytest
 
+from ragmesh.config import AnsweringSettings
 from ragmesh.errors import Unavailable
 from ragmesh.models import EXTRACTIVE
 from ragmesh.types import Chunk, Hit
-from services.gateway.quality import QualitySettings, QualityStack, QualityStep, compress, rerank, rewrite
+from services.gateway.quality import QualityStack, QualityStep, compress, rerank, rewrite
 
 CHUNK = ("Kestrel cut its Brazil exposure from 12% to 4% of NAV. The remaining Brazil exposure is a single bank. "
          "The money went into India.")
@@ -68,16 +69,16 @@ def outcome(step: QualityStep) -> tuple[str, str, str]:
 
 def test_each_step_returns_how_it_went_and_what_it_made_leaving_its_input_alone() -> None:
     hits = [Hit(Chunk(str(i), "d", "c", f"text {i}"), 1.0 - i / 10) for i in range(3)]
-    reranked = asyncio.run(QualityStack(Replying("1: 2\n3: 9"), QualitySettings()).rerank("q", "gemini", hits))
+    reranked = asyncio.run(QualityStack(Replying("1: 2\n3: 9"), AnsweringSettings()).rerank("q", "gemini", hits))
     assert outcome(reranked.step) == ("rerank", "done", "2 of 3 candidates scored, best 9/10")
     assert [h.chunk.chunk_id for h in reranked.hits] == ["2", "0", "1"] and reranked.scored == 3
     assert [h.chunk.chunk_id for h in hits] == ["0", "1", "2"], "the planner's hits are not reordered in place"
 
-    failed = asyncio.run(QualityStack(Replying(Unavailable("down")), QualitySettings()).rerank("q", "gemini", hits))
+    failed = asyncio.run(QualityStack(Replying(Unavailable("down")), AnsweringSettings()).rerank("q", "gemini", hits))
     assert outcome(failed.step) == ("rerank", "fallback", "model call failed (UNAVAILABLE): fused order kept")
     assert failed.hits == hits and failed.scored == 0
 
-    unused = QualityStack(Replying("never asked"), QualitySettings(rewrite=False))
+    unused = QualityStack(Replying("never asked"), AnsweringSettings(quality_rewrite=False))
     rewritten = asyncio.run(unused.rewrite("q", "gemini", cache_hit=False))
     assert outcome(rewritten.step) == ("rewrite", "skipped", "turned off (QUALITY_REWRITE=false)")
     assert rewritten.variants == []

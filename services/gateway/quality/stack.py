@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from ragmesh import tracing
 from ragmesh.clients import GeneratorClient
+from ragmesh.config import AnsweringSettings
 from ragmesh.models import EXTRACTIVE
 from ragmesh.types import Hit
 from services.gateway.quality import compress, rerank, rewrite
@@ -21,19 +22,6 @@ from services.gateway.router import FALLBACK_SIMILARITY
 DONE, SKIPPED, FALLBACK = "done", "skipped", "fallback"
 NO_MODEL = "no model configured"
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class QualitySettings:
-    rewrite: bool = True
-    rerank: bool = True
-    compress: bool = True
-    history: bool = True
-    model: str = ""  # the model the steps ask; empty = the answer's
-    rerank_candidates: int = 20
-    rewrite_timeout_s: float = 2.0
-    rerank_timeout_s: float = 4.0
-    compress_timeout_s: float = 4.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +65,8 @@ class FromHistory:
 
 
 class QualityStack:
-    def __init__(self, generator: GeneratorClient, settings: QualitySettings) -> None:
+    def __init__(self, generator: GeneratorClient, settings: AnsweringSettings) -> None:
+        """`settings`: the gateway's, which turn each step on (QUALITY_*) and bound its time."""
         self.generator = generator
         self.settings = settings
 
@@ -88,7 +77,7 @@ class QualityStack:
         started = time.perf_counter()
         made: T | None = None
         status, detail = SKIPPED, (
-            f"turned off (QUALITY_{name.upper()}=false)" if not getattr(self.settings, name)
+            f"turned off (QUALITY_{name.upper()}=false)" if not getattr(self.settings, f"quality_{name}")
             else NO_MODEL if model == EXTRACTIVE else unneeded)
         if not detail:
             with tracing.span("quality", step=name):
@@ -102,7 +91,7 @@ class QualityStack:
 
     def model(self, answer_model: str) -> str:
         """The model the steps ask: their own, else the answer's."""
-        return self.settings.model or answer_model
+        return self.settings.quality_model or answer_model
 
     async def rewrite(self, question: str, answer_model: str, cache_hit: bool) -> Rewritten:
         """The more search queries the retriever fuses with the question."""
