@@ -1,5 +1,7 @@
 """Gateway gRPC servicer: AskRequest to AskInput, pipeline events to ChatEvents. The caller's
-identity comes from the server interceptor (ragmesh.identity.current)."""
+identity comes from the server interceptor (ragmesh.identity.current). Requests are checked by the
+declarations the HTTP bridge parses with: an Ask by AskRequest (in AskInput.validate), a correction
+and a transcript by their models, a conversation id by the rule of the HTTP path parameter."""
 from __future__ import annotations
 
 import asyncio
@@ -19,15 +21,17 @@ from ragmesh.store import CorrectionRecord, MessageRecord
 from ragmesh.types import Citation
 from ragmesh.validation import check_writable
 from services.gateway.conversations import Conversations
+from services.gateway.correction_request import CorrectionBody
 from services.gateway.events import Event
 from services.gateway.library import Library
 from services.gateway.memory import Memory
 from services.gateway.meta import describe
 from services.gateway.notes_contract import notes_answer
 from services.gateway.pipeline import AskPipeline
-from services.gateway.request import AskInput
+from services.gateway.request import AskInput, checked_conversation_id
 from services.gateway.strategy import Strategy, strategy_json
-from services.gateway.transcripts import TranscriptInput, Transcripts
+from services.gateway.transcript_request import TranscriptBody
+from services.gateway.transcripts import Transcripts
 from services.gateway.whole_answer import whole_answer
 
 
@@ -107,7 +111,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             yield event_to_proto(event)
 
     async def Stop(self, request: gateway_pb2.StopRequest, context: grpc.aio.ServicerContext):
-        stopped = await self.conversations.stop(identity.current(), request.conversation_id)
+        stopped = await self.conversations.stop(identity.current(), checked_conversation_id(request.conversation_id))
         return gateway_pb2.StopResponse(stopped=stopped)
 
     async def ListConversations(self, request: gateway_pb2.ListConversationsRequest, context):
@@ -119,17 +123,19 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             next_offset=found.next_offset)
 
     async def RenameConversation(self, request: gateway_pb2.RenameConversationRequest, context):
-        title = await self.conversations.rename(identity.current(), request.conversation_id, request.title)
+        title = await self.conversations.rename(identity.current(), checked_conversation_id(request.conversation_id),
+                                                request.title)
         return gateway_pb2.RenameConversationResponse(conversation_id=request.conversation_id, title=title)
 
     async def GetConversation(self, request: gateway_pb2.GetConversationRequest, context):
-        messages = await self.conversations.messages(identity.current(), request.conversation_id)
+        conversation_id = checked_conversation_id(request.conversation_id)
+        messages = await self.conversations.messages(identity.current(), conversation_id)
         return gateway_pb2.Conversation(conversation_id=request.conversation_id,
                                         messages=[message_to_proto(m) for m in messages])
 
     async def DeleteConversation(self, request: gateway_pb2.DeleteConversationRequest, context):
         who = identity.current().acting_for(request.tenant, "")
-        await self.conversations.delete(who, request.conversation_id)  # NotFound when not the caller's
+        await self.conversations.delete(who, checked_conversation_id(request.conversation_id))  # NotFound: not yours
         return gateway_pb2.DeleteConversationResponse(deleted=True)
 
     async def Ingest(
@@ -142,10 +148,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             yield progress
 
     async def Correct(self, request: gateway_pb2.CorrectionRequest, context: grpc.aio.ServicerContext):
-        author = identity.current().acting_for(request.tenant, request.user_id)
-        record = CorrectionRecord("", author.tenant, author.user, request.question, request.wrong_answer,
-                                  request.correction, request.conversation_id)
-        correction_id = await asyncio.to_thread(self.memory.record_correction, author, record, request.message_id)
+        sent = CorrectionBody.checked(json_format.MessageToDict(request, preserving_proto_field_name=True))
+        author = identity.current().acting_for(sent.tenant, sent.user_id)
+        record = CorrectionRecord("", author.tenant, author.user, sent.question, sent.wrong_answer, sent.correction,
+                                  sent.conversation_id)
+        correction_id = await asyncio.to_thread(self.memory.record_correction, author, record, sent.message_id)
         return gateway_pb2.CorrectionResponse(correction_id=correction_id)
 
     async def ListModels(self, request: gateway_pb2.ListModelsRequest, context: grpc.aio.ServicerContext):
@@ -154,10 +161,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                               web_search_models=[m for m in models if m in WEB_SEARCH_MODELS])
 
     async def IngestTranscript(self, request: gateway_pb2.TranscriptRequest, context: grpc.aio.ServicerContext):
-        done = await self.transcripts.ingest(identity.current(), TranscriptInput(
-            raw_text=request.raw_text, refined_text=request.refined_text, tags=list(request.tags),
-            echotag=request.echotag, transcript_id=request.transcript_id, collection=request.collection,
-            date=request.date, tenant=request.tenant))
+        sent = TranscriptBody.checked(json_format.MessageToDict(request, preserving_proto_field_name=True))
+        done = await self.transcripts.ingest(identity.current(), sent.to_input())
         return gateway_pb2.TranscriptResponse(
             doc_id=done.doc_id, collection=done.collection, chunks=done.chunks, tags=done.tags,
             tagged_by=done.tagged_by, note=done.note, stage=done.stage)

@@ -76,9 +76,8 @@ def test_the_notes_format_reuses_the_conversation_and_says_so(stack: Stack, anal
 
 
 @pytest.mark.parametrize("path", ["/api/chat/ask", "/api/chat/ask/stream"])
-@pytest.mark.parametrize("value,why", [("xml", "unknown response format 'xml'"), ("NOTES", "unknown"),
-                                       (5, "Input should be a valid string"), (["notes"], "valid string"),
-                                       ("x" * 5000, "unknown response format")])
+@pytest.mark.parametrize("value,why", [("xml", "got 'xml'"), ("NOTES", "got 'NOTES'"), (5, "got 5"),
+                                       (["notes"], "got ['notes']"), ("x" * 5000, "must be one of")])
 def test_garbage_formats_are_400_naming_the_field(stack: Stack, analyst: str, path: str, value, why: str) -> None:
     before = len(httpx.get(stack.http_url + "/api/conversations", headers=headers(analyst)).json()["conversations"])
     reply = httpx.post(stack.http_url + path, json={"question": QUESTION, "format": value}, headers=headers(analyst),

@@ -203,7 +203,7 @@ def test_monthly_usage_limit_is_a_429(stack: Stack) -> None:
 
 def test_retrieval_deadline_answers_with_what_arrived(stack: Stack) -> None:
     """One collection misses the deadline: the answer uses the other and says so. None answers in time:
-    an UNAVAILABLE error, never "no notes match" (issue 11)."""
+    an UNAVAILABLE error, never "no notes match"."""
     planner = gateway(stack).pipeline.planner
     engine = stack.app("retriever").engine
     fast_search, saved = engine.search, planner.settings
