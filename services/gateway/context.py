@@ -76,35 +76,58 @@ def _is_record(parent: str) -> bool:
 
 @dataclass
 class _Draft:
-    """One block under construction: a meeting note or a whole factsheet's matching sections."""
+    """One block under construction: a factsheet's matching sections, or a document's parts."""
 
     hits: list[Hit]
-    sections: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> Hit:
+        """The hit the block ranks, is labelled and is cited by."""
+        return max(self.hits, key=lambda h: h.score)
+
+
+def _document(hit: Hit) -> tuple[str, str]:
+    """What a block gathers: one factsheet's sections, or one document's parts (a meeting note's)."""
+    chunk = hit.chunk
+    if chunk.collection == "factsheets" and chunk.metadata.get("factsheet_id"):
+        return chunk.collection, chunk.metadata["factsheet_id"]
+    return chunk.collection, chunk.doc_id
 
 
 def _group(hits: list[Hit]) -> list[_Draft]:
-    """Factsheet hits of one factsheet go together, at the rank of their best section."""
-    drafts: list[_Draft] = []
-    by_factsheet: dict[str, _Draft] = {}
+    """The hits of one factsheet, or of one document, go together at the rank of their best; a document's
+    parts in the order they are written, so its sentences read as they were written."""
+    drafts: dict[tuple[str, str], _Draft] = {}
     for hit in hits:
-        sheet = hit.chunk.metadata.get("factsheet_id") if hit.chunk.collection == "factsheets" else None
-        if sheet and sheet in by_factsheet:
-            by_factsheet[sheet].hits.append(hit)
-            continue
-        draft = _Draft([hit])
-        drafts.append(draft)
-        if sheet:
-            by_factsheet[sheet] = draft
-    return drafts
+        drafts.setdefault(_document(hit), _Draft([])).hits.append(hit)
+    for draft in drafts.values():
+        if draft.hits[0].chunk.collection != "factsheets":
+            draft.hits.sort(key=lambda h: h.chunk.chunk_index)
+    return list(drafts.values())
 
 
-def _render(draft: _Draft, index: int, dedupe: list[frozenset[str]], seen_parents: set[str]) -> tuple[str, str]:
-    """(the block as the prompt shows it, its content alone for backends that quote it)."""
-    first = draft.hits[0].chunk
+def with_neighbours(hits: list[Hit], k: int) -> list[Hit]:
+    """The best `k` hits, then the parts written next to theirs (the same document, the chunk before or
+    after) that ranked below them: a note's point often spans two parts ("Mexico went the other way." ends
+    one, the cut that answers opens the next), and the context budget bounds what they add."""
+    top = hits[:k]
+    near = {(h.chunk.collection, h.chunk.doc_id, h.chunk.chunk_index + step) for h in top for step in (-1, 1)}
+    return top + [h for h in hits[k:] if (h.chunk.collection, h.chunk.doc_id, h.chunk.chunk_index) in near]
+
+
+@dataclass(frozen=True)
+class _Rendered:
+    lean: str  # the block as the prompt shows it, without the complete factsheet record
+    full: str  # with it (the same as `lean` for a block that has none)
+    content: str  # its content alone, for backends that quote it
+
+
+def _render(draft: _Draft, index: int, dedupe: list[frozenset[str]], seen_parents: set[str]) -> _Rendered:
+    first = draft.best.chunk
     meta = first.metadata
     lines = [f"[{index}] {label(first)}"]
     if first.collection == "meeting_notes":
-        kind = meta.get("chunk_type") or meta.get("section_type") or meta.get("doc_type") or "note"  # 000's chunk type
+        kind = meta.get("chunk_type") or meta.get("section_type") or meta.get("doc_type") or "note"  # the notes' chunk type
         lines += [f"Date: {first.date}", f"Fund: {meta.get('fund_name', '')}", f"Manager: {meta.get('manager', '')}",
                   f"Chunk Type: {kind}"]
     elif first.collection == "factsheets":
@@ -131,11 +154,9 @@ def _render(draft: _Draft, index: int, dedupe: list[frozenset[str]], seen_parent
         if kept:
             contents.append(" ".join(kept))
             lines.append(f"Content: {contents[-1]}")
-    if complete:
-        lines.append(f"Complete Factsheet Data: {complete}")
-    else:
-        lines.append(f"Relevance Score: {draft.hits[0].score:.4f}")
-    return "\n".join(lines), "\n\n".join(contents)
+    lean = "\n".join([*lines, f"Relevance Score: {draft.best.score:.4f}"])
+    full = "\n".join([*lines, f"Complete Factsheet Data: {complete}"]) if complete else lean
+    return _Rendered(lean, full, "\n\n".join(contents))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -166,28 +187,42 @@ class Context:
 
 
 def build(hits: list[Hit], budget: int) -> Context:
-    """Numbered blocks within the character budget, best hits first."""
+    """Numbered blocks within the character budget, best hits first. What the hits say comes first: a block
+    that does not fit is left out (what it said unsaid) and smaller ones after it are tried; then each
+    factsheet's complete record is added to its block, best first, while the budget has room for it."""
     budget = min(budget, HARD_CAP_CHARS)
     blocks: list[ContextBlock] = []
     rendered: list[RenderedBlock] = []
+    records: list[str] = []  # each placed block with its complete record
     used: list[Hit] = []
     dedupe: list[frozenset[str]] = []
     seen_parents: set[str] = set()
     for draft in _group(hits):
         index = len(blocks) + 1
-        text, content = _render(draft, index, dedupe, seen_parents)
-        if not content:
+        said, parents = len(dedupe), set(seen_parents)
+        out = _render(draft, index, dedupe, seen_parents)
+        if not out.content:
             continue  # every sentence repeated an earlier block
-        block = RenderedBlock(draft.hits[0].chunk.collection, text, len(draft.hits))
+        chunk = draft.best.chunk
+        block = RenderedBlock(chunk.collection, out.lean, len(draft.hits))
+        content = out.content
         if len(sectioned([*rendered, block])) > budget:  # the section headers count too
             if blocks:
-                break
+                del dedupe[said:]
+                seen_parents = parents
+                continue
             room = budget - len(sectioned([dataclasses.replace(block, text="")]))
-            text, content = _truncate(text, room), _truncate(content, room)  # the best block always goes in
-            block = dataclasses.replace(block, text=text)
+            block = dataclasses.replace(block, text=_truncate(out.lean, room))  # the best block always goes in
+            content = _truncate(content, room)
         rendered.append(block)
-        blocks.append(ContextBlock(index=index, text=content, chunk=draft.hits[0].chunk, label=label(draft.hits[0].chunk)))
+        records.append(out.full if block.text == out.lean else block.text)
+        blocks.append(ContextBlock(index=index, text=content, chunk=chunk, label=label(chunk)))
         used += draft.hits
+    for i, full in enumerate(records):
+        if full != rendered[i].text:
+            trial = [*rendered[:i], dataclasses.replace(rendered[i], text=full), *rendered[i + 1:]]
+            if len(sectioned(trial)) <= budget:
+                rendered = trial
     return Context(blocks, sectioned(rendered), used)
 
 

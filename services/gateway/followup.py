@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ragmesh.clients import GeneratorClient
 from ragmesh.errors import RagmeshError
+from ragmesh.question_kinds import asked
 from ragmesh.text import STOPWORDS, strip_citations
 from ragmesh.types import Hit, Turn
 from services.gateway.query_analysis import time_hint, time_window
@@ -124,16 +125,29 @@ def not_in_hits(question: str, hits: Sequence[Hit]) -> list[str]:
     return [w for s, w in _content(question).items() if not any(f"{c}{s}" in text for c in _WORD_STARTS)]
 
 
+def new_kind(question: str, searched: str) -> str:
+    """What the question asks for that the question an earlier search was made for did not ("a person"
+    after "a date"), or "": that search ranked its hits for the other kind, so a name it happens to hold
+    (a predecessor's, say) is not the one asked for, and reusing it would answer from the wrong passages."""
+    return " and ".join(f"a {kind}" for kind in sorted(asked(question) - asked(searched)))
+
+
 def _held(turns: Sequence[Turn]) -> set[str]:
     return {stem(w.lower()) for t in turns for w in _WORD.findall(strip_citations(t.answer))}
 
 
+def subject(turns: Sequence[Turn]) -> str:
+    """The conversation's subject: its latest question that asks something of its own (a "Summarize that"
+    before it refers back as well), or "" when none does."""
+    return next((t.question for t in reversed(turns) if _content(t.question)), "")
+
+
 def search_context(question: str, turns: Sequence[Turn]) -> list[str]:
     """More search queries for a question that refers back but is searched (under new filters, say):
-    "Summarize that" alone finds nothing, so the earlier question it refers to is searched with it."""
+    "Summarize that" alone finds nothing, so the conversation's subject is searched with it."""
     if not turns or not referent(question) or _content(question):
         return []
-    return [turns[-1].question]
+    return [found] if (found := subject(turns)) else []
 
 
 def decide(ask: AskInput, turns: Sequence[Turn], entry: ScopeEntry | None, today: dt.date) -> Followup:

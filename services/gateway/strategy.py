@@ -19,7 +19,7 @@ from ragmesh.errors import NotFound, RagmeshError
 from ragmesh.models import EXTRACTIVE
 from ragmesh.types import Chunk, Hit, SearchFilter
 from ragmesh.validation import MAX_VARIANTS
-from services.gateway import boosts, followup, router
+from services.gateway import boosts, context, followup, router
 from services.gateway.followup import Followup
 from services.gateway.history import Recent
 from ragmesh.types import MEMORY_COLLECTION
@@ -160,6 +160,8 @@ class Planner:
             s.retrieval, why = RAG_NEW_QUERY, f"filters changed ({cached.key} -> {s.cache_key})"
         elif missing := followup.not_in_hits(ask.question, cached.hits):
             s.retrieval, why = RAG_NEW_QUERY, f"same filters, but {', '.join(missing)} not in the cached hits"
+        elif kind := followup.new_kind(ask.question, cached.question):
+            s.retrieval, why = RAG_NEW_QUERY, f"same filters, but it asks for {kind}, the cached search did not"
         else:
             same, note = await self._same_topic(cached, ask, vector, s.model)
             if same:
@@ -181,7 +183,7 @@ class Planner:
                     s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count,
                     asked=followup.asked_key(ask)))
         await self.quality.rerank(ask.question, s)
-        s.hits = s.hits[: s.k]
+        s.hits = context.with_neighbours(s.hits, s.k)  # the best k, and the parts written next to theirs
         if await self.quality.use_history(s, turns):
             s.retrieval, s.hits = NO_RETRIEVAL, []
         s.chunks = len(s.hits)

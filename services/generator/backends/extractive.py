@@ -2,7 +2,7 @@
 of the given blocks against the question, keeps the best distinct ones, and cites
 each by its block number. It can only cite blocks it was given. Words match by their
 stem ("manages" finds "managed"), and a sentence that carries what the question asks
-for (a name for "who", a figure for "how much", a date for "when": answer_kinds.py)
+for (a name for "who", a figure for "how much", a date for "when": ragmesh.question_kinds)
 counts three times, so the answer leads with it; the blocks' metadata (a fund's manager, a
 report's date) is quoted as sentences too when it is what was asked. When relevant
 sentences of two blocks give different figures or dates for the same thing, a
@@ -16,10 +16,11 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from ragmesh.types import ContextBlock, GenEvent
+from ragmesh.question_kinds import DATE, FIGURE, PERSON, asked
 from ragmesh.text import split_sentences, strip_citations, tokenize
+from ragmesh.types import ContextBlock, GenEvent
 from services.generator.backends import GenerationRequest
-from services.generator.backends.answer_kinds import DATE, FIGURE, PERSON, asked, carries, metadata_sentences
+from services.generator.backends.answer_kinds import carries, metadata_sentences
 from services.generator.backends.conflicts import find_conflicts
 
 NO_DATA = "There is no data in the selected sources that matches this question and these filters."
@@ -47,6 +48,9 @@ CONTINUATION, FOLLOWED = 2, 2
 FACTS = {PERSON, FIGURE, DATE}
 _AMPERSAND = re.compile(r"\b[a-z]&[a-z]\b")  # M&A, R&D, S&P: one term, not two letters
 ASKED_WEIGHT = 3.0  # a sentence holding the kind of thing asked for, against one that only shares words
+# A question word every block's label holds (the fund asked about: retrieval gave only its sources) tells no
+# sentence apart, so it counts this much of its rarity; the other words say what is asked about it.
+SUBJECT_WEIGHT = 0.25
 METADATA_WEIGHT = 0.9  # a metadata sentence yields to the text's own sentence that says as much
 
 
@@ -64,8 +68,11 @@ def _jaccard(a: set[str], b: set[str]) -> float:
 
 def _stem(token: str) -> str:
     """The token without one common ending, keeping at least four letters: managed, manages, manager -> manag;
-    irregular forms first become their verb (lost, loss -> lose)."""
+    irregular forms first become their verb (lost, loss -> lose), and a noun's final y goes first so it meets
+    its verb (recovery, recovered -> recov)."""
     token = _IRREGULAR.get(token, token)
+    if token.endswith("y") and len(token) > 5:
+        token = token[:-1]
     for suffix in _SUFFIXES:
         if token.endswith(suffix) and len(token) - len(suffix) >= 4:
             return token[: -len(suffix)]
@@ -77,6 +84,12 @@ def _stems(text: str) -> set[str]:
 
 
 _INSTRUCTION_STEMS = {_stem(w) for w in INSTRUCTIONS}
+
+
+def _subject(blocks: list[ContextBlock]) -> set[str]:
+    """The words every block's label holds: what the sources are all about (one fund's notes and factsheets)."""
+    labels = [_stems(b.label) for b in blocks]
+    return set.intersection(*labels) if labels and all(labels) else set()
 
 
 class ExtractiveBackend:
@@ -125,6 +138,7 @@ class ExtractiveBackend:
         if not terms - _INSTRUCTION_STEMS:
             return self._openings(blocks)
         kinds = asked(question)
+        subject = _subject(blocks)
         candidates = [  # (block, sentence, weight): the text's sentences, then what the metadata says
             (block, sentence, 1.0)
             for block in blocks
@@ -139,9 +153,10 @@ class ExtractiveBackend:
             matched = terms & tokens
             if not matched:
                 continue
-            score = weight * sum(math.log(1 + n / df[t]) for t in matched) / math.sqrt(1 + len(tokens) / 12)
+            rarity = sum(math.log(1 + n / df[t]) * (SUBJECT_WEIGHT if t in subject else 1.0) for t in matched)
+            score = weight * rarity / math.sqrt(1 + len(tokens) / 12)
             score *= 1.0 / (1 + 0.05 * (block.index - 1))  # earlier blocks ranked higher by retrieval
-            if kinds and carries(sentence, kinds, block):
+            if kinds and matched - subject and carries(sentence, kinds, block):
                 score *= ASKED_WEIGHT
             scores[order] = score
         scored = sorted((_Scored(score, candidates[o][0], candidates[o][1], o) for o, score in scores.items()),
