@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ragmesh.types import MEMORY_COLLECTION
+from services.gateway.query_analysis import reported_period
 from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.router import FALLBACK_SIMILARITY
 
@@ -27,6 +28,9 @@ SAME_CONVERSATION_BOOST = 0.2  # 001: results from the same interaction get +0.2
 TAG_BOOST = 0.1  # 003: x (1 + 0.1 per transcript tag sharing a term with the question), at most x2
 TRANSCRIPT_COLLECTIONS = frozenset({"documents"})  # 003: transcripts are indexed with the documents
 LINEAR_WEIGHTS = (0.6, 0.25, 0.15)  # 002: vector, keyword, recency
+# A whole year asked about: the time decay counts from the year's end, so its year-end report leads a
+# mid-year one (six months older: x0.25) and earlier years' reports sit at the floor.
+PERIOD_HALF_LIFE_DAYS, PERIOD_FLOOR = 90.0, 0.2
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,17 @@ class Ranking:
         except ValueError:  # undated hits: nothing to count from
             return False
         return age > self.half_life_days * math.log(1 / self.decay_floor)
+
+
+def toward_period(r: Ranking, question: str) -> tuple[Ranking, str]:
+    """The ranking for a question about a whole year's result ("2025 full-year return"), and what the
+    strategy event says of it: the time decay counted from the year's end, since what reports on a year is
+    dated at its end or after. Words asking for the latest (a decay from today) and a time window win."""
+    if r.half_life_days or r.time_window not in ("", "all") or not (period := reported_period(question)):
+        return r, ""
+    note = (f"; {period.phrase!r} is reported at {period.end} and after: time decay counted from {period.end}, "
+            f"half-life {PERIOD_HALF_LIFE_DAYS:g} days, floor {PERIOD_FLOOR:g}")
+    return replace(r, now=period.end, half_life_days=PERIOD_HALF_LIFE_DAYS, decay_floor=PERIOD_FLOOR), note
 
 
 def options(collection: str, r: Ranking) -> dict[str, Any]:

@@ -109,6 +109,21 @@ def time_window(question: str) -> TimeWindow | None:
     return None
 
 
+_WHOLE_YEAR = r"(?:full[- ]year|year[- ]end|calendar[- ]year|annual|whole[- ]year|fy)"
+_REPORTED_YEAR = re.compile(rf"\b{_WHOLE_YEAR}\s*(?:of\s+)?(20\d{{2}}|19\d{{2}})\b|\b(20\d{{2}}|19\d{{2}})\s*{_WHOLE_YEAR}\b"
+                            r"|\b(?:the\s+)?(?:end|whole)\s+of\s+(20\d{2}|19\d{2})\b", re.I)
+
+
+def reported_period(question: str) -> DateRange | None:
+    """A whole year the question asks the result of ("2025 full-year return", "year-end 2024", "the whole of
+    2023"): what reports on it is dated at its end or after, so it ranks what is dated there first rather
+    than filtering by date (a mid-year report is dated within the year, the year's own result after it)."""
+    if m := _REPORTED_YEAR.search(question):
+        year = next(g for g in m.groups() if g)
+        return DateRange(f"{year}-01-01", f"{year}-12-31", m.group(0))
+    return None
+
+
 _RECENCY = re.compile(r"\b(latest|most recent(?:ly)?|newest|current(?:ly)?|as of (?:now|today)|right now|"
                       r"at the moment|these days|nowadays|up[- ]to[- ]date|recent(?:ly)?|lately)\b", re.I)
 

@@ -335,6 +335,8 @@ class Planner:
         ranking = boosts.Ranking(min(rt.min_similarity, router.FALLBACK_SIMILARITY) if s.recency else rt.min_similarity,
                                  ask.conversation_id, s.time_window, self.today().isoformat(),
                                  linear=ask.notes_contract, **(latest if s.recency else {}))
+        ranking, period = boosts.toward_period(ranking, ask.question)
+        s.reason += period
         if ranking.linear:
             s.reason += "; linear fusion 0.6 vector + 0.25 keyword + 0.15 recency (notes contract)"
         if s.default_window:
