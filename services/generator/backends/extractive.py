@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from ragmesh.question_kinds import DATE, FIGURE, PERSON, asked
+from ragmesh.question_kinds import DATE, FIGURE, PERSON, asked, asking_words
 from ragmesh.text import split_sentences, strip_citations, tokenize
 from ragmesh.types import ContextBlock, GenEvent
 from services.generator.backends import GenerationRequest
@@ -45,6 +45,7 @@ INSTRUCTIONS = ("summarize", "summarise", "summary", "explain", "elaborate", "te
 # from Dunmore ...") is often followed by the one that holds it: the next CONTINUATION sentences of the same
 # source are quoted after the best FOLLOWED sentences when they hold a figure, a date or a name.
 CONTINUATION, FOLLOWED = 2, 2
+LEAD_IN = 2  # sentences before one that may name what it speaks of ("the loss", "the position")
 FACTS = {PERSON, FIGURE, DATE}
 _AMPERSAND = re.compile(r"\b[a-z]&[a-z]\b")  # M&A, R&D, S&P: one term, not two letters
 ASKED_WEIGHT = 3.0  # a sentence holding the kind of thing asked for, against one that only shares words
@@ -139,6 +140,8 @@ class ExtractiveBackend:
             return self._openings(blocks)
         kinds = asked(question)
         subject = _subject(blocks)
+        # What the question is about: its words that neither name what every source is about nor ask for a kind.
+        topic = terms - subject - {_stem(w) for w in asking_words(question)}
         candidates = [  # (block, sentence, weight): the text's sentences, then what the metadata says
             (block, sentence, 1.0)
             for block in blocks
@@ -156,7 +159,7 @@ class ExtractiveBackend:
             rarity = sum(math.log(1 + n / df[t]) * (SUBJECT_WEIGHT if t in subject else 1.0) for t in matched)
             score = weight * rarity / math.sqrt(1 + len(tokens) / 12)
             score *= 1.0 / (1 + 0.05 * (block.index - 1))  # earlier blocks ranked higher by retrieval
-            if kinds and matched - subject and carries(sentence, kinds, block):
+            if kinds and self._on_topic(order, topic, stems, candidates) and carries(sentence, kinds, block):
                 score *= ASKED_WEIGHT
             scores[order] = score
         scored = sorted((_Scored(score, candidates[o][0], candidates[o][1], o) for o, score in scores.items()),
@@ -182,6 +185,16 @@ class ExtractiveBackend:
         if conflicts := find_conflicts(relevant):
             lines += ["", "**Conflicting information**", ""] + [f"- {c.describe()}" for c in conflicts]
         return "\n".join(lines)
+
+    @staticmethod
+    def _on_topic(order: int, topic: set[str], stems: list[set[str]],
+                  candidates: list[tuple[ContextBlock, str, float]]) -> bool:
+        """Whether the sentence, or the LEAD_IN sentences leading into it in its source ("Corveth's trial
+        failed." before "The loss cost the fund 230bp."), speak of what the question is about: a figure of the
+        fund ("Orion gained 3.6% in June") answers "What did Orion gain from M&A?" only if it is about M&A."""
+        block = candidates[order][0]
+        return not topic or any(candidates[o][0] is block and topic & stems[o]
+                                for o in range(max(0, order - LEAD_IN), order + 1))
 
     @staticmethod
     def _followed(chosen: list[_Scored], candidates: list[tuple[ContextBlock, str, float]],
