@@ -86,39 +86,55 @@ class _Draft:
         return max(self.hits, key=lambda h: h.score)
 
 
-def _document(hit: Hit) -> tuple[str, str]:
-    """What a block gathers: one factsheet's sections, or one document's parts (a meeting note's)."""
-    chunk = hit.chunk
+def _joins(draft: _Draft, hit: Hit) -> bool:
+    """Whether the hit goes in the draft's block: a section of the same factsheet, or a part of the same
+    document written next to one of the draft's (a meeting note's consecutive parts)."""
+    chunk, first = hit.chunk, draft.hits[0].chunk
+    if chunk.collection != first.collection:
+        return False
     if chunk.collection == "factsheets" and chunk.metadata.get("factsheet_id"):
-        return chunk.collection, chunk.metadata["factsheet_id"]
-    return chunk.collection, chunk.doc_id
+        return chunk.metadata["factsheet_id"] == first.metadata.get("factsheet_id")
+    return any(h.chunk.doc_id == chunk.doc_id and abs(h.chunk.chunk_index - chunk.chunk_index) == 1 for h in draft.hits)
 
 
 def _group(hits: list[Hit]) -> list[_Draft]:
-    """The hits of one factsheet, or of one document, go together at the rank of their best; a document's
-    parts in the order they are written, so its sentences read as they were written."""
-    drafts: dict[tuple[str, str], _Draft] = {}
+    """The sections of one factsheet, and the consecutive parts of one document, go together at the rank of
+    their best; a document's parts in the order they are written, so they read as they were written."""
+    drafts: list[_Draft] = []
     for hit in hits:
-        drafts.setdefault(_document(hit), _Draft([])).hits.append(hit)
-    for draft in drafts.values():
+        if draft := next((d for d in drafts if _joins(d, hit)), None):
+            draft.hits.append(hit)
+        else:
+            drafts.append(_Draft([hit]))
+    for draft in drafts:
         if draft.hits[0].chunk.collection != "factsheets":
             draft.hits.sort(key=lambda h: h.chunk.chunk_index)
-    return list(drafts.values())
+    return drafts
 
 
-def with_neighbours(hits: list[Hit], k: int) -> list[Hit]:
-    """The best `k` hits, then the parts written next to theirs (the same document, the chunk before or
-    after) that ranked below them: a note's point often spans two parts ("Mexico went the other way." ends
-    one, the cut that answers opens the next), and the context budget bounds what they add."""
-    top = hits[:k]
-    near = {(h.chunk.collection, h.chunk.doc_id, h.chunk.chunk_index + step) for h in top for step in (-1, 1)}
-    return top + [h for h in hits[k:] if (h.chunk.collection, h.chunk.doc_id, h.chunk.chunk_index) in near]
+def with_neighbours(hits: list[Hit]) -> list[Hit]:
+    """The hits best first, each followed by the parts written next to it (the same document, the chunk
+    before or after) that ranked lower: a note's point often spans two parts ("Mexico went the other way."
+    ends one, the cut that answers opens the next), and a part the question's words ranked sixth is worth
+    more beside its neighbour than the fifth passage of its own. The route's k then cuts this order."""
+    at = {(h.chunk.collection, h.chunk.doc_id, h.chunk.chunk_index): i for i, h in enumerate(hits)}
+    placed: set[int] = set()
+    ordered: list[Hit] = []
+    for i, hit in enumerate(hits):
+        if i in placed:
+            continue
+        chunk = hit.chunk
+        near = [at.get((chunk.collection, chunk.doc_id, chunk.chunk_index + step)) for step in (-1, 1)]
+        for j in [i, *sorted(j for j in near if j is not None and j > i and j not in placed)]:
+            placed.add(j)
+            ordered.append(hits[j])
+    return ordered
 
 
 @dataclass(frozen=True)
 class _Rendered:
-    lean: str  # the block as the prompt shows it, without the complete factsheet record
-    full: str  # with it (the same as `lean` for a block that has none)
+    lean: str  # the block as the prompt shows it: what its hits say
+    full: str  # a factsheet's: its matching sections and its complete record (`lean` for a block that has none)
     content: str  # its content alone, for backends that quote it
 
 
@@ -155,8 +171,11 @@ def _render(draft: _Draft, index: int, dedupe: list[frozenset[str]], seen_parent
             contents.append(" ".join(kept))
             lines.append(f"Content: {contents[-1]}")
     lean = "\n".join([*lines, f"Relevance Score: {draft.best.score:.4f}"])
-    full = "\n".join([*lines, f"Complete Factsheet Data: {complete}"]) if complete else lean
-    return _Rendered(lean, full, "\n\n".join(contents))
+    if not complete:
+        return _Rendered(lean, lean, "\n\n".join(contents))
+    # The record holds what its sections say: shown whole, it stands for their text.
+    full = [line for line in lines if not line.startswith("Content: ")] + [f"Complete Factsheet Data: {complete}"]
+    return _Rendered(lean, "\n".join(full), "\n\n".join(contents))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -189,7 +208,8 @@ class Context:
 def build(hits: list[Hit], budget: int) -> Context:
     """Numbered blocks within the character budget, best hits first. What the hits say comes first: a block
     that does not fit is left out (what it said unsaid) and smaller ones after it are tried; then each
-    factsheet's complete record is added to its block, best first, while the budget has room for it."""
+    factsheet's complete record takes the place of its sections' text, best first, while the budget has
+    room for it."""
     budget = min(budget, HARD_CAP_CHARS)
     blocks: list[ContextBlock] = []
     rendered: list[RenderedBlock] = []

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ragmesh.clients import GeneratorClient
 from ragmesh.errors import RagmeshError
-from ragmesh.question_kinds import asked
+from ragmesh.question_kinds import DATE, FIGURE, PERSON, asked
 from ragmesh.text import STOPWORDS, strip_citations
 from ragmesh.types import Hit, Turn
 from services.gateway.query_analysis import time_hint, time_window
@@ -66,6 +66,7 @@ _TRANSFORM = re.compile(r"\b(" + "|".join(TRANSFORM_WORDS) + r")\b", re.I)
 _THIS_PERIOD = re.compile(r"\bthis (year|quarter|month|week)\b", re.I)  # a period, not a referent
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][A-Za-z]+")  # capitalised, not opening a sentence
+FACT_KINDS = frozenset({PERSON, FIGURE, DATE})  # what `new_kind` compares
 _SUFFIXES = ("ing", "ies", "ed", "es", "er", "ly", "s")
 _WORD_STARTS = " \n(\"'$-/"
 
@@ -126,10 +127,11 @@ def not_in_hits(question: str, hits: Sequence[Hit]) -> list[str]:
 
 
 def new_kind(question: str, searched: str) -> str:
-    """What the question asks for that the question an earlier search was made for did not ("a person"
-    after "a date"), or "": that search ranked its hits for the other kind, so a name it happens to hold
-    (a predecessor's, say) is not the one asked for, and reusing it would answer from the wrong passages."""
-    return " and ".join(f"a {kind}" for kind in sorted(asked(question) - asked(searched)))
+    """The fact the question asks for (a person, a figure, a date) that the question an earlier search was
+    made for did not ("a person" after "a date"), or "": that search ranked its hits for the other fact, so
+    a name they happen to hold (a predecessor's, say) is not the one asked for. A reason is told by the
+    passages that tell what happened: "why" after "what" reuses them."""
+    return " and ".join(f"a {kind}" for kind in sorted((asked(question) - asked(searched)) & FACT_KINDS))
 
 
 def _held(turns: Sequence[Turn]) -> set[str]:

@@ -183,7 +183,7 @@ class Planner:
                     s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count,
                     asked=followup.asked_key(ask)))
         await self.quality.rerank(ask.question, s)
-        s.hits = context.with_neighbours(s.hits, s.k)  # the best k, and the parts written next to theirs
+        s.hits = s.hits[: s.k]
         if await self.quality.use_history(s, turns):
             s.retrieval, s.hits = NO_RETRIEVAL, []
         s.chunks = len(s.hits)
@@ -392,7 +392,7 @@ class Planner:
             s.reason += f"; no answer in time from {', '.join(s.unavailable)}: using what arrived"
         if s.dense_skipped:
             s.reason += "; embedder unavailable: keyword search only"
-        s.hits = sorted(hits, key=lambda h: -h.score)
+        s.hits = context.with_neighbours(sorted(hits, key=lambda h: -h.score))
 
     async def _gathered(self, s: Strategy, searches: list[Awaitable[SearchResult]]) -> list[Hit]:
         """The hits of the collections' searches, run side by side; each failure named in `s.unavailable`."""

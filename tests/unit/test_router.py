@@ -175,6 +175,7 @@ def test_a_follow_up_with_no_words_of_its_own_searches_with_the_conversation_s_s
     ("Who is Meridian's head of research?", "When did Meridian close to new investors?", "a person"),
     ("How much did Northwind lose in August?", "What was Northwind's return in August?", ""),
     ("What did Kestrel do in Mexico?", "When did Kestrel cut Brazil?", ""),
+    ("Why did Kestrel cut Brazil?", "What did Kestrel do with Brazil?", ""),  # the same passages tell why
     ("When did Meridian close, and at what capacity?", "What is Meridian's strategy?", "a date and a figure"),
 ])
 def test_a_cached_search_made_for_another_kind_of_question_is_not_reused(question: str, searched: str,

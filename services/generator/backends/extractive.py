@@ -156,10 +156,14 @@ class ExtractiveBackend:
             matched = terms & tokens
             if not matched:
                 continue
-            rarity = sum(math.log(1 + n / df[t]) * (SUBJECT_WEIGHT if t in subject else 1.0) for t in matched)
+            # A metadata sentence is offered only when the question asks what it says: the fund's name is its point.
+            told = weight != 1.0
+            rarity = sum(math.log(1 + n / df[t]) * (SUBJECT_WEIGHT if t in subject and not told else 1.0)
+                         for t in matched)
             score = weight * rarity / math.sqrt(1 + len(tokens) / 12)
             score *= 1.0 / (1 + 0.05 * (block.index - 1))  # earlier blocks ranked higher by retrieval
-            if kinds and self._on_topic(order, topic, stems, candidates) and carries(sentence, kinds, block):
+            on_topic = told or self._on_topic(order, topic, stems, candidates)
+            if kinds and on_topic and carries(sentence, kinds, block):
                 score *= ASKED_WEIGHT
             scores[order] = score
         scored = sorted((_Scored(score, candidates[o][0], candidates[o][1], o) for o, score in scores.items()),
