@@ -1,11 +1,11 @@
 """Retrieved hits become numbered context blocks, and blocks the prompt an LLM reads.
 
-Blocks follow the fund-research layout (000 step 5): meeting notes with date, fund,
+Blocks follow the fund-research context layout: meeting notes with date, fund,
 manager and chunk type; factsheets grouped by factsheet id, listing the sections that
 matched with their scores, with the complete factsheet JSON once (the parent the record
 parser stores for every factsheet's sections, shown whole). A character budget (default 4,000,
 hard cap 12,000) bounds the context, a child's parent text comes once, and sentences
-that repeat an earlier block's are dropped (003 step 1.3). Retrieved text is fenced in
+that repeat an earlier block's are dropped (sentence dedupe). Retrieved text is fenced in
 <data> ... </data> and the prompts say it is data, not instructions."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import functools
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ragmesh.prompts import PROMPTS, system_instruction
 from ragmesh.text import split_sentences, tokenize
@@ -37,7 +37,7 @@ def label(chunk: Chunk) -> str:
 
 
 def persistent_ref(chunk_id: str) -> str:
-    """`#chk_` + 8 hex digits of md5(chunk id): stable across reloads of the conversation (004)."""
+    """`#chk_` + 8 hex digits of md5(chunk id): stable across reloads of the conversation (persistent citations)."""
     return "#chk_" + hashlib.md5(chunk_id.encode()).hexdigest()[:8]
 
 

@@ -3,7 +3,7 @@ NO_RAG) or needs facts it does not hold (searched).
 
 A question is answered from the conversation only when all of these hold:
 - it refers back: "that", "it", "the above", "those", "tell me more", "in simpler words", ..., or it is
-  nothing but a transform word ("why?", "summarize", "explain") — 000's transform words are this one
+  nothing but a transform word ("why?", "summarize", "explain") — the fund-research transform words are this one
   signal, not the rule;
 - the conversation has answers from an earlier search to rework, under the same filters the user set
   (funds, dates, window, documents, sources): a changed filter always searches;
@@ -47,7 +47,7 @@ REFERENT_PHRASES = (
     "in bullet points",
     "that", "this", "it", "its", "those", "these", "them", "they", "their", "he", "she", "his", "her", "him",
 )
-# 000's transform words: a question made of them alone ("why?", "summarize") refers to the last answer.
+# The fund-research transform words: a question made of them alone ("why?", "summarize") refers to the last answer.
 TRANSFORM_WORDS = (
     "summarize", "summarise", "summary", "list", "compare", "contrast", "explain", "elaborate", "clarify",
     "why", "how", "rephrase", "shorten", "simplify", "expand",

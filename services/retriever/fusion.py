@@ -1,5 +1,5 @@
 """From ranked lists to explained hits: fusion (weighted RRF or linear), then boosters
-and thresholds, in the order the seeds apply them: time decay, recency and
+and thresholds, in the order the design applies them: time decay, recency and
 same-conversation boosts, tag boost, authoritative tie-break, relevance threshold
 with fallback layers, parent expansion.
 
@@ -19,7 +19,7 @@ from services.retriever.backend import Retrieved
 
 RRF, LINEAR = "RRF", "LINEAR"
 TIME_WINDOWS = {"24h": 1, "48h": 2, "1w": 7, "all": 0, "": 0}
-LINEAR_DEFAULTS = (0.6, 0.25, 0.15)  # vector, keyword, recency (002)
+LINEAR_DEFAULTS = (0.6, 0.25, 0.15)  # vector, keyword, recency (the notes contract)
 DEFAULT_HALF_LIFE_DAYS = 30.0
 # RRF's k: how fast a rank's weight falls. 20 rather than the customary 60 weighs the top of each
 # list more; measured on SciFact train, hybrid nDCG@10 0.718 -> 0.725, better on each fifth of the
@@ -175,7 +175,7 @@ def boost(cands: list[Candidate], b: Boosters, query: str, analyze: Callable[[st
 
 
 def order(cands: list[Candidate], prefer_authoritative: bool) -> list[Candidate]:
-    """Best first; with the preference, near-ties put documents before transcripts (003 step 7)."""
+    """Best first; with the preference, near-ties put documents before transcripts (authoritative tie-break)."""
     def key(c: Candidate) -> tuple:
         transcript = prefer_authoritative and c.chunk.metadata.get("type") == "transcript"
         return (-round(c.score / TIE) if prefer_authoritative else -c.score, transcript, -c.score, c.slot)

@@ -1,4 +1,4 @@
-"""000's context layout: blocks under their collections' headers (meeting notes first, then factsheets
+"""The fund-research context layout: blocks under their collections' headers (meeting notes first, then factsheets
 with how many factsheets and sections matched), the [n] numbers kept in rank order, and the budget
 counting the headers too."""
 from __future__ import annotations
