@@ -59,7 +59,8 @@ _REWORK_WORDS = frozenset(
     meant again please briefly brief short shorter longer version bullet bullets points point key main way
     answer said say above previous earlier mentioned so just also exactly really actually quick quickly
     happen happened go went make made sense thing things one ones same give show break down could would all
-    any both each some much many well very only sentence sentences paragraph line lines two three""".split()
+    any both each some much many well very only sentence sentences paragraph line lines two three him hers
+    himself herself themselves""".split()
 ) | STOPWORDS
 _PHRASES = re.compile(r"\b(" + "|".join(re.escape(p) for p in REFERENT_PHRASES) + r")\b", re.I)
 _TRANSFORM = re.compile(r"\b(" + "|".join(TRANSFORM_WORDS) + r")\b", re.I)

@@ -181,3 +181,8 @@ def test_a_follow_up_with_no_words_of_its_own_searches_with_the_conversation_s_s
 def test_a_cached_search_made_for_another_kind_of_question_is_not_reused(question: str, searched: str,
                                                                           kind: str) -> None:
     assert followup.new_kind(question, searched) == kind
+
+
+def test_a_pronoun_is_never_a_new_term() -> None:
+    """"Tell me more about him" brings nothing new: "him" refers back as "her" does."""
+    assert decide(ask("Tell me more about him"), TURNS, entry(ask("first")), TODAY).rework
