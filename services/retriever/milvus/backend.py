@@ -44,7 +44,6 @@ filter (a date range changes scores): a tenant's scores depend on its own histor
 """
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -58,8 +57,8 @@ from pymilvus import MilvusClient
 from pymilvus.client.types import LoadState
 from pymilvus.exceptions import MilvusException
 
-from ragmesh.config import ConfigError, Settings, redact_uri
-from ragmesh.errors import Unavailable
+from ragmesh.config import SearchBackendSettings, json_object, redact_uri
+from ragmesh.errors import ConfigError, Unavailable
 from ragmesh.store import Store
 from ragmesh.types import Chunk, SearchFilter, StoredChunk
 from services.retriever.analyzer import Analyzer
@@ -69,8 +68,6 @@ from services.retriever.milvus import expr, held, rows, sync
 
 log = logging.getLogger(__name__)
 
-INDEX_TYPES = ("FLAT", "HNSW", "IVF_FLAT")
-CONSISTENCY = ("Strong", "Bounded", "Session", "Eventually")
 BM25_PARAMS = {"bm25_k1": 1.5, "bm25_b": 0.75}  # as the memory engine's BM25 (rank_bm25's defaults)
 HNSW_DEFAULTS = {"M": 16, "efConstruction": 64}  # a collection configured "hnsw" without MILVUS_INDEX_PARAMS
 UPSERT_ROWS = 2048  # rows an upsert call carries at most ...
@@ -96,16 +93,6 @@ def _newest(lists: list[list[dict]]) -> dict[tuple[str, str], int]:
     return newest
 
 
-def _json_object(name: str, raw: str) -> dict:
-    try:
-        value = json.loads(raw or "{}")
-    except ValueError as exc:
-        raise ConfigError(f"{name} must be a JSON object, got {raw!r}: {exc}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{name} must be a JSON object, got {raw!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class MilvusConfig:
     uri: str
@@ -118,30 +105,11 @@ class MilvusConfig:
     prefix: str
 
     @classmethod
-    def from_settings(cls, s: Settings) -> "MilvusConfig":
-        """Checked before anything connects: a bad setting stops the retriever with one line."""
-        uri = s.milvus_uri.strip()
-        if not uri:
-            raise ConfigError("RETRIEVER_BACKEND=milvus needs MILVUS_URI (a path ending in .db for milvus-lite, "
-                              "or http://host:19530)")
-        scheme = uri.partition("://")[0].lower() if "://" in uri else ""
-        if scheme and scheme not in ("http", "https", "tcp", "grpc", "unix"):
-            raise ConfigError(f"MILVUS_URI {redact_uri(uri)}: the scheme must be http, https, tcp, grpc or unix")
-        if not scheme and (not uri.endswith(".db") or not Path(uri).parent.is_dir()):
-            raise ConfigError(f"MILVUS_URI {uri!r}: a milvus-lite file must end in .db, in a folder that exists")
-        index_type = s.milvus_index_type.upper()
-        if index_type not in INDEX_TYPES:
-            raise ConfigError(f"MILVUS_INDEX_TYPE must be one of {', '.join(INDEX_TYPES)}, got {s.milvus_index_type!r}")
-        consistency = next((c for c in CONSISTENCY if c.lower() == s.milvus_consistency.lower()), None)
-        if consistency is None:
-            raise ConfigError(f"MILVUS_CONSISTENCY must be one of {', '.join(CONSISTENCY)}, "
-                              f"got {s.milvus_consistency!r}")
-        if not s.milvus_prefix.isidentifier() or len(s.milvus_prefix) > rows.MAX_PREFIX:
-            raise ConfigError(f"MILVUS_PREFIX must be letters, digits and '_' (at most {rows.MAX_PREFIX}), "
-                              f"got {s.milvus_prefix!r}")
-        return cls(uri, s.milvus_token, s.milvus_db, index_type,
-                   _json_object("MILVUS_INDEX_PARAMS", s.milvus_index_params),
-                   _json_object("MILVUS_SEARCH_PARAMS", s.milvus_search_params), consistency, s.milvus_prefix)
+    def from_settings(cls, s: SearchBackendSettings) -> "MilvusConfig":
+        """From settings checked when they were loaded (a bad one stops the retriever with one line)."""
+        return cls(s.milvus_uri, s.milvus_token, s.milvus_db, s.milvus_index_type,
+                   json_object("MILVUS_INDEX_PARAMS", s.milvus_index_params),
+                   json_object("MILVUS_SEARCH_PARAMS", s.milvus_search_params), s.milvus_consistency, s.milvus_prefix)
 
 
 class MilvusBackend:
