@@ -297,7 +297,11 @@ Press Ctrl-C to stop."""
 
 
 def main() -> int:
-    settings = config.load()
+    try:
+        settings = config.load()
+    except config.ConfigError as exc:
+        print(f"refusing to start: {exc}", file=sys.stderr)
+        return 2
     keep_private(settings.data_dir)  # the logs, pid files and secrets it writes, and the services it starts
     supervisor = Supervisor(settings)
     log_to(settings.data_dir / "logs" / "supervisor.log")

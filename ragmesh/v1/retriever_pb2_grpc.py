@@ -149,7 +149,7 @@ class RetrieverServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetDocument(self, request, context):
-        """A document's header with the summaries made at ingest and its section titles (004 Path B).
+        """A document's header with the summaries made at ingest and its section titles (the summary path).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

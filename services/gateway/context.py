@@ -1,11 +1,11 @@
 """Retrieved hits become numbered context blocks, and blocks the prompt an LLM reads.
 
-Blocks follow the fund-research layout (000 step 5): meeting notes with date, fund,
+Blocks follow the fund-research context layout: meeting notes with date, fund,
 manager and chunk type; factsheets grouped by factsheet id, listing the sections that
 matched with their scores, with the complete factsheet JSON once (the parent the record
 parser stores for every factsheet's sections, shown whole). A character budget (default 4,000,
 hard cap 12,000) bounds the context, a child's parent text comes once, and sentences
-that repeat an earlier block's are dropped (003 step 1.3). Retrieved text is fenced in
+that repeat an earlier block's are dropped (sentence dedupe). Retrieved text is fenced in
 <data> ... </data> and the prompts say it is data, not instructions."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import functools
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ragmesh.prompts import PROMPTS, system_instruction
 from ragmesh.text import split_sentences, tokenize
@@ -37,7 +37,7 @@ def label(chunk: Chunk) -> str:
 
 
 def persistent_ref(chunk_id: str) -> str:
-    """`#chk_` + 8 hex digits of md5(chunk id): stable across reloads of the conversation (004)."""
+    """`#chk_` + 8 hex digits of md5(chunk id): stable across reloads of the conversation (persistent citations)."""
     return "#chk_" + hashlib.md5(chunk_id.encode()).hexdigest()[:8]
 
 
@@ -76,35 +76,74 @@ def _is_record(parent: str) -> bool:
 
 @dataclass
 class _Draft:
-    """One block under construction: a meeting note or a whole factsheet's matching sections."""
+    """One block under construction: a factsheet's matching sections, or a document's parts."""
 
     hits: list[Hit]
-    sections: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> Hit:
+        """The hit the block ranks, is labelled and is cited by."""
+        return max(self.hits, key=lambda h: h.score)
+
+
+def _joins(draft: _Draft, hit: Hit) -> bool:
+    """Whether the hit goes in the draft's block: a section of the same factsheet, or a part of the same
+    document written next to one of the draft's (a meeting note's consecutive parts)."""
+    chunk, first = hit.chunk, draft.hits[0].chunk
+    if chunk.collection != first.collection:
+        return False
+    if chunk.collection == "factsheets" and chunk.metadata.get("factsheet_id"):
+        return chunk.metadata["factsheet_id"] == first.metadata.get("factsheet_id")
+    return any(h.chunk.doc_id == chunk.doc_id and abs(h.chunk.chunk_index - chunk.chunk_index) == 1 for h in draft.hits)
 
 
 def _group(hits: list[Hit]) -> list[_Draft]:
-    """Factsheet hits of one factsheet go together, at the rank of their best section."""
+    """The sections of one factsheet, and the consecutive parts of one document, go together at the rank of
+    their best; a document's parts in the order they are written, so they read as they were written."""
     drafts: list[_Draft] = []
-    by_factsheet: dict[str, _Draft] = {}
     for hit in hits:
-        sheet = hit.chunk.metadata.get("factsheet_id") if hit.chunk.collection == "factsheets" else None
-        if sheet and sheet in by_factsheet:
-            by_factsheet[sheet].hits.append(hit)
-            continue
-        draft = _Draft([hit])
-        drafts.append(draft)
-        if sheet:
-            by_factsheet[sheet] = draft
+        if draft := next((d for d in drafts if _joins(d, hit)), None):
+            draft.hits.append(hit)
+        else:
+            drafts.append(_Draft([hit]))
+    for draft in drafts:
+        if draft.hits[0].chunk.collection != "factsheets":
+            draft.hits.sort(key=lambda h: h.chunk.chunk_index)
     return drafts
 
 
-def _render(draft: _Draft, index: int, dedupe: list[frozenset[str]], seen_parents: set[str]) -> tuple[str, str]:
-    """(the block as the prompt shows it, its content alone for backends that quote it)."""
-    first = draft.hits[0].chunk
+def with_neighbours(hits: list[Hit]) -> list[Hit]:
+    """The hits best first, each followed by the parts written next to it (the same document, the chunk
+    before or after) that ranked lower: a note's point often spans two parts ("Mexico went the other way."
+    ends one, the cut that answers opens the next), and a part the question's words ranked sixth is worth
+    more beside its neighbour than the fifth passage of its own. The route's k then cuts this order."""
+    at = {(h.chunk.collection, h.chunk.doc_id, h.chunk.chunk_index): i for i, h in enumerate(hits)}
+    placed: set[int] = set()
+    ordered: list[Hit] = []
+    for i, hit in enumerate(hits):
+        if i in placed:
+            continue
+        chunk = hit.chunk
+        near = [at.get((chunk.collection, chunk.doc_id, chunk.chunk_index + step)) for step in (-1, 1)]
+        for j in [i, *sorted(j for j in near if j is not None and j > i and j not in placed)]:
+            placed.add(j)
+            ordered.append(hits[j])
+    return ordered
+
+
+@dataclass(frozen=True)
+class _Rendered:
+    lean: str  # the block as the prompt shows it: what its hits say
+    full: str  # a factsheet's: its matching sections and its complete record (`lean` for a block that has none)
+    content: str  # its content alone, for backends that quote it
+
+
+def _render(draft: _Draft, index: int, dedupe: list[frozenset[str]], seen_parents: set[str]) -> _Rendered:
+    first = draft.best.chunk
     meta = first.metadata
     lines = [f"[{index}] {label(first)}"]
     if first.collection == "meeting_notes":
-        kind = meta.get("chunk_type") or meta.get("section_type") or meta.get("doc_type") or "note"  # 000's chunk type
+        kind = meta.get("chunk_type") or meta.get("section_type") or meta.get("doc_type") or "note"  # the notes' chunk type
         lines += [f"Date: {first.date}", f"Fund: {meta.get('fund_name', '')}", f"Manager: {meta.get('manager', '')}",
                   f"Chunk Type: {kind}"]
     elif first.collection == "factsheets":
@@ -131,11 +170,12 @@ def _render(draft: _Draft, index: int, dedupe: list[frozenset[str]], seen_parent
         if kept:
             contents.append(" ".join(kept))
             lines.append(f"Content: {contents[-1]}")
-    if complete:
-        lines.append(f"Complete Factsheet Data: {complete}")
-    else:
-        lines.append(f"Relevance Score: {draft.hits[0].score:.4f}")
-    return "\n".join(lines), "\n\n".join(contents)
+    lean = "\n".join([*lines, f"Relevance Score: {draft.best.score:.4f}"])
+    if not complete:
+        return _Rendered(lean, lean, "\n\n".join(contents))
+    # The record holds what its sections say: shown whole, it stands for their text.
+    full = [line for line in lines if not line.startswith("Content: ")] + [f"Complete Factsheet Data: {complete}"]
+    return _Rendered(lean, "\n".join(full), "\n\n".join(contents))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -166,28 +206,43 @@ class Context:
 
 
 def build(hits: list[Hit], budget: int) -> Context:
-    """Numbered blocks within the character budget, best hits first."""
+    """Numbered blocks within the character budget, best hits first. What the hits say comes first: a block
+    that does not fit is left out (what it said unsaid) and smaller ones after it are tried; then each
+    factsheet's complete record takes the place of its sections' text, best first, while the budget has
+    room for it."""
     budget = min(budget, HARD_CAP_CHARS)
     blocks: list[ContextBlock] = []
     rendered: list[RenderedBlock] = []
+    records: list[str] = []  # each placed block with its complete record
     used: list[Hit] = []
     dedupe: list[frozenset[str]] = []
     seen_parents: set[str] = set()
     for draft in _group(hits):
         index = len(blocks) + 1
-        text, content = _render(draft, index, dedupe, seen_parents)
-        if not content:
+        said, parents = len(dedupe), set(seen_parents)
+        out = _render(draft, index, dedupe, seen_parents)
+        if not out.content:
             continue  # every sentence repeated an earlier block
-        block = RenderedBlock(draft.hits[0].chunk.collection, text, len(draft.hits))
+        chunk = draft.best.chunk
+        block = RenderedBlock(chunk.collection, out.lean, len(draft.hits))
+        content = out.content
         if len(sectioned([*rendered, block])) > budget:  # the section headers count too
             if blocks:
-                break
+                del dedupe[said:]
+                seen_parents = parents
+                continue
             room = budget - len(sectioned([dataclasses.replace(block, text="")]))
-            text, content = _truncate(text, room), _truncate(content, room)  # the best block always goes in
-            block = dataclasses.replace(block, text=text)
+            block = dataclasses.replace(block, text=_truncate(out.lean, room))  # the best block always goes in
+            content = _truncate(content, room)
         rendered.append(block)
-        blocks.append(ContextBlock(index=index, text=content, chunk=draft.hits[0].chunk, label=label(draft.hits[0].chunk)))
+        records.append(out.full if block.text == out.lean else block.text)
+        blocks.append(ContextBlock(index=index, text=content, chunk=chunk, label=label(chunk)))
         used += draft.hits
+    for i, full in enumerate(records):
+        if full != rendered[i].text:
+            trial = [*rendered[:i], dataclasses.replace(rendered[i], text=full), *rendered[i + 1:]]
+            if len(sectioned(trial)) <= budget:
+                rendered = trial
     return Context(blocks, sectioned(rendered), used)
 
 

@@ -1,4 +1,4 @@
-"""The context as 000's step 5 lays it out: blocks grouped by where they came from, each group under its
+"""The context as the fund-research layout lays it out: blocks grouped by where they came from, each group under its
 header (`=== MEETING NOTES (RAG Retrieved) ===`; the factsheets' group says how many factsheets and
 sections matched), in a fixed order. Blocks keep their [n] numbers (best first), so citations do not move."""
 from __future__ import annotations
@@ -29,7 +29,7 @@ def header(collection: str, blocks: list[RenderedBlock]) -> str:
 
 
 def sectioned(blocks: list[RenderedBlock]) -> str:
-    """The blocks under their collections' headers: 000's collections first, then others as they come."""
+    """The blocks under their collections' headers: the fund-research collections first, then others as they come."""
     groups: dict[str, list[RenderedBlock]] = {c: [] for c in HEADERS}
     for block in blocks:
         groups.setdefault(block.collection, []).append(block)

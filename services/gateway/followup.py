@@ -3,7 +3,7 @@ NO_RAG) or needs facts it does not hold (searched).
 
 A question is answered from the conversation only when all of these hold:
 - it refers back: "that", "it", "the above", "those", "tell me more", "in simpler words", ..., or it is
-  nothing but a transform word ("why?", "summarize", "explain") — 000's transform words are this one
+  nothing but a transform word ("why?", "summarize", "explain") — the fund-research transform words are this one
   signal, not the rule;
 - the conversation has answers from an earlier search to rework, under the same filters the user set
   (funds, dates, window, documents, sources): a changed filter always searches;
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ragmesh.clients import GeneratorClient
 from ragmesh.errors import RagmeshError
+from ragmesh.question_kinds import DATE, FIGURE, PERSON, asked
 from ragmesh.text import STOPWORDS, strip_citations
 from ragmesh.types import Hit, Turn
 from services.gateway.query_analysis import time_hint, time_window
@@ -46,7 +47,7 @@ REFERENT_PHRASES = (
     "in bullet points",
     "that", "this", "it", "its", "those", "these", "them", "they", "their", "he", "she", "his", "her", "him",
 )
-# 000's transform words: a question made of them alone ("why?", "summarize") refers to the last answer.
+# The fund-research transform words: a question made of them alone ("why?", "summarize") refers to the last answer.
 TRANSFORM_WORDS = (
     "summarize", "summarise", "summary", "list", "compare", "contrast", "explain", "elaborate", "clarify",
     "why", "how", "rephrase", "shorten", "simplify", "expand",
@@ -58,13 +59,15 @@ _REWORK_WORDS = frozenset(
     meant again please briefly brief short shorter longer version bullet bullets points point key main way
     answer said say above previous earlier mentioned so just also exactly really actually quick quickly
     happen happened go went make made sense thing things one ones same give show break down could would all
-    any both each some much many well very only sentence sentences paragraph line lines two three""".split()
+    any both each some much many well very only sentence sentences paragraph line lines two three him hers
+    himself herself themselves""".split()
 ) | STOPWORDS
 _PHRASES = re.compile(r"\b(" + "|".join(re.escape(p) for p in REFERENT_PHRASES) + r")\b", re.I)
 _TRANSFORM = re.compile(r"\b(" + "|".join(TRANSFORM_WORDS) + r")\b", re.I)
 _THIS_PERIOD = re.compile(r"\bthis (year|quarter|month|week)\b", re.I)  # a period, not a referent
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][A-Za-z]+")  # capitalised, not opening a sentence
+FACT_KINDS = frozenset({PERSON, FIGURE, DATE})  # what `new_kind` compares
 _SUFFIXES = ("ing", "ies", "ed", "es", "er", "ly", "s")
 _WORD_STARTS = " \n(\"'$-/"
 
@@ -124,16 +127,30 @@ def not_in_hits(question: str, hits: Sequence[Hit]) -> list[str]:
     return [w for s, w in _content(question).items() if not any(f"{c}{s}" in text for c in _WORD_STARTS)]
 
 
+def new_kind(question: str, searched: str) -> str:
+    """The fact the question asks for (a person, a figure, a date) that the question an earlier search was
+    made for did not ("a person" after "a date"), or "": that search ranked its hits for the other fact, so
+    a name they happen to hold (a predecessor's, say) is not the one asked for. A reason is told by the
+    passages that tell what happened: "why" after "what" reuses them."""
+    return " and ".join(f"a {kind}" for kind in sorted((asked(question) - asked(searched)) & FACT_KINDS))
+
+
 def _held(turns: Sequence[Turn]) -> set[str]:
     return {stem(w.lower()) for t in turns for w in _WORD.findall(strip_citations(t.answer))}
 
 
+def subject(turns: Sequence[Turn]) -> str:
+    """The conversation's subject: its latest question that asks something of its own (a "Summarize that"
+    before it refers back as well), or "" when none does."""
+    return next((t.question for t in reversed(turns) if _content(t.question)), "")
+
+
 def search_context(question: str, turns: Sequence[Turn]) -> list[str]:
     """More search queries for a question that refers back but is searched (under new filters, say):
-    "Summarize that" alone finds nothing, so the earlier question it refers to is searched with it."""
+    "Summarize that" alone finds nothing, so the conversation's subject is searched with it."""
     if not turns or not referent(question) or _content(question):
         return []
-    return [turns[-1].question]
+    return [found] if (found := subject(turns)) else []
 
 
 def decide(ask: AskInput, turns: Sequence[Turn], entry: ScopeEntry | None, today: dt.date) -> Followup:

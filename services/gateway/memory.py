@@ -1,8 +1,8 @@
 """What the gateway remembers beyond the message log, done in the background so the
-answer is never delayed: a running conversation summary (003) of the turns that no longer
+answer is never delayed: a running conversation summary of the turns that no longer
 fit the prompt's history budget, extended as turns stop fitting, both messages embedded into a per-user `conversations`
-collection that the "Conversation memory" source searches (001), and the user's
-corrections, the most relevant of which go into the system prompt (004)."""
+collection that the "Conversation memory" source searches, and the user's
+corrections, the most relevant of which go into the system prompt."""
 from __future__ import annotations
 
 import asyncio
@@ -98,7 +98,7 @@ class Memory:
 
     async def _remember(self, tenant: str, user_id: str, conversation_id: str,
                         messages: list[tuple[str, str, str]]) -> None:
-        today = dt.datetime.now(dt.timezone.utc).date().isoformat()  # dated, so 001's recency boost applies
+        today = dt.datetime.now(dt.timezone.utc).date().isoformat()  # dated, so the conversation boosters' recency boost applies
 
         async def documents() -> AsyncIterator[retriever_pb2.Document]:
             for message_id, role, text in messages:

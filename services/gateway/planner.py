@@ -21,7 +21,7 @@ from ragmesh.errors import NotFound, RagmeshError
 from ragmesh.models import EXTRACTIVE
 from ragmesh.types import MEMORY_COLLECTION, Chunk, Hit, SearchFilter
 from ragmesh.validation import MAX_VARIANTS
-from services.gateway import boosts, followup, router
+from services.gateway import boosts, context, followup, router
 from services.gateway.followup import Followup
 from services.gateway.history import Recent
 from services.gateway.quality import QualityStack, QualityStep
@@ -149,6 +149,8 @@ class Planner:
             s.retrieval, why = RAG_NEW_QUERY, f"filters changed ({cached.key} -> {s.cache_key})"
         elif missing := followup.not_in_hits(ask.question, cached.hits):
             s.retrieval, why = RAG_NEW_QUERY, f"same filters, but {', '.join(missing)} not in the cached hits"
+        elif kind := followup.new_kind(ask.question, cached.question):
+            s.retrieval, why = RAG_NEW_QUERY, f"same filters, but it asks for {kind}, the cached search did not"
         else:
             same, note = await self._same_topic(cached, ask, vector, s.model)
             if same:
@@ -325,6 +327,8 @@ class Planner:
         ranking = boosts.Ranking(min(rt.min_similarity, router.FALLBACK_SIMILARITY) if s.recency else rt.min_similarity,
                                  ask.conversation_id, s.time_window, self.today().isoformat(),
                                  linear=ask.notes_contract, **(latest if s.recency else {}))
+        ranking, period = boosts.toward_period(ranking, ask.question)
+        s.reason += period
         if ranking.linear:
             s.reason += "; linear fusion 0.6 vector + 0.25 keyword + 0.15 recency (notes contract)"
         if s.default_window:
@@ -380,7 +384,7 @@ class Planner:
             s.reason += f"; no answer in time from {', '.join(s.unavailable)}: using what arrived"
         if s.dense_skipped:
             s.reason += "; embedder unavailable: keyword search only"
-        s.hits = sorted(hits, key=lambda h: -h.score)
+        s.hits = context.with_neighbours(sorted(hits, key=lambda h: -h.score))
 
     async def _gathered(self, s: Plan, searches: list[Awaitable[SearchResult]]) -> list[Hit]:
         """The hits of the collections' searches, run side by side; each failure named in `s.unavailable`."""

@@ -1,8 +1,8 @@
 """What a question says about its own scope, found without a model call: time hints
-that become date filters (002) or the retriever's time window (003), words asking for
-the latest (003's time decay), fund names that
-become a fund filter (000's ALL_FUND_NAMES), question numbers for direct lookup (001), and whether it asks
-something general or something specific (004)."""
+that become date filters or the retriever's time window, words asking for the latest (the time
+decay), whole years asked about (the decay counted from the year's end), fund names that become a fund
+filter (the known fund list), question numbers for the question-number lookup, and whether it asks
+something general or something specific (the route's chunk count and threshold)."""
 from __future__ import annotations
 
 import calendar
@@ -88,7 +88,7 @@ def time_hint(question: str, today: dt.date) -> DateRange | None:
     return None
 
 
-_WINDOWS = (  # 003's context windows, relative to now: the retriever filters on them (Boosters.time_window)
+_WINDOWS = (  # the context windows, relative to now: the retriever filters on them (Boosters.time_window)
     ("24h", re.compile(r"\b(?:last|past) (?:24 hours|day)\b", re.I)),
     ("48h", re.compile(r"\b(?:last|past) (?:48 hours|(?:two|2) days)\b", re.I)),
     ("1w", re.compile(r"\b(?:this week|(?:last|past) (?:7|seven) days|past week)\b", re.I)),
@@ -102,10 +102,25 @@ class TimeWindow:
 
 
 def time_window(question: str) -> TimeWindow | None:
-    """"in the last 24 hours" -> 24h, "last two days" -> 48h, "this week" -> 1w (003's windows)."""
+    """"in the last 24 hours" -> 24h, "last two days" -> 48h, "this week" -> 1w."""
     for window, pattern in _WINDOWS:
         if m := pattern.search(question):
             return TimeWindow(window, m.group(0))
+    return None
+
+
+_WHOLE_YEAR = r"(?:full[- ]year|year[- ]end|calendar[- ]year|annual|whole[- ]year|fy)"
+_REPORTED_YEAR = re.compile(rf"\b{_WHOLE_YEAR}\s*(?:of\s+)?(20\d{{2}}|19\d{{2}})\b|\b(20\d{{2}}|19\d{{2}})\s*{_WHOLE_YEAR}\b"
+                            r"|\b(?:the\s+)?(?:end|whole)\s+of\s+(20\d{2}|19\d{2})\b", re.I)
+
+
+def reported_period(question: str) -> DateRange | None:
+    """A whole year the question asks the result of ("2025 full-year return", "year-end 2024", "the whole of
+    2023"): what reports on it is dated at its end or after, so it ranks what is dated there first rather
+    than filtering by date (a mid-year report is dated within the year, the year's own result after it)."""
+    if m := _REPORTED_YEAR.search(question):
+        year = next(g for g in m.groups() if g)
+        return DateRange(f"{year}-01-01", f"{year}-12-31", m.group(0))
     return None
 
 
@@ -143,7 +158,7 @@ _NUMBERED = re.compile(r"\b(?:question|problem|exercise|item|q)\s*(?:no\.?|numbe
 
 
 def question_numbers(question: str) -> list[str]:
-    """"explain question 6" -> ["6"] (001 strategy 1)."""
+    """"explain question 6" -> ["6"] (the question-number lookup)."""
     return list(dict.fromkeys(_NUMBERED.findall(question)))
 
 
@@ -152,5 +167,5 @@ _GENERAL = re.compile(r"\b(overall|in general|general|overview|all|everything|te
 
 
 def is_general(question: str) -> bool:
-    """A broad question (more chunks, lower threshold) rather than a pointed one (004 Path A)."""
+    """A broad question (more chunks, lower threshold) rather than a pointed one."""
     return bool(_GENERAL.search(question)) and not re.search(r"\d", question)

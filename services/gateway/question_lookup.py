@@ -1,4 +1,4 @@
-"""001's document lookup by question number, as a filter on the `question_number` metadata field:
+"""The question-number lookup of documents, as a filter on the `question_number` metadata field:
 strategy 1, the numbered items a question names ("explain question 6"); strategy 2, every numbered
 item when it asks for all the questions and names none ("go through all the questions")."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """From ranked lists to explained hits: fusion (weighted RRF or linear), then boosters
-and thresholds, in the order the seeds apply them: time decay, recency and
+and thresholds, in the order the design applies them: time decay, recency and
 same-conversation boosts, tag boost, authoritative tie-break, relevance threshold
 with fallback layers, parent expansion.
 
@@ -19,12 +19,13 @@ from services.retriever.backend import Retrieved
 
 RRF, LINEAR = "RRF", "LINEAR"
 TIME_WINDOWS = {"24h": 1, "48h": 2, "1w": 7, "all": 0, "": 0}
-LINEAR_DEFAULTS = (0.6, 0.25, 0.15)  # vector, keyword, recency (002)
+LINEAR_DEFAULTS = (0.6, 0.25, 0.15)  # vector, keyword, recency (the notes contract)
 DEFAULT_HALF_LIFE_DAYS = 30.0
 # RRF's k: how fast a rank's weight falls. 20 rather than the customary 60 weighs the top of each
 # list more; measured on SciFact train, hybrid nDCG@10 0.718 -> 0.725, better on each fifth of the
 # queries (55 queries better, 20 worse).
 DEFAULT_RRF_K = 20
+KEYWORD_PASS = 3  # the best keyword matches of each list pass the similarity layers (see `threshold`)
 TIE = 1e-4  # scores closer than this are a tie for the authoritative preference
 # What each number of the boosters may be (finite, within these bounds).
 BOOSTER_RANGES = {
@@ -174,7 +175,7 @@ def boost(cands: list[Candidate], b: Boosters, query: str, analyze: Callable[[st
 
 
 def order(cands: list[Candidate], prefer_authoritative: bool) -> list[Candidate]:
-    """Best first; with the preference, near-ties put documents before transcripts (003 step 7)."""
+    """Best first; with the preference, near-ties put documents before transcripts (authoritative tie-break)."""
     def key(c: Candidate) -> tuple:
         transcript = prefer_authoritative and c.chunk.metadata.get("type") == "transcript"
         return (-round(c.score / TIE) if prefer_authoritative else -c.score, transcript, -c.score, c.slot)
@@ -188,14 +189,16 @@ def order(cands: list[Candidate], prefer_authoritative: bool) -> list[Candidate]
 
 
 def threshold(cands: list[Candidate], b: Boosters) -> tuple[list[Candidate], int]:
-    """004's layers: min similarity, then the fallback similarity, then any hits. Returns the layer used."""
+    """The relevance layers: min similarity, then the fallback similarity, then any hits. Returns the layer
+    used. A layer some candidate reaches also keeps the best keyword matches (KEYWORD_PASS ranks of a keyword
+    list): a passage that names the question's rare words ("Mexico", "M&A") is relevant however far its
+    embedding sits, and a similarity floor alone would drop it for passages that only resemble the question."""
     if not b.min_similarity:
         return cands, 0
     for layer, floor in ((1, b.min_similarity), (2, b.fallback_similarity)):
-        if floor:
-            kept = [c for c in cands if c.similarity is not None and c.similarity >= floor]
-            if kept:
-                return kept, layer
+        if floor and any(c.similarity is not None and c.similarity >= floor for c in cands):
+            return [c for c in cands if (c.similarity is not None and c.similarity >= floor)
+                    or 0 < c.sparse_rank <= KEYWORD_PASS], layer
     return cands, 3
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+import fastapi.routing
 import grpc
 import httpx
 import pytest
@@ -250,3 +251,44 @@ def test_a_well_formed_unknown_conversation_id_is_not_found_on_every_conversatio
                                                                  question="q")),
                  lambda: list(g.Ask(gateway_pb2.AskRequest(question=QUESTION, conversation_id=unknown)))):
         refused(call, NOT_FOUND)
+
+
+# Each HTTP route and the Gateway method that does the same; the tests above show they say the same.
+COUNTERPARTS = {
+    ("POST", "/api/chat/ask/stream"): "Ask",
+    ("POST", "/api/chat/ask"): "Ask",  # with "format": "notes", AskNotes
+    ("POST", "/api/chat/stop"): "Stop",
+    ("GET", "/api/conversations"): "ListConversations",
+    ("GET", "/api/conversations/{conversation_id}"): "GetConversation",
+    ("PATCH", "/api/conversations/{conversation_id}"): "RenameConversation",
+    ("DELETE", "/api/conversations/{conversation_id}"): "DeleteConversation",
+    ("POST", "/api/corrections"): "Correct",
+    ("POST", "/api/documents"): "Ingest",
+    ("GET", "/api/documents"): "ListDocuments",
+    ("GET", "/api/documents/{collection}/{doc_id}"): "GetDocument",
+    ("DELETE", "/api/documents/{collection}/{doc_id}"): "DeleteDocument",
+    ("GET", "/api/chunks/{chunk_id}"): "GetChunk",
+    ("GET", "/api/collections"): "ListCollections",
+    ("GET", "/api/funds"): "ListFunds",
+    ("GET", "/api/meta"): "GetMeta",
+    ("POST", "/api/transcripts"): "IngestTranscript",
+}
+# HTTP by nature: the page and its API explorer are for browsers; health and metrics have their own
+# gRPC-side counterparts outside Gateway (grpc.health.v1.Health on every port, each service's /metrics).
+HTTP_ONLY = {("GET", "/"), ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/healthz"), ("GET", "/metrics")}
+# gRPC spellings of what HTTP folds into one route: the notes contract is POST /api/chat/ask with
+# "format": "notes"; the models a client may pick are part of GET /api/meta.
+GRPC_ONLY = {"AskNotes": ("POST", "/api/chat/ask"), "ListModels": ("GET", "/api/meta")}
+
+
+def test_every_http_route_has_its_gateway_method_and_every_method_its_route(stack: Stack) -> None:
+    app = stack.app("gateway").http_app
+    flat = getattr(fastapi.routing, "iter_route_contexts", lambda routes: routes)
+    served = {(method, route.path_format.replace(":path", "")) for route in flat(app.routes)
+              if getattr(route, "methods", None) for method in route.methods if method != "HEAD"}
+    methods = {m.name for m in gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].methods}
+
+    assert served - HTTP_ONLY - set(COUNTERPARTS) == set(), "a route with no Gateway method: add one"
+    assert set(COUNTERPARTS) <= served, "a counterpart listed for a route the app no longer serves"
+    assert set(COUNTERPARTS.values()) | set(GRPC_ONLY) == methods, "a Gateway method with no HTTP route"
+    assert set(GRPC_ONLY.values()) <= served and set(COUNTERPARTS.values()).isdisjoint(GRPC_ONLY)

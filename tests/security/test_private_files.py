@@ -46,9 +46,11 @@ def test_the_store_secrets_and_logs_are_private_after_the_cli_and_a_service_ran(
 
 
 def test_the_supervisors_logs_are_private(tmp_path: Path) -> None:
-    """`make run` whose embedder cannot start: it stops at once, having written its logs."""
+    """`make run` whose embedder cannot start (the Gemini backend with no key, which only the embedder's
+    settings refuse): it stops at once, having written its logs."""
     data_dir = tmp_path / "data"
-    run = subprocess.run([sys.executable, "-m", "deploy.run"], env=processes.env(data_dir, EMBED_BACKEND="none"),
+    env = processes.env(data_dir, EMBED_BACKEND="gemini", GEMINI_API_KEY="", GOOGLE_API_KEY="")
+    run = subprocess.run([sys.executable, "-m", "deploy.run"], env=env,
                          cwd=processes.ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and "embedder exited" in run.stderr, run.stderr
     logs = sorted(p.name for p in (data_dir / "logs").iterdir())

@@ -6,7 +6,7 @@ import pytest
 
 from ragmesh.types import Chunk, ContextBlock
 from services.generator.backends import GenerationRequest
-from services.generator.backends.answer_kinds import DATE, FIGURE, PERSON, REASON, asked
+from ragmesh.question_kinds import DATE, FIGURE, PERSON, REASON, asked
 from services.generator.backends.extractive import ExtractiveBackend
 
 ALTAIR = {"fund_name": "Altair Credit Opportunities", "manager": "Priya Raman"}

@@ -101,3 +101,14 @@ def test_time_window_is_a_date_range_ending_now() -> None:
     assert Boosters(time_window="1w", now="2024-03-10").window() == ("2024-03-03", "2024-03-10")
     assert Boosters(time_window="24h", now="2024-03-10").window() == ("2024-03-09", "2024-03-10")
     assert Boosters(time_window="all").window() == ("", "")
+
+
+def test_the_best_keyword_matches_pass_a_layer_that_similar_passages_reach() -> None:
+    """Slot 1 names the question's rare word (the keyword list's first) but sits far in the embedding: it
+    passes with slot 0, which is similar; slot 2 is neither. A layer no passage reaches still falls through."""
+    r = retrieved([ranked(0, 2, 1)], [ranked(1)], similarity={0: 0.45, 1: 0.2, 2: 0.25})
+    cands = fuse_rrf(r, 0.5, 0.5, k=60)
+    kept, layer = threshold(cands, Boosters(min_similarity=0.7, fallback_similarity=0.3))
+    assert layer == 2 and sorted(c.slot for c in kept) == [0, 1]
+    kept, layer = threshold(cands, Boosters(min_similarity=0.7, fallback_similarity=0.5))
+    assert layer == 3 and len(kept) == 3

@@ -46,3 +46,23 @@ def test_default_windows_per_data_source() -> None:
     for bad in ("Notes=90", "Meeting Notes=ninety", "Meeting Notes"):
         with pytest.raises(ValueError, match="DEFAULT_WINDOW_DAYS"):
             boosts.default_windows(bad)
+
+
+@pytest.mark.parametrize(("question", "end"), [
+    ("What was Orion's 2025 full-year return?", "2025-12-31"),
+    ("What was the full year 2024 return?", "2024-12-31"),
+    ("AUM at year-end 2023?", "2023-12-31"),
+    ("How did FY2025 go?", "2025-12-31"),
+    ("What did Orion return in 2025?", ""),
+    ("What is the latest 2025 full-year figure?", ""),  # recency words: the decay counts from today
+])
+def test_a_whole_year_asked_about_ranks_from_the_year_s_end(question: str, end: str) -> None:
+    """What reports on a year is dated at its end or after: the decay counts from the year's end, so a
+    mid-year report (six months before) scores well below the year-end one."""
+    latest = dict(half_life_days=30, decay_floor=0.3) if recency_phrase(question) else {}
+    ranking, note = boosts.toward_period(boosts.Ranking(0.7, "c", now="2026-03-01", **latest), question)
+    b = boosts.options("factsheets", ranking)["boosters"]
+    if end:
+        assert (b["now"], b["half_life_days"]) == (end, boosts.PERIOD_HALF_LIFE_DAYS) and end in note
+    else:
+        assert b["now"] == "2026-03-01" and note == ""

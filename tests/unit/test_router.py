@@ -161,3 +161,28 @@ def test_a_follow_up_searched_with_no_words_of_its_own_searches_with_the_questio
     assert followup.search_context("Tell me more about Banco Serra Azul", TURNS) == []  # words of its own
     assert followup.search_context("What did Kestrel do?", TURNS) == []  # refers to nothing
     assert followup.search_context("Summarize that", []) == []
+
+
+def test_a_follow_up_with_no_words_of_its_own_searches_with_the_conversation_s_subject() -> None:
+    """After "Summarize that" was asked once, a second one (under other sources) still searches with the
+    question that had words of its own."""
+    turns = [*TURNS, Turn("Summarize that", "Herrera cut Brazil. [1]")]
+    assert followup.search_context("Summarize that", turns) == [TURNS[-1].question]
+    assert followup.subject([Turn("Summarize that", "...")]) == ""
+
+
+@pytest.mark.parametrize(("question", "searched", "kind"), [
+    ("Who is Meridian's head of research?", "When did Meridian close to new investors?", "a person"),
+    ("How much did Northwind lose in August?", "What was Northwind's return in August?", ""),
+    ("What did Kestrel do in Mexico?", "When did Kestrel cut Brazil?", ""),
+    ("Why did Kestrel cut Brazil?", "What did Kestrel do with Brazil?", ""),  # the same passages tell why
+    ("When did Meridian close, and at what capacity?", "What is Meridian's strategy?", "a date and a figure"),
+])
+def test_a_cached_search_made_for_another_kind_of_question_is_not_reused(question: str, searched: str,
+                                                                          kind: str) -> None:
+    assert followup.new_kind(question, searched) == kind
+
+
+def test_a_pronoun_is_never_a_new_term() -> None:
+    """"Tell me more about him" brings nothing new: "him" refers back as "her" does."""
+    assert decide(ask("Tell me more about him"), TURNS, entry(ask("first")), TODAY).rework

@@ -1,7 +1,5 @@
-"""What a question asks for (a person, a figure, a date) and whether a sentence carries it, so an
-answer quoted from the context leads with the sentences that hold the thing asked: "Who manages
-Altair?" wants a name, "How much did Northwind lose?" a figure, "When did Meridian close?" a date,
-"Why did Kestrel rally?" a cause.
+"""Whether a sentence carries the kind of thing a question asks for (ragmesh.question_kinds: a person,
+a figure, a date, a reason), so an answer quoted from the context leads with the sentences that hold it.
 Rules, no model: the offline backend must do it too. A block's metadata says some of these
 things better than its text (the manager of a meeting note's fund, a factsheet's report date),
 so they are offered as sentences of their own."""
@@ -9,24 +7,9 @@ from __future__ import annotations
 
 import re
 
+from ragmesh.question_kinds import DATE, FIGURE, PERSON, REASON
 from ragmesh.text import STOPWORDS
 from ragmesh.types import ContextBlock
-
-PERSON, FIGURE, DATE, REASON = "person", "figure", "date", "reason"
-
-_ROLES = r"(?:executives?|managers?|analysts?|persons?|people|partners?|pms?|co-pms?|hires?|employees?|ceos?|cios?|heads?)"
-_ASKS = {
-    PERSON: re.compile(rf"\b(?:who|whom|whose)\b|\b(?:which|what)\s+(?:\w+\s+)?{_ROLES}\b|\bname\s+of\b", re.I),
-    FIGURE: re.compile(
-        r"\bhow\s+(?:much|many|large|big|high|low|far|deep|strong|weak)\b|\bat\s+what\s+(?:capacity|level|price|size)\b"
-        r"|\bwhat\s+(?:\w+\s+)?(?:percentage|percent|share|size|returns?|premium|price|cost|level|weight|amount|aum"
-        r"|figure|capacity|loss|gain|drawdown|exposure|yield|spread)\b"
-        r"|\b(?:returns?|aum|size|premium|loss|capacity|drawdown|weight|cost|lose|lost|recover(?:ed)?|paid|gain(?:ed)?|earn(?:ed)?"
-        r"|make|made)\b.*\?\s*$",
-        re.I),
-    DATE: re.compile(r"\bwhen\b|\b(?:what|which)\s+(?:date|day|month|year|quarter|week)\b|\bsince\s+when\b", re.I),
-    REASON: re.compile(r"\bwhy\b|\bwhat\s+(?:caused|drove|led\s+to|explains)\b|\breasons?\s+(?:for|behind)\b", re.I),
-}
 
 _MONTH = r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|" \
          r"Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
@@ -45,11 +28,6 @@ _CAPITALISED = re.compile(r"\b[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z]+)?(?:\s[A-Z
 _DATED = re.compile(r"\b(?:meet\w*|met|factsheets?|reports?|reported|calls?|reviews?|notes?)\b", re.I)
 # Who runs the fund: the question the block's manager (metadata) answers.
 _MANAGING = re.compile(r"\b(?:manag\w*|runs?|running|run by|pms?|portfolio manager|in charge|leads?|led by)\b", re.I)
-
-
-def asked(question: str) -> set[str]:
-    """The kinds of thing the question asks for (none for "what did X say about Y")."""
-    return {kind for kind, pattern in _ASKS.items() if pattern.search(question)}
 
 
 def carries(sentence: str, kinds: set[str], block: ContextBlock) -> bool:

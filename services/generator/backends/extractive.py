@@ -2,7 +2,7 @@
 of the given blocks against the question, keeps the best distinct ones, and cites
 each by its block number. It can only cite blocks it was given. Words match by their
 stem ("manages" finds "managed"), and a sentence that carries what the question asks
-for (a name for "who", a figure for "how much", a date for "when": answer_kinds.py)
+for (a name for "who", a figure for "how much", a date for "when": ragmesh.question_kinds)
 counts three times, so the answer leads with it; the blocks' metadata (a fund's manager, a
 report's date) is quoted as sentences too when it is what was asked. When relevant
 sentences of two blocks give different figures or dates for the same thing, a
@@ -16,10 +16,11 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from ragmesh.types import ContextBlock, GenEvent
+from ragmesh.question_kinds import DATE, FIGURE, PERSON, asked, asking_words
 from ragmesh.text import split_sentences, strip_citations, tokenize
+from ragmesh.types import ContextBlock, GenEvent
 from services.generator.backends import GenerationRequest
-from services.generator.backends.answer_kinds import DATE, FIGURE, PERSON, asked, carries, metadata_sentences
+from services.generator.backends.answer_kinds import carries, metadata_sentences
 from services.generator.backends.conflicts import find_conflicts
 
 NO_DATA = "There is no data in the selected sources that matches this question and these filters."
@@ -44,9 +45,13 @@ INSTRUCTIONS = ("summarize", "summarise", "summary", "explain", "elaborate", "te
 # from Dunmore ...") is often followed by the one that holds it: the next CONTINUATION sentences of the same
 # source are quoted after the best FOLLOWED sentences when they hold a figure, a date or a name.
 CONTINUATION, FOLLOWED = 2, 2
+LEAD_IN = 2  # sentences before one that may name what it speaks of ("the loss", "the position")
 FACTS = {PERSON, FIGURE, DATE}
 _AMPERSAND = re.compile(r"\b[a-z]&[a-z]\b")  # M&A, R&D, S&P: one term, not two letters
 ASKED_WEIGHT = 3.0  # a sentence holding the kind of thing asked for, against one that only shares words
+# A question word every block's label holds (the fund asked about: retrieval gave only its sources) tells no
+# sentence apart, so it counts this much of its rarity; the other words say what is asked about it.
+SUBJECT_WEIGHT = 0.25
 METADATA_WEIGHT = 0.9  # a metadata sentence yields to the text's own sentence that says as much
 
 
@@ -64,8 +69,11 @@ def _jaccard(a: set[str], b: set[str]) -> float:
 
 def _stem(token: str) -> str:
     """The token without one common ending, keeping at least four letters: managed, manages, manager -> manag;
-    irregular forms first become their verb (lost, loss -> lose)."""
+    irregular forms first become their verb (lost, loss -> lose), and a noun's final y goes first so it meets
+    its verb (recovery, recovered -> recov)."""
     token = _IRREGULAR.get(token, token)
+    if token.endswith("y") and len(token) > 5:
+        token = token[:-1]
     for suffix in _SUFFIXES:
         if token.endswith(suffix) and len(token) - len(suffix) >= 4:
             return token[: -len(suffix)]
@@ -77,6 +85,12 @@ def _stems(text: str) -> set[str]:
 
 
 _INSTRUCTION_STEMS = {_stem(w) for w in INSTRUCTIONS}
+
+
+def _subject(blocks: list[ContextBlock]) -> set[str]:
+    """The words every block's label holds: what the sources are all about (one fund's notes and factsheets)."""
+    labels = [_stems(b.label) for b in blocks]
+    return set.intersection(*labels) if labels and all(labels) else set()
 
 
 class ExtractiveBackend:
@@ -125,6 +139,9 @@ class ExtractiveBackend:
         if not terms - _INSTRUCTION_STEMS:
             return self._openings(blocks)
         kinds = asked(question)
+        subject = _subject(blocks)
+        # What the question is about: its words that neither name what every source is about nor ask for a kind.
+        topic = terms - subject - {_stem(w) for w in asking_words(question)}
         candidates = [  # (block, sentence, weight): the text's sentences, then what the metadata says
             (block, sentence, 1.0)
             for block in blocks
@@ -139,9 +156,14 @@ class ExtractiveBackend:
             matched = terms & tokens
             if not matched:
                 continue
-            score = weight * sum(math.log(1 + n / df[t]) for t in matched) / math.sqrt(1 + len(tokens) / 12)
+            # A metadata sentence is offered only when the question asks what it says: the fund's name is its point.
+            told = weight != 1.0
+            rarity = sum(math.log(1 + n / df[t]) * (SUBJECT_WEIGHT if t in subject and not told else 1.0)
+                         for t in matched)
+            score = weight * rarity / math.sqrt(1 + len(tokens) / 12)
             score *= 1.0 / (1 + 0.05 * (block.index - 1))  # earlier blocks ranked higher by retrieval
-            if kinds and carries(sentence, kinds, block):
+            on_topic = told or self._on_topic(order, topic, stems, candidates)
+            if kinds and on_topic and carries(sentence, kinds, block):
                 score *= ASKED_WEIGHT
             scores[order] = score
         scored = sorted((_Scored(score, candidates[o][0], candidates[o][1], o) for o, score in scores.items()),
@@ -167,6 +189,16 @@ class ExtractiveBackend:
         if conflicts := find_conflicts(relevant):
             lines += ["", "**Conflicting information**", ""] + [f"- {c.describe()}" for c in conflicts]
         return "\n".join(lines)
+
+    @staticmethod
+    def _on_topic(order: int, topic: set[str], stems: list[set[str]],
+                  candidates: list[tuple[ContextBlock, str, float]]) -> bool:
+        """Whether the sentence, or the LEAD_IN sentences leading into it in its source ("Corveth's trial
+        failed." before "The loss cost the fund 230bp."), speak of what the question is about: a figure of the
+        fund ("Orion gained 3.6% in June") answers "What did Orion gain from M&A?" only if it is about M&A."""
+        block = candidates[order][0]
+        return not topic or any(candidates[o][0] is block and topic & stems[o]
+                                for o in range(max(0, order - LEAD_IN), order + 1))
 
     @staticmethod
     def _followed(chosen: list[_Scored], candidates: list[tuple[ContextBlock, str, float]],

@@ -446,7 +446,7 @@
     sendBtn.disabled = busy;
     stopBtn.disabled = !busy;
   }
-  // 000's stop flow: stopped before any content, the question goes from the page (and is not stored)
+  // stopped before any content, the question goes from the page (and is not stored)
   function unask(msg) {
     var asked = msg.el.previousElementSibling;
     if (asked && asked.classList.contains("user")) asked.remove();
