@@ -45,7 +45,9 @@ log = logging.getLogger(__name__)
 # Part of every content hash: a pipeline that chunks differently re-chunks unchanged documents.
 PIPELINE_VERSION = 2
 MAX_BYTES = 50 * 1024 * 1024
-GROUP_CHARS = 4 << 20  # characters of chunk text one embedding call's records hold at most (past the last record)
+# Characters of chunk text the records sharing one embedding call hold at most (past the last record): a
+# call stays well inside EMBED_TIMEOUT_S on a busy machine (the embedder takes it in slices of 2-4 KB).
+GROUP_CHARS = 16 << 10
 NEXT_AT_HAND_S = 0.005  # how long the group waits for the stream's next document before it is embedded
 
 

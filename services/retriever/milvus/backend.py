@@ -44,33 +44,26 @@ filter (a date range changes scores): a tenant's scores depend on its own histor
 """
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from pymilvus import MilvusClient
-from pymilvus.client.types import LoadState
 from pymilvus.exceptions import MilvusException
 
-from ragmesh.config import ConfigError, Settings, redact_uri
-from ragmesh.errors import Unavailable
 from ragmesh.store import Store
 from ragmesh.types import Chunk, SearchFilter, StoredChunk
 from services.retriever.analyzer import Analyzer
 from services.retriever.backend import CollectionOptions, DocKey, Retrieved
 from services.retriever.dense import FLAT, HNSW
 from services.retriever.milvus import expr, held, rows, sync
+from services.retriever.milvus.connection import Connection, MilvusConfig
 
 log = logging.getLogger(__name__)
 
-INDEX_TYPES = ("FLAT", "HNSW", "IVF_FLAT")
-CONSISTENCY = ("Strong", "Bounded", "Session", "Eventually")
 BM25_PARAMS = {"bm25_k1": 1.5, "bm25_b": 0.75}  # as the memory engine's BM25 (rank_bm25's defaults)
 HNSW_DEFAULTS = {"M": 16, "efConstruction": 64}  # a collection configured "hnsw" without MILVUS_INDEX_PARAMS
 UPSERT_ROWS = 2048  # rows an upsert call carries at most ...
@@ -96,99 +89,18 @@ def _newest(lists: list[list[dict]]) -> dict[tuple[str, str], int]:
     return newest
 
 
-def _json_object(name: str, raw: str) -> dict:
-    try:
-        value = json.loads(raw or "{}")
-    except ValueError as exc:
-        raise ConfigError(f"{name} must be a JSON object, got {raw!r}: {exc}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{name} must be a JSON object, got {raw!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class MilvusConfig:
-    uri: str
-    token: str
-    db: str
-    index_type: str
-    index_params: dict
-    search_params: dict
-    consistency: str
-    prefix: str
-
-    @classmethod
-    def from_settings(cls, s: Settings) -> "MilvusConfig":
-        """Checked before anything connects: a bad setting stops the retriever with one line."""
-        uri = s.milvus_uri.strip()
-        if not uri:
-            raise ConfigError("RETRIEVER_BACKEND=milvus needs MILVUS_URI (a path ending in .db for milvus-lite, "
-                              "or http://host:19530)")
-        scheme = uri.partition("://")[0].lower() if "://" in uri else ""
-        if scheme and scheme not in ("http", "https", "tcp", "grpc", "unix"):
-            raise ConfigError(f"MILVUS_URI {redact_uri(uri)}: the scheme must be http, https, tcp, grpc or unix")
-        if not scheme and (not uri.endswith(".db") or not Path(uri).parent.is_dir()):
-            raise ConfigError(f"MILVUS_URI {uri!r}: a milvus-lite file must end in .db, in a folder that exists")
-        index_type = s.milvus_index_type.upper()
-        if index_type not in INDEX_TYPES:
-            raise ConfigError(f"MILVUS_INDEX_TYPE must be one of {', '.join(INDEX_TYPES)}, got {s.milvus_index_type!r}")
-        consistency = next((c for c in CONSISTENCY if c.lower() == s.milvus_consistency.lower()), None)
-        if consistency is None:
-            raise ConfigError(f"MILVUS_CONSISTENCY must be one of {', '.join(CONSISTENCY)}, "
-                              f"got {s.milvus_consistency!r}")
-        if not s.milvus_prefix.isidentifier() or len(s.milvus_prefix) > rows.MAX_PREFIX:
-            raise ConfigError(f"MILVUS_PREFIX must be letters, digits and '_' (at most {rows.MAX_PREFIX}), "
-                              f"got {s.milvus_prefix!r}")
-        return cls(uri, s.milvus_token, s.milvus_db, index_type,
-                   _json_object("MILVUS_INDEX_PARAMS", s.milvus_index_params),
-                   _json_object("MILVUS_SEARCH_PARAMS", s.milvus_search_params), consistency, s.milvus_prefix)
-
-
-class MilvusBackend:
+class MilvusBackend(Connection):
     follows_store = False  # one shared index: another replica's write is in it already
 
     def __init__(self, config: MilvusConfig, dimensions: int) -> None:
-        self.config = config
+        super().__init__(config)
         self.dimensions = dimensions
         self.store: Store | None = None  # parents and over-long texts are read from it
-        self._client: MilvusClient | None = None
         self._options: dict[str, CollectionOptions] = {}
         self._listed: dict[tuple[str, str], str] = {}  # Milvus collections of ours, listed at _listed_at
         self._held: set[str] = set()  # held.py's collections among them
         self._listed_at = -NAMES_TTL_S
         self._write = threading.Lock()
-
-    # -- connection ------------------------------------------------------------------------
-    @property
-    def client(self) -> MilvusClient:
-        if self._client is None:
-            self.connect()
-        assert self._client is not None
-        return self._client
-
-    def connect(self) -> None:
-        """Raises ConfigError with one clear line when the URI is wrong or nothing answers there."""
-        where = redact_uri(self.config.uri) if "://" in self.config.uri else self.config.uri
-        try:
-            self._client = MilvusClient(uri=self.config.uri, token=self.config.token, db_name=self.config.db,
-                                        timeout=10)
-            listed = self._client.list_collections()
-        except Exception as exc:  # pymilvus raises several kinds for a bad address, database or credential
-            reason = getattr(exc, "message", "") or str(exc) or type(exc).__name__
-            raise ConfigError(f"MILVUS_URI {where}: cannot use Milvus there: {reason.splitlines()[0][:300]}") from None
-        for table in listed:
-            # A Milvus server keeps collections loaded across restarts; a milvus-lite file opened by
-            # another process than the one that wrote it has them all released (no search, no get).
-            if table.startswith(self.config.prefix) and \
-                    self._call(self._client.get_load_state, table)["state"] != LoadState.Loaded:
-                self._call(self._client.load_collection, table)
-
-    def _call(self, fn, *args, **kwargs):
-        """A Milvus call; a failing server is Unavailable (a retriable gRPC status), never INTERNAL."""
-        try:
-            return fn(*args, **kwargs)
-        except MilvusException as exc:
-            raise Unavailable(f"Milvus: {exc.message[:300]}") from exc
 
     # -- collections: one Milvus collection ("table") per tenant and ragmesh collection -----------
     def _table(self, name: str, tenant: str) -> str:
@@ -197,7 +109,7 @@ class MilvusBackend:
     def _tables(self) -> dict[tuple[str, str], str]:
         """(ragmesh collection, tenant key) -> Milvus collection, for every one of ours."""
         if time.monotonic() - self._listed_at > NAMES_TTL_S:
-            listed = self._call(self.client.list_collections)
+            listed = self.call(self.client.list_collections)
             self._listed = {key: table for key, table in
                             ((rows.parse(self.config.prefix, t), t) for t in listed) if key}
             self._held = {t for t in listed if t.startswith(self.config.prefix) and t.endswith(held.SUFFIX)}
@@ -234,17 +146,17 @@ class MilvusBackend:
         (and the collection's record of what Milvus holds, first: a tenant's collection without one is
         of an older layout, see outdated)."""
         table = held.name(self.config.prefix, name)
-        if table not in self._held and not self._call(self.client.has_collection, table):
+        if table not in self._held and not self.call(self.client.has_collection, table):
             held.create(self, table)
         self._held.add(table)
         table = self._table(name, tenant)
-        if not self._call(self.client.has_collection, table):  # else made by another replica meanwhile
-            self._call(self.client.create_collection, table, schema=rows.schema(self.dimensions),
-                       index_params=self._index_params(self.options(name)), consistency_level=self.config.consistency)
+        if not self.call(self.client.has_collection, table):  # else made by another replica meanwhile
+            self.create_table(table, rows.schema(self.dimensions), self._index_params(self.options(name)),
+                              self.config.consistency)
             pairs = self.client.prepare_index_params()
             pairs.add_index("kv", index_type="INVERTED")  # `in` and `equals` filters (Milvus 2.5 indexes arrays)
             try:
-                self.client.create_index(table, pairs)
+                self.client.create_index(table, pairs, sync=False)
             except MilvusException as exc:  # milvus-lite does not: its filters scan
                 log.info("metadata filters unindexed: Milvus refused an index on the pairs",
                          extra={"collection": name, "error": exc.message[:200]})
@@ -257,18 +169,18 @@ class MilvusBackend:
         wanted = [f.name for f in rows.schema(self.dimensions).fields]
         return sorted({name for (name, key), table in self._tables().items()
                        if key == rows.SHARED or self._held_table(name) is None
-                       or [f["name"] for f in self._call(self.client.describe_collection, table)["fields"]] != wanted})
+                       or [f["name"] for f in self.call(self.client.describe_collection, table)["fields"]] != wanted})
 
     def seal(self, name: str) -> None:
         """Seals what was written so far into indexed segments: after a bulk load, not per write
         (Milvus seals growing segments by itself; a search scans a growing one without its index)."""
         for table in self._of(name):
-            self._call(self.client.flush, table)
+            self.call(self.client.flush, table)
 
     def drop(self, name: str) -> None:
         """Every tenant's collection of it."""
         for table in self._of(name) + [t for t in [self._held_table(name)] if t]:
-            self._call(self.client.drop_collection, table)
+            self.call(self.client.drop_collection, table)
         self._listed = {key: table for key, table in self._tables().items() if key[0] != name}
         self._held.discard(held.name(self.config.prefix, name))
 
@@ -279,7 +191,7 @@ class MilvusBackend:
         return sum(self._count(table, "") for table in self._of(name))
 
     def _count(self, table: str, where: str) -> int:
-        found = self._call(self.client.query, table, filter=where, output_fields=["count(*)"],
+        found = self.call(self.client.query, table, filter=where, output_fields=["count(*)"],
                            consistency_level=self.config.consistency)
         return int(found[0]["count(*)"]) if found else 0
 
@@ -362,7 +274,7 @@ class MilvusBackend:
         started = time.perf_counter()
         params = {"metric_type": "IP", "params": self.config.search_params} if field == "dense" \
             else {"metric_type": "BM25"}
-        found = self._call(self.client.search, table, data=data, anns_field=field, limit=depth,
+        found = self.call(self.client.search, table, data=data, anns_field=field, limit=depth,
                            filter=where, output_fields=fields, search_params=params,
                            consistency_level=self.config.consistency)
         return [list(hits) for hits in found], (time.perf_counter() - started) * 1000
@@ -424,7 +336,7 @@ class MilvusBackend:
                     continue
                 ordered = sorted(pks)
                 for start in range(0, len(ordered), held.CALL_KEYS):
-                    self._call(self.client.delete, self._table(collection, tenant),
+                    self.call(self.client.delete, self._table(collection, tenant),
                                ids=ordered[start:start + held.CALL_KEYS])
             narrower = {doc: keys[doc] for doc, old in before.items() if set(old) - set(keys[doc])}
             held.write(self, record, narrower, {**before, **wider})
@@ -446,7 +358,7 @@ class MilvusBackend:
             for table, batch in self._batches(collection, docs):
                 if in_flight is not None:
                     in_flight.result()
-                in_flight = _WRITES.submit(self._call, self.client.upsert, table, batch)
+                in_flight = _WRITES.submit(self.call, self.client.upsert, table, batch)
         finally:  # nothing is left writing once apply() returns or raises
             if in_flight is not None:
                 in_flight.result()
@@ -474,10 +386,10 @@ class MilvusBackend:
     # -- reads for delete-by-filter and field values -----------------------------------------
     def _scan(self, table: str, where: str, fields: list[str]):
         """Every row the expression admits, a batch at a time."""
-        it = self._call(self.client.query_iterator, table, batch_size=READ_BATCH, filter=where,
+        it = self.call(self.client.query_iterator, table, batch_size=READ_BATCH, filter=where,
                         output_fields=fields, consistency_level=self.config.consistency)
         try:
-            while batch := self._call(it.next):
+            while batch := self.call(it.next):
                 yield from batch
         finally:
             it.close()
@@ -492,7 +404,7 @@ class MilvusBackend:
             owner = {pk: doc for doc, pks in named.items() if doc[0] == tenant for pk in pks}
             ids = list(owner)
             for start in range(0, len(ids), held.CALL_KEYS):
-                for r in self._call(self.client.get, self._table(collection, tenant),
+                for r in self.call(self.client.get, self._table(collection, tenant),
                                     ids=ids[start:start + held.CALL_KEYS], output_fields=["pk"]):
                     count[owner[r["pk"]]] = count.get(owner[r["pk"]], 0) + 1
         return count
@@ -518,6 +430,4 @@ class MilvusBackend:
         return sync.reconcile(self, store, version)
 
     def close(self, snapshot_dir: Path, version: int) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self.disconnect()
