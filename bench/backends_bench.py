@@ -346,7 +346,9 @@ async def _scifact(section: Section, data: scifact_eval.SciFact, folder: Path, q
         embedding = Timed(ingestor.embedder.embed)
         ingestor.embedder.embed = embedding
         log(f"backends: ingesting {len(data.corpus):,} SciFact abstracts through the Milvus backend")
+        cpu = time.process_time()
         run = await scifact_eval.ingest(data, ingestor)
+        cpu = time.process_time() - cpu
         if run.failed:
             raise AssertionError(f"{len(run.failed)} SciFact documents failed: {run.failed[:3]}")
         section.add(f"SciFact ingest through the Milvus backend ({LITE})", run.seconds, "s",
@@ -354,7 +356,8 @@ async def _scifact(section: Section, data: scifact_eval.SciFact, folder: Path, q
                     note=f"{run.documents:,} abstracts, {run.chunks:,} chunks, {run.chunks / run.seconds:.1f} chunks/s "
                          f"(`Retriever/Ingest`'s Ingestor, {embedded_by}, {embedding.calls:,} embedding calls "
                          f"taking {embedding.seconds:.1f} s); {len(recorder.rate.marks):,} commits, "
-                         f"{recorder.inside:.1f} s in Milvus writes (beside the embedding)")
+                         f"{recorder.inside:.1f} s in Milvus writes (beside the embedding); {cpu:.0f} s of CPU "
+                         f"in this process ({cpu / os.cpu_count():.0f} s of wall on {os.cpu_count()} idle cores)")
         section.add("  Milvus writes of the Ingestor", run.chunks / recorder.inside, "chunks/s",
                     note=recorder.rate.described() + " (ingest clock)")
         if model_vectors:  # nDCG over stand-in vectors would say nothing
