@@ -28,8 +28,8 @@ rootCoord.maxGeneralCapacity (65,536 "collection units"), and collections agains
 quotaAndLimits.limits.maxCollectionNum and maxCollectionNumPerDB (65,536 each). Ours are 1 shard x
 1 partition, so an instance holds up to 65,536 (tenant, collection) pairs; Milvus's maintainers
 advise far fewer (about 1,000 to 10,000): each collection is loaded on its own, with a shard
-delegator, segments and metadata of its own (pymilvus's create_collection with indexes loads it,
-once, at the tenant's first write: about 40 ms in milvus-lite), and every replica lists them
+delegator, segments and metadata of its own (connection.create_table makes and loads it,
+once, at the tenant's first write: about 0.1 s in milvus-lite), and every replica lists them
 every NAMES_TTL_S. Past that, split tenants over Milvus databases (64 by default) or instances.
 The shared collection with the tenant as partition key (num_partitions: 64 by default in Milvus
 2.4's docs, 16 in milvus-lite; so 1,024 ragmesh collections an instance) holds millions of tenants,
