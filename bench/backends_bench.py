@@ -360,6 +360,7 @@ async def _scifact(section: Section, data: scifact_eval.SciFact, folder: Path, q
                          f"in this process ({cpu / os.cpu_count():.0f} s of wall on {os.cpu_count()} idle cores)")
         section.add("  Milvus writes of the Ingestor", run.chunks / recorder.inside, "chunks/s",
                     note=recorder.rate.described() + " (ingest clock)")
+        log(f"backends: so far\n{render([section])}")  # nDCG on milvus-lite takes minutes more
         if model_vectors:  # nDCG over stand-in vectors would say nothing
             memory = IndexRegistry(model.dimensions)
             memory.rebuild(store)
