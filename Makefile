@@ -39,7 +39,7 @@ redis:
 	@test -x /usr/bin/redis-server || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 
 test: $(STAMP) chromium prometheus redis
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m 'not slow'

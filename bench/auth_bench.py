@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -35,9 +34,9 @@ def run_auth(calls: int, stored_keys: int) -> Section:
     """Microseconds per authentication with `stored_keys` keys in the store."""
     section = Section("Authentication per call (in process, SQLite key store)")
     with tempfile.TemporaryDirectory(prefix="ragmesh-bench-auth-") as tmp:
-        settings = dataclasses.replace(config.load(), data_dir=Path(tmp), host="127.0.0.1", mongodb_uri="",
-                                       api_key_pepper="", service_token="", jwt_secret=JWT_SECRET, jwt_jwks_url="",
-                                       jwt_public_key="", jwt_issuer="", jwt_audience="")
+        settings = config.load().replace(data_dir=Path(tmp), host="127.0.0.1", mongodb_uri="",
+                                         api_key_pepper="", service_token="", jwt_secret=JWT_SECRET,
+                                         jwt_jwks_url="", jwt_public_key="", jwt_issuer="", jwt_audience="")
         store = LazyStore(settings)
         store.connect()
         for i in range(stored_keys - 1):

@@ -285,7 +285,7 @@ def replica_start(section: Section, corpus: SyntheticCorpus, folder: Path) -> No
     # file is held by one process at a time: this one never opens it).
     log(f"backends: `ragmesh index rebuild` of {corpus.n_chunks:,} chunks into {LITE}")
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "ragmesh.cli", "index", "rebuild"], check=True, cwd=REPO,
+    subprocess.run([sys.executable, "-m", "services.cli", "index", "rebuild"], check=True, cwd=REPO,
                    env={**os.environ, **lite, "DATA_DIR": str(folder)}, stdout=subprocess.DEVNULL)
     section.add(f"`ragmesh index rebuild` into {LITE}", corpus.n_chunks / (time.perf_counter() - started), "chunks/s",
                 note=f"{corpus.n_chunks:,} chunks from the store, a process of its own (its start included)")

@@ -1,5 +1,7 @@
-"""The `ragmesh` command: ingest files and folders into a collection or delete documents through
-the retriever's gRPC API, and manage the API keys every caller needs.
+"""The operator commands that need only the shared library: ingest files and folders into a
+collection or delete documents through the retriever's gRPC API, and manage the API keys every
+caller needs. The `ragmesh` command (services.cli) is these and the services' own (the retriever's
+`index rebuild`, services/retriever/cli.py), added through `main`'s `more`.
 
     ragmesh ingest PATH... --collection NAME [--meta KEY=VALUE]... [--key KEY] [--retriever ADDR]
     ragmesh ingest --transcript FILE... [--collection NAME] [--tag TAG]... [--key KEY] [--gateway ADDR]
@@ -7,7 +9,6 @@ the retriever's gRPC API, and manage the API keys every caller needs.
     ragmesh keys create --tenant T --user U [--role admin|member] [--expires-days N] [--label TEXT]
     ragmesh keys list [--tenant T]
     ragmesh keys revoke ID
-    ragmesh index rebuild [--collection NAME]...
 
 ingest and delete send an admin API key (--key, default RAGMESH_API_KEY) as `authorization:
 Bearer <key>`, over TLS when TLS_CERT/TLS_KEY are set; the key decides the tenant. A file's
@@ -21,11 +22,6 @@ keys works on the store directly (SQLite under DATA_DIR, or MONGODB_URI), with t
 pepper (API_KEY_PEPPER, or the one under DATA_DIR/secrets): run it where the services' settings
 are. `keys create` prints the key once, alone on the last line of stdout; only its hash is kept.
 
-`index rebuild` (RETRIEVER_BACKEND=milvus) drops the Milvus collections named (default: every one
-the store holds) and reloads them from the store, with a progress bar; run it where the
-retriever's settings are (MILVUS_URI, the store). Rerun it after an interruption: it continues
-where it stopped (exit status 130 when interrupted).
-
 Exit status: 0 when everything was done, 1 when some documents failed (each is named with its
 reason) or there is no live key to revoke, 2 when nothing could be done (bad arguments, missing or
 refused credential, bad settings, retriever unreachable)."""
@@ -36,7 +32,7 @@ import os
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -275,51 +271,12 @@ def _keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _index_rebuild(args: argparse.Namespace, settings: Settings) -> int:
-    """The Milvus index from the store (the memory backend rebuilds itself at every start)."""
-    if settings.retriever_backend != "milvus":
-        print("ragmesh: RETRIEVER_BACKEND is not milvus: the memory backend rebuilds from the store at every start",
-              file=sys.stderr)
-        return 2
-    from services.retriever.backend import CollectionOptions
-    from services.retriever.milvus import MilvusBackend, MilvusConfig, sync
-
-    backend = MilvusBackend(MilvusConfig.from_settings(settings), 0)
-    store = open_store(settings)
-    try:
-        for name, options in store.collection_options().items():
-            backend.configure(name, CollectionOptions(**options))
-        backend.connect()
-        stats = {c.name: c.chunks for c in store.collections()}
-        names = args.collections or None
-        unknown = [n for n in names or [] if n not in stats]
-        if unknown:
-            print(f"ragmesh: the store holds no collection {', '.join(map(repr, unknown))}", file=sys.stderr)
-            return 2
-        for name, version in sync.interrupted(backend, store, names or sorted(stats)).items():
-            print(f"continuing the interrupted rebuild of {name} (started at store version {version})")
-        # tqdm shows chunks/s as it goes: a rebuild writes by batches across documents, so the rate stays flat.
-        bar = tqdm(total=sum(stats[n] for n in names or stats), desc="rebuild", unit="chunk", unit_scale=True,
-                   smoothing=0.1, file=sys.stderr, disable=None)
-        started = time.monotonic()
-        try:
-            chunks = sync.rebuild(backend, store, names, progress=bar.update)
-        except KeyboardInterrupt:
-            print("ragmesh: interrupted: run `ragmesh index rebuild` again to continue where it stopped",
-                  file=sys.stderr)
-            return 130
-        finally:
-            bar.close()
-    finally:
-        backend.close(Path(), 0)
-        store.close()
-    seconds = time.monotonic() - started
-    print(f"rebuilt {', '.join(names or sorted(stats)) or 'nothing'}: {chunks:,} chunks in "
-          f"{seconds:.1f} s ({chunks / max(seconds, 1e-9):,.0f} chunks/s)")
-    return 0
+Commands = argparse._SubParsersAction  # what `more` adds its commands to (add_parser)
+# A group of commands from a layer above this library (a service's own), added to the `ragmesh` command.
+MoreCommands = Callable[[Commands], None]
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(more: Sequence[MoreCommands]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragmesh", description="ragmesh operator commands")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -370,18 +327,16 @@ def _parser() -> argparse.ArgumentParser:
     revoke = actions.add_parser("revoke", help="revoke a key by its id (see `keys list`)")
     revoke.set_defaults(run=_keys_revoke)
     revoke.add_argument("key_id", metavar="ID")
-    index = commands.add_parser("index", help="the retriever's search index (RETRIEVER_BACKEND=milvus)")
-    index_actions = index.add_subparsers(dest="action", required=True)
-    rebuild = index_actions.add_parser("rebuild", help="drop and reload Milvus collections from the store")
-    rebuild.add_argument("--collection", dest="collections", action="append", metavar="NAME",
-                         help="a collection to rebuild (repeatable; default: every one)")
-    rebuild.set_defaults(run=_index_rebuild)
+    for add in more:
+        add(commands)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, more: Sequence[MoreCommands] = ()) -> int:
+    """Runs one command (each command's `run(args, settings)` returns the exit status); `more` adds
+    command groups from the layers above (services.cli)."""
     os.umask(UMASK)  # a store or secret this command makes under DATA_DIR is readable by its owner only
-    args = _parser().parse_args(argv)
+    args = _parser(more).parse_args(argv)
     try:
         return args.run(args, Settings())
     # ValueError: bad settings (ConfigError for secrets, unreadable TLS files, malformed numbers);

@@ -21,11 +21,9 @@ from ragmesh import convert, tls, tracing
 from ragmesh import types as t
 from ragmesh.config import Settings
 from ragmesh.errors import InvalidArgument, Misconfigured, NotFound, RagmeshError, ResourceExhausted, Unavailable
-from ragmesh.identity import identity_var
 from ragmesh.identity.authenticator import service_token
-from ragmesh.logging import clean_request_id, request_id_var
+from ragmesh.request_context import REQUEST_ID_HEADER, clean_request_id, deadline_var, identity_var, request_id_var
 from ragmesh.retry import RETRY_FOR_S, Attempts, Replay, lost_send
-from ragmesh.serving import REQUEST_ID_HEADER, deadline_var
 from ragmesh.v1 import (
     embedder_pb2,
     embedder_pb2_grpc,

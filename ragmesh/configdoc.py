@@ -1,38 +1,27 @@
-"""The environment-variable table of the runbook, generated from `ragmesh/config.py` so it cannot drift.
+"""The environment-variable tables of the operators' docs, generated from the settings models in
+`ragmesh/config.py` so they cannot drift.
 
-Each `Settings` field gives one row: the variable its default factory reads, the default (what
-`Settings()` holds with the variable unset) and its meaning, taken from the comments in the source:
+One table per settings section, in `config.SECTIONS` order, headed by the section's title and the
+services whose model holds it; one row per field: the variable it reads (and those it falls back
+to), its default and its description.
 
-- a comment at the end of a field's line documents that field;
-- a block of comment lines right above a field documents it and the fields that follow it in the
-  same paragraph (no blank line between) until one has a comment block of its own;
-- a one-line heading such as `# Embedder` (a few words, no punctuation) names a section and is left
-  out of the meanings.
-
-`python -m ragmesh.configdoc` prints the table; `--write README.md` replaces the text between the
-markers below in that file; `--check README.md` exits 1 when that text is stale (a test runs it).
-Every field must have a meaning: a field without one fails both.
+`python -m ragmesh.configdoc` prints the tables; `--write FILE` replaces the text between the
+markers below in that file; `--check FILE` exits 1 when that text is stale (a test runs it).
+Every field must have a description: a field without one fails all three.
 """
 from __future__ import annotations
 
 import argparse
-import ast
-import contextlib
 import dataclasses
-import io
-import os
-import re
+import itertools
 import sys
-import tokenize
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 
 from ragmesh import config
 
 START = "<!-- config-table:start -->"
 END = "<!-- config-table:end -->"
-_READERS = {"_env", "_int", "_optional_int", "_float"}
-_HEADING = re.compile(r"^[A-Z][A-Za-z0-9 /-]{0,30}$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,77 +31,23 @@ class Row:
     fallbacks: tuple[str, ...]  # variables read when `variable` is unset (GEMINI_API_KEY -> GOOGLE_API_KEY)
     default: object
     meaning: str
+    section: str  # the section's title
+    readers: tuple[str, ...]  # services whose model holds the field; none = the command line and `make run`
 
 
-def _comments(source: str) -> dict[int, str]:
-    """Line number -> comment text (without '#'), for every comment in the source."""
-    out: dict[int, str] = {}
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            out[tok.start[0]] = tok.string.lstrip("#").strip()
+def readers(section: type[config.Section]) -> tuple[str, ...]:
+    return tuple(name for name, model in config.SERVICE_MODELS.items() if issubclass(model, section))
+
+
+def rows(sections: Sequence[type[config.Section]] = config.SECTIONS) -> list[Row]:
+    """One row per field of each section, in declaration order."""
+    out = []
+    for section in sections:
+        for name, info in section.model_fields.items():
+            variable, *fallbacks = config.variables(name, section)
+            out.append(Row(name, variable, tuple(fallbacks), info.default, info.description or "", section.title,
+                           readers(section)))
     return out
-
-
-def _variables(node: ast.AST) -> list[str]:
-    """Environment variables a default factory reads, outermost first."""
-    names: list[str] = []
-    for call in ast.walk(node):
-        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in _READERS
-                and call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)):
-            names.append(call.args[0].value)
-    return names
-
-
-def _settings_class(tree: ast.Module) -> ast.ClassDef:
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "Settings":
-            return node
-    raise LookupError("no class Settings in ragmesh/config.py")
-
-
-@contextlib.contextmanager
-def _unset(names: set[str]) -> Iterator[None]:
-    saved = {name: os.environ.pop(name) for name in list(names) if name in os.environ}
-    try:
-        yield
-    finally:
-        os.environ.update(saved)
-
-
-def rows(source: str | None = None) -> list[Row]:
-    """One row per Settings field that reads an environment variable, in source order."""
-    source = source if source is not None else Path(config.__file__).read_text()
-    lines = source.splitlines()
-    comments = _comments(source)
-    parsed: list[tuple[str, list[str], str]] = []
-    group = ""  # the comment block in force for this paragraph
-    for node in _settings_class(ast.parse(source)).body:
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-            continue
-        block: list[str] = []
-        above = node.lineno - 1
-        while above >= 1 and lines[above - 1].strip().startswith("#"):
-            block.insert(0, comments.get(above, ""))
-            above -= 1
-        headed = bool(block) and bool(_HEADING.match(block[0]))
-        if headed:
-            block = block[1:]  # a section heading, not a meaning
-        if block:
-            group = " ".join(block)
-        elif headed or (above >= 1 and not lines[above - 1].strip()):
-            group = ""  # a new section or a blank line ends the paragraph
-        trailing = " ".join(comments[n] for n in range(node.lineno, node.end_lineno + 1) if n in comments
-                            and not lines[n - 1].strip().startswith("#"))
-        if trailing:
-            trailing = trailing[0].upper() + trailing[1:] + ("" if trailing.endswith(".") else ".")
-        meaning = " ".join(part for part in (trailing, group) if part)
-        variables = _variables(node.value) if node.value is not None else []
-        if variables:
-            parsed.append((node.target.id, variables, meaning))
-    with _unset({name for _, names, _ in parsed for name in names}):
-        defaults = config.Settings()
-    return [Row(name, names[0], tuple(names[1:]), getattr(defaults, name), meaning)
-            for name, names, meaning in parsed]
 
 
 def _size(value: int) -> str:
@@ -141,18 +76,29 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def table(source: str | None = None) -> str:
-    """The markdown table. Raises ValueError naming the fields that have no meaning."""
-    found = rows(source)
+def _read_by(names: tuple[str, ...]) -> str:
+    if not names:
+        return "the command line and `make run` only"
+    if len(names) == len(config.SERVICE_MODELS):
+        return "every service"
+    return ", ".join(names)
+
+
+def table(sections: Sequence[type[config.Section]] = config.SECTIONS) -> str:
+    """The markdown tables. Raises ValueError naming the fields that have no description."""
+    found = rows(sections)
     missing = [r.field for r in found if not r.meaning]
     if missing:
-        raise ValueError("ragmesh/config.py: no comment documents " + ", ".join(missing)
-                         + " (write one above the field or at the end of its line)")
-    out = ["| variable | default | meaning |", "|---|---|---|"]
-    for r in found:
-        meaning = r.meaning + "".join(f" (unset: `{name}`)" for name in r.fallbacks)
-        out.append(f"| `{r.variable}` | {show(r.default, r.field)} | {_cell(meaning)} |")
-    return "\n".join(out)
+        raise ValueError("ragmesh/config.py: no description for " + ", ".join(missing)
+                         + " (the meaning argument of its env(...))")
+    blocks = []
+    for (section, names), group in itertools.groupby(found, key=lambda r: (r.section, r.readers)):
+        lines = [f"**{section}** (read by {_read_by(names)})", "", "| variable | default | meaning |", "|---|---|---|"]
+        for r in group:
+            meaning = r.meaning + "".join(f" (unset: `{name}`)" for name in r.fallbacks)
+            lines.append(f"| `{r.variable}` | {show(r.default, r.field)} | {_cell(meaning)} |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def replace(document: str, generated: str) -> str:

@@ -64,6 +64,10 @@ class Misconfigured(RagmeshError):
     http_status = 502
 
 
+class ConfigError(ValueError):
+    """Settings a service must not start with; the message names the variable and says what to set."""
+
+
 def http_status(code: str) -> int:
     """The HTTP status of an error code carried as text (an error event of a stream)."""
     kinds = (InvalidArgument, NotFound, Unavailable, ResourceExhausted, Unauthenticated, PermissionDenied, Misconfigured)

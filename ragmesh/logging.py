@@ -4,25 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 import time
-import uuid
-from contextvars import ContextVar
 
-request_id_var: ContextVar[str] = ContextVar("request_id", default="")
-
-_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
-
-
-def clean_request_id(raw: object) -> str:
-    """The caller's request id when it is short and printable ASCII, else a new one: it goes into
-    logs, spans, response headers and gRPC metadata, where anything else breaks or misleads."""
-    if isinstance(raw, bytes):
-        raw = raw.decode("latin-1")
-    if isinstance(raw, str) and _REQUEST_ID.fullmatch(raw):
-        return raw
-    return uuid.uuid4().hex[:16]
+from ragmesh import tracing
+from ragmesh.request_context import request_id_var
 
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
@@ -44,8 +30,6 @@ class JsonFormatter(logging.Formatter):
         rid = request_id_var.get()
         if rid:
             entry["request_id"] = rid
-        from ragmesh import tracing  # here: ragmesh.tracing imports this module
-
         if trace := tracing.trace_id():
             entry["trace_id"] = trace
         # Fields passed with `extra=` go out as structured keys.

@@ -26,7 +26,7 @@ class Prompt:
     instructions: str  # goes in the user prompt, before the data
 
 
-FUND_RESEARCH = Prompt(  # 000 step 6
+FUND_RESEARCH = Prompt(  # the fund-research route
     "fund_research",
     "You are a research assistant for an investment team. {persona}" + DATA_RULE
     + " Cite every fact with its block number in square brackets, like [2].",
@@ -41,7 +41,7 @@ FUND_RESEARCH = Prompt(  # 000 step 6
    never "Factsheet 1" or "Source: Factsheet 16".""",
 )
 
-CITATION_ENFORCED = Prompt(  # 002
+CITATION_ENFORCED = Prompt(  # the notes contract
     "citation_enforced",
     "You are a helpful assistant that answers based ONLY on the provided sources. {persona}" + DATA_RULE,
     f"""IMPORTANT RULES:
@@ -52,7 +52,7 @@ CITATION_ENFORCED = Prompt(  # 002
 5. Never invent information that is not in the sources.""",
 )
 
-RAG_PERSONA = Prompt(  # 003 step 1.4
+RAG_PERSONA = Prompt(  # the quality steps' answer persona
     "rag_persona",
     "You are a careful assistant. {persona}Use ONLY the provided context and do not add facts. If parts of "
     "the context contradict each other, say so. If the context is insufficient, say clearly: \"The provided "
@@ -60,7 +60,7 @@ RAG_PERSONA = Prompt(  # 003 step 1.4
     "Answer the question from the context below, citing block numbers like [2].",
 )
 
-INVESTIGATOR = Prompt(  # 004 path A
+INVESTIGATOR = Prompt(  # specific questions (investigator path)
     "investigator",
     "You are an expert assistant and investigator who answers from the provided context with critical "
     "thinking. {persona}" + DATA_RULE,
@@ -71,7 +71,7 @@ If the context does not hold enough to answer fully, say what is missing and ans
 Cite inline as you make claims: "According to [3], ...". Be thorough but concise.""",
 )
 
-DEEP_REASONER = Prompt(  # 004 path C
+DEEP_REASONER = Prompt(  # reasoning questions (deep path)
     "deep_reasoner",
     "You are an expert investigator who analyses the provided context with deep reasoning. {persona}" + DATA_RULE,
     f"""DEEP REASONING MODE: look explicitly for contradictions, patterns across blocks, causal relationships
@@ -81,7 +81,7 @@ Compare blocks ("When comparing [1] and [4], ..."), explain causality ("Based on
 Reason step by step, cite inline, and base the analysis only on the blocks; say when they are not enough.""",
 )
 
-GLOBAL_SUMMARY = Prompt(  # 004 path B
+GLOBAL_SUMMARY = Prompt(  # summary path: the ingest-time summaries
     "global_summary",
     "You are a helpful assistant. {persona}The user asked for a high-level summary. Do not search for specific "
     "details: present the pre-computed executive summary and section summaries provided. " + DATA_RULE,

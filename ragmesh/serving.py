@@ -20,9 +20,8 @@ import signal
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import unquote
 
 import grpc
@@ -30,24 +29,20 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ragmesh import config, metrics, tls, tracing
+from ragmesh import metrics, tls, tracing
 from ragmesh import logging as rlog
 from ragmesh.admission import Admission
-from ragmesh.config import ConfigError, Settings
-from ragmesh.errors import InvalidArgument, RagmeshError, ResourceExhausted, Unavailable
-from ragmesh.identity import identity_var
+from ragmesh.config import ServiceSettings
+from ragmesh.errors import ConfigError, InvalidArgument, RagmeshError, ResourceExhausted, Unavailable
 from ragmesh.identity.authenticator import Audience, Authenticator
 from ragmesh.message_limits import MessageLimits
 from ragmesh.private_files import keep_private
 from ragmesh.readiness import NotReady, Readiness, State
+from ragmesh.request_context import REQUEST_ID_HEADER, clean_request_id, deadline_var, identity_var, request_id_var
 from ragmesh.store.lazy import LazyStore
 
 log = logging.getLogger(__name__)
 
-# Monotonic time by which the current call must finish; None = the caller set no deadline.
-deadline_var: ContextVar[float | None] = ContextVar("deadline", default=None)
-
-REQUEST_ID_HEADER = "x-request-id"
 # gRPC's own trailer for "retry this call, or not": -1 on an UNAVAILABLE the service answered itself
 # (a dependency of its own failed, after the service retried it within the same deadline), so callers
 # do not retry it again at every hop. A refusal before the call ran (NotReady) or a lost connection
@@ -57,7 +52,7 @@ RETRY_PUSHBACK_HEADER = "grpc-retry-pushback-ms"
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 DRAIN_POLL_S = 0.05  # how often a draining service looks whether its calls in flight are done
 
-def _server_options(settings: Settings, receive_limit: int) -> list[tuple[str, int]]:
+def _server_options(settings: ServiceSettings, receive_limit: int) -> list[tuple[str, int]]:
     """gRPC itself refuses a message larger than any of the service's methods takes; the interceptor
     checks each method's own limit."""
     return [("grpc.max_receive_message_length", receive_limit),
@@ -69,7 +64,7 @@ def _status(exc: RagmeshError) -> grpc.StatusCode:
 
 
 def _enter_call(context: grpc.aio.ServicerContext, request_id: str) -> None:
-    rlog.request_id_var.set(request_id)
+    request_id_var.set(request_id)
     remaining = context.time_remaining()
     deadline_var.set(time.monotonic() + remaining if remaining is not None else None)
 
@@ -196,7 +191,7 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
     def _observed(self, method: str, metadata: dict, request_id: str) -> Iterator[_Outcome]:
         """Counts and times the call by its final status code, inside its server span."""
         outcome, calls, started = _Outcome(), metrics.rpc(self.service, method), time.perf_counter()
-        rlog.request_id_var.set(request_id)  # before the span starts: every span carries it
+        request_id_var.set(request_id)  # before the span starts: every span carries it
         with tracing.server_span(method.lstrip("/"), metadata, self.service) as span:
             try:
                 yield outcome
@@ -232,7 +227,7 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         metadata = dict(details.invocation_metadata or ())
-        request_id = rlog.clean_request_id(metadata.get(REQUEST_ID_HEADER))
+        request_id = clean_request_id(metadata.get(REQUEST_ID_HEADER))
         method = details.method
         parse = _Parser(method, handler.request_deserializer, *self.limits.of(method))
         admission = self.admission.slot if not method.startswith(_OPEN_PREFIXES) else contextlib.nullcontext
@@ -290,6 +285,8 @@ class ServiceApp(ABC):
     key_store: LazyStore | None = None
     #: Calls in flight; set by the ServiceHost (the gateway's HTTP bridge shares it).
     admission: Admission | None = None
+    #: The settings the service reads (its own model; `main` loads it from the environment).
+    settings_model: ClassVar[type[ServiceSettings]] = ServiceSettings
 
     @abstractmethod
     def register(self, server: grpc.aio.Server) -> None:
@@ -305,7 +302,7 @@ class ServiceApp(ABC):
 class ServiceHost:
     """Runs one ServiceApp on a grpc.aio server; tests start several on free loopback ports."""
 
-    def __init__(self, app: ServiceApp, settings: Settings, port: int, grace: float = 5.0) -> None:
+    def __init__(self, app: ServiceApp, settings: ServiceSettings, port: int, grace: float = 5.0) -> None:
         """Raises ConfigError for settings the service must not start with (the message says why)."""
         try:
             tls.check(settings)
@@ -425,7 +422,7 @@ class ServiceHost:
         await self.stop()
 
 
-def observe(service: str, settings: Settings) -> None:
+def observe(service: str, settings: ServiceSettings) -> None:
     """A service process's metrics (recorded or not, and served on their own port unless the
     gateway serves them on its HTTP port) and tracing (to OTEL_EXPORTER_OTLP_ENDPOINT, if set)."""
     metrics.configure(settings.metrics_enabled)
@@ -434,18 +431,22 @@ def observe(service: str, settings: Settings) -> None:
     tracing.setup(service, settings.otel_endpoint)
 
 
-def main(service: str, app_factory: Callable[[Settings], ServiceApp], port_of: Callable[[Settings], int],
+def main(service: str, app_class: type[ServiceApp], port_of: Callable[[ServiceSettings], int],
          loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop) -> None:
-    """Entry point of `python -m services.<name>`: JSON logs, metrics and traces, serve until a signal.
-    `loop_factory`: the gateway runs on uvloop (see services/gateway/__main__.py), the others on asyncio's."""
-    settings = config.load()
+    """Entry point of `python -m services.<name>`: the service's own settings, JSON logs, metrics and
+    traces, serve until a signal. `loop_factory`: the gateway runs on uvloop (see
+    services/gateway/__main__.py), the others on asyncio's."""
+    try:
+        settings = app_class.settings_model.load()
+    except ConfigError as exc:  # before logging is set up: the one line says it all
+        raise SystemExit(f"{service}: refusing to start: {exc}") from None
     keep_private(settings.data_dir)
     rlog.setup(service, settings.log_level)
     observe(service, settings)
 
     async def serve() -> None:
         # Built inside the loop: grpc.aio servers bind to the loop that is running when made.
-        host = ServiceHost(app_factory(settings), settings, port_of(settings), settings.grace_period)
+        host = ServiceHost(app_class(settings), settings, port_of(settings), settings.grace_period)
         await host.run_until_signal()
 
     try:

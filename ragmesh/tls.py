@@ -2,21 +2,11 @@
 TLS_KEY, TLS_CA), and the rule that a service reachable from other machines speaks TLS."""
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 
 import grpc
 
-from ragmesh.config import Settings
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+from ragmesh.config import Settings, is_loopback
 
 
 def enabled(settings: Settings) -> bool:
@@ -31,11 +21,8 @@ def _read(path: str, variable: str) -> bytes:
 
 
 def check(settings: Settings) -> None:
-    """Raises ValueError (the message says what to set) for TLS settings a service must not start with."""
-    if bool(settings.tls_cert) != bool(settings.tls_key):
-        raise ValueError("TLS_CERT and TLS_KEY go together: set both or neither")
-    if settings.tls_ca and not enabled(settings):
-        raise ValueError("TLS_CA (mTLS) needs TLS_CERT and TLS_KEY too")
+    """Raises ValueError (the message says what to set) for a bind other machines reach without TLS
+    (the TLS files themselves were checked with the settings)."""
     if not is_loopback(settings.host) and not enabled(settings) and not settings.allow_plaintext:
         raise ValueError(f"refusing to serve plaintext on {settings.host}: set TLS_CERT and TLS_KEY (and TLS_CA "
                          f"for mTLS), bind 127.0.0.1, or set ALLOW_PLAINTEXT=true when a proxy or mesh "

@@ -18,10 +18,9 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator, Mapping
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from ragmesh.logging import request_id_var
+from ragmesh.request_context import request_id_var, service_var
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -30,8 +29,6 @@ log = logging.getLogger(__name__)
 
 REQUEST_ID = "ragmesh.request_id"
 SERVICE = "ragmesh.service"
-# The service whose call is being served (the stamp's source for every span started under it).
-service_var: ContextVar[str] = ContextVar("ragmesh_service", default="")
 
 _provider: TracerProvider | None = None
 _tracer: Any = None  # opentelemetry.trace.Tracer once installed

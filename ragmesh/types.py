@@ -71,7 +71,7 @@ class DocumentRecord:
     metadata: dict[str, str] = field(default_factory=dict)
     date: str = ""
     chunk_count: int = 0
-    summary: str = ""  # global summary made at ingest (004 Path B); "" when none
+    summary: str = ""  # global summary made at ingest (the summary path); "" when none
     sections: list[SectionOutline] = field(default_factory=list)
 
 

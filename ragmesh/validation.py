@@ -4,12 +4,25 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ragmesh.errors import InvalidArgument
 from ragmesh.types import MEMORY_COLLECTION
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
+_NAME = re.compile(COLLECTION_NAME)
+# Python's str.isspace() characters, as a regex class's contents: "blank" is what str.strip() empties,
+# which ECMA's \s is not quite. A text matching NOT_BLANK has a character that is not one of them.
+WHITESPACE = r"\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NOT_BLANK = f"[^{WHITESPACE}]"
+# What a pattern means, for the error that names a field whose value does not match it.
+PATTERN_MEANINGS: dict[str, str] = {
+    COLLECTION_NAME: "1-64 letters, digits, '_', '-' or '.'",
+    NOT_BLANK: "not blank",
+}
+MAX_TOP_K = 200
 
 
 def shown(value: str, limit: int = 40) -> str:
@@ -36,7 +49,7 @@ def check_date_range(start: str, end: str, prefix: str = "") -> None:
         raise InvalidArgument(f"{prefix}end_date", f"{end} is before start_date {start}")
 
 
-def check_top_k(value: int | None, field: str = "top_k", limit: int = 200) -> None:
+def check_top_k(value: int | None, field: str = "top_k", limit: int = MAX_TOP_K) -> None:
     if value is not None and not 1 <= value <= limit:
         raise InvalidArgument(field, f"must be between 1 and {limit}, got {value}")
 
@@ -56,7 +69,7 @@ def check_writable(field: str, collection: str) -> None:
         raise InvalidArgument(field, f"{collection!r} is the conversation memory: only Ask writes it")
 
 
-# Bounds on what a caller may send the retriever (issue 11): every string, list and number is
+# Bounds on what a caller may send the retriever: every string, list and number is
 # checked before anything runs, so a bad input is an InvalidArgument naming the field.
 MAX_QUERY_CHARS = 4_000          # a search's query, and each of its variants
 MAX_VARIANTS = 8                 # distinct query variants per search
@@ -146,3 +159,37 @@ def check_metadata(field: str, metadata: dict[str, str], max_keys: int = MAX_MET
         if key.startswith(RESERVED_PREFIX):
             raise InvalidArgument(f"{field}[{key!r}]", f"keys starting with {RESERVED_PREFIX!r} are reserved")
         check_text(f"{field}[{key!r}]", value, MAX_METADATA_VALUE_CHARS)
+
+
+def field_path(loc: Sequence[str | int]) -> str:
+    """A pydantic error location as the gateway's checks name a field: `documents[0].title`."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return path or "body"
+
+
+def error_message(error: Mapping[str, Any]) -> str:
+    """One pydantic error in the words of the checks above (limits with their figures, patterns with
+    what they mean), else pydantic's own."""
+    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
+    if kind == "string_too_long":
+        return f"is {len(value):,} characters; the limit is {ctx['max_length']:,}"
+    if kind == "too_long":
+        return f"has {len(value):,} items; the limit is {ctx['max_length']:,}"
+    if kind == "string_pattern_mismatch":
+        return f"must be {PATTERN_MEANINGS.get(ctx['pattern'], 'of the pattern ' + ctx['pattern'])}, got {shown(value)}"
+    if kind == "string_unicode":
+        return "is not valid Unicode (a lone surrogate)"
+    if kind == "literal_error":
+        return f"must be one of {ctx['expected']}, got {shown(value) if isinstance(value, str) else repr(value)[:40]}"
+    if kind == "missing":
+        return "is required"
+    return error["msg"]
+
+
+def invalid_argument(errors: Sequence[Mapping[str, Any]], skip: int = 0) -> InvalidArgument:
+    """The first of a pydantic validation's errors as an InvalidArgument naming its field (`skip`
+    drops leading location parts, such as FastAPI's "body")."""
+    first = errors[0] if errors else {"type": "", "loc": (), "msg": "invalid request"}
+    return InvalidArgument(field_path(first["loc"][skip:]), error_message(first))

@@ -7,7 +7,6 @@ carry the admin key over HTTP and gRPC."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import threading
 from collections.abc import Coroutine
 from pathlib import Path
@@ -38,7 +37,7 @@ class Stack:
         base = dict(host=HOST, data_dir=data_dir, http_port=0, extractive_delay_ms=1.0, service_token="",
                     api_key_pepper="", tls_cert="", tls_key="", tls_ca="", allowed_hosts="",
                     embed_documents_bf16="off", rate_limit_per_minute=0, auth_failures_per_minute=0)
-        self.settings = dataclasses.replace(config.load(), **(base | overrides))
+        self.settings = config.load().replace(**(base | overrides))
         self.loop = uvloop.new_event_loop()  # the gateway's loop in production (services/gateway/__main__.py)
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.hosts: dict[str, ServiceHost] = {}
@@ -86,7 +85,7 @@ class Stack:
     def start_variant(self, name: str, **overrides: Any) -> ServiceHost:
         """Another instance of a service with different settings (e.g. a generator on a fake Gemini),
         wired to this stack's services unless the overrides say otherwise."""
-        settings = dataclasses.replace(self.settings, **overrides)
+        settings = self.settings.replace(**overrides)
 
         async def go() -> ServiceHost:
             host = ServiceHost(self._app(name, settings), settings, 0, grace=0.5)
@@ -106,7 +105,7 @@ class Stack:
         host = self.call(go())
         self.hosts[name] = host
         if name != "gateway":  # the others are addressed by the services that call them
-            self.settings = dataclasses.replace(self.settings, **{f"{name}_addr": host.address})
+            self.settings = self.settings.replace(**{f"{name}_addr": host.address})
         return host
 
     def stop_service(self, name: str) -> None:

@@ -8,11 +8,11 @@ admin key. A request field never decides the tenant: the identity does.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from ragmesh.errors import PermissionDenied
+from ragmesh.request_context import identity_var
 
 ADMIN = "admin"
 MEMBER = "member"
@@ -81,12 +81,9 @@ class Identity:
                    metadata.get(ROLE_HEADER, "") or SERVICE, via)
 
 
-# The identity of the call being served; set by the server interceptor (gRPC) or the HTTP bridge.
-identity_var: ContextVar[Identity | None] = ContextVar("identity", default=None)
-
-
 def current() -> Identity:
-    """The caller; only reachable in a handler the interceptor authenticated."""
+    """The caller of the call being served (ragmesh.request_context); only reachable in a handler the
+    interceptor authenticated."""
     identity = identity_var.get()
     if identity is None:  # a programming error: every entry point authenticates first
         raise PermissionDenied("no identity for this call")

@@ -5,15 +5,14 @@ import hmac
 from collections.abc import Mapping
 from typing import Literal
 
-from ragmesh.config import ConfigError, Settings
-from ragmesh.errors import PermissionDenied, Unauthenticated
+from ragmesh.config import Settings, is_loopback
+from ragmesh.errors import ConfigError, PermissionDenied, Unauthenticated
 from ragmesh.identity import Identity, keys
 from ragmesh.identity.secrets import read_or_create
 from ragmesh.identity.throttle import FailureThrottle
 from ragmesh.identity.tokens import JwtVerifier
 from ragmesh.store import quick_read
 from ragmesh.store.lazy import LazyStore
-from ragmesh.tls import is_loopback
 
 Audience = Literal["users", "internal"]
 

@@ -10,35 +10,14 @@ import hashlib
 import hmac
 import re
 import secrets
-from dataclasses import dataclass
 
 from ragmesh.errors import InvalidArgument
 from ragmesh.identity import ROLES
+from ragmesh.store.records import ApiKeyRecord
 
 PREFIX = "rmk"
 _KEY = re.compile(rf"^{PREFIX}_([0-9a-f]{{16}})_([A-Za-z0-9_-]{{43}})$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
-
-
-@dataclass
-class ApiKeyRecord:
-    """What the store keeps of a key: never the key itself."""
-
-    key_id: str
-    tenant: str
-    user_id: str
-    role: str
-    secret_hash: str
-    created_at: str = ""
-    expires_at: str = ""  # ISO 8601 UTC; empty = never
-    revoked_at: str = ""  # empty = live
-    label: str = ""
-
-    def expired(self, now: dt.datetime | None = None) -> bool:
-        if not self.expires_at:
-            return False
-        now = now or dt.datetime.now(dt.timezone.utc)
-        return now >= dt.datetime.fromisoformat(self.expires_at.replace("Z", "+00:00"))
 
 
 def valid_name(value: object) -> bool:

@@ -2,28 +2,55 @@
 unreachable keeps running, reports NOT_SERVING and retries, instead of crashing in a loop.
 
 Every service reaches its store through this, so it is also where each store call is timed
-(ragmesh_store_latency_seconds{operation})."""
+(ragmesh_store_latency_seconds{operation}). To a type checker a LazyStore is a Store: each of its
+methods below is the protocol's own method (same parameters, same result), forwarded to the store
+once it is connected; before that, a call raises StoreUnavailable."""
 from __future__ import annotations
 
 import functools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from ragmesh import metrics
 from ragmesh.config import Settings
-from ragmesh.store import Store, StoreUnavailable, open_store
+from ragmesh.store import open_store
+from ragmesh.store.protocols import AccountStore, ChangeLog, ConversationStore, DocumentStore, Store
+from ragmesh.store.records import StoreUnavailable
 
-# Not timed: generators (the call returns before the work) and the change watcher (blocks for long).
-_UNTIMED = frozenset({"iter_chunks", "watch_changes", "close"})
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _Forward(Generic[P, R]):
+    """A Store method of LazyStore, typed as the protocol's: the connected store's own, timed
+    unless `timed` is False (generators return before the work; the change watcher blocks for long)."""
+
+    def __init__(self, method: Callable[Concatenate[Any, P], R], timed: bool = True) -> None:
+        self.name, self.timed = method.__name__, timed
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        if name != self.name:
+            raise TypeError(f"LazyStore.{name} forwards {self.name}: the names must match")
+
+    @overload
+    def __get__(self, lazy: None, owner: type) -> _Forward[P, R]: ...
+
+    @overload
+    def __get__(self, lazy: LazyStore, owner: type) -> Callable[P, R]: ...
+
+    def __get__(self, lazy: LazyStore | None, owner: type) -> _Forward[P, R] | Callable[P, R]:
+        if lazy is None:
+            return self
+        return lazy._method(self.name, self.timed)
 
 
 class LazyStore:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._store: Store | None = None
-        self._timed: dict[str, Callable[..., Any]] = {}
+        self._methods: dict[str, Callable[..., Any]] = {}
 
     def connect(self) -> None:
         """Opens the configured store (idempotent); raises StoreUnavailable when it cannot."""
@@ -34,17 +61,54 @@ class LazyStore:
     def connected(self) -> bool:
         return self._store is not None
 
-    def __getattr__(self, name: str) -> Any:
-        store = self.__dict__.get("_store")
-        if store is None:
-            raise StoreUnavailable("the store is not connected yet (the service is warming up)")
-        found = getattr(store, name)
-        if name in _UNTIMED or name.startswith("_") or not callable(found):
-            return found
-        timed = self._timed.get(name)
-        if timed is None:
-            timed = self._timed[name] = _timed(store, name)
-        return timed
+    def _method(self, name: str, timed: bool) -> Callable[..., Any]:
+        found = self._methods.get(name)
+        if found is None:
+            if self._store is None:
+                raise StoreUnavailable("the store is not connected yet (the service is warming up)")
+            method = getattr(self._store, name)
+            found = self._methods[name] = _timed(method, name) if timed else method
+        return found
+
+    # The corpus
+    get_document = _Forward(DocumentStore.get_document)
+    replace_document = _Forward(DocumentStore.replace_document)
+    replace_documents = _Forward(DocumentStore.replace_documents)
+    delete_documents = _Forward(DocumentStore.delete_documents)
+    iter_chunks = _Forward(DocumentStore.iter_chunks, timed=False)
+    collections = _Forward(DocumentStore.collections)
+    documents = _Forward(DocumentStore.documents)
+    chunk = _Forward(DocumentStore.chunk)
+    document_chunks = _Forward(DocumentStore.document_chunks)
+    collection_options = _Forward(DocumentStore.collection_options)
+    set_collection_options = _Forward(DocumentStore.set_collection_options)
+    # The change log
+    version = _Forward(ChangeLog.version)
+    changes_since = _Forward(ChangeLog.changes_since)
+    watch_changes = _Forward(ChangeLog.watch_changes, timed=False)
+    # Conversations
+    ensure_conversation = _Forward(ConversationStore.ensure_conversation)
+    conversation_exists = _Forward(ConversationStore.conversation_exists)
+    conversation_owner = _Forward(ConversationStore.conversation_owner)
+    conversations = _Forward(ConversationStore.conversations)
+    rename_conversation = _Forward(ConversationStore.rename_conversation)
+    add_message = _Forward(ConversationStore.add_message)
+    update_message = _Forward(ConversationStore.update_message)
+    delete_message = _Forward(ConversationStore.delete_message)
+    messages = _Forward(ConversationStore.messages)
+    answer_count = _Forward(ConversationStore.answer_count)
+    delete_conversation = _Forward(ConversationStore.delete_conversation)
+    conversation_summary = _Forward(ConversationStore.conversation_summary)
+    set_conversation_summary = _Forward(ConversationStore.set_conversation_summary)
+    add_correction = _Forward(ConversationStore.add_correction)
+    corrections = _Forward(ConversationStore.corrections)
+    # Keys and usage
+    add_usage = _Forward(AccountStore.add_usage)
+    usage = _Forward(AccountStore.usage)
+    add_api_key = _Forward(AccountStore.add_api_key)
+    api_key = _Forward(AccountStore.api_key)
+    api_keys = _Forward(AccountStore.api_keys)
+    revoke_api_key = _Forward(AccountStore.revoke_api_key)
 
     @contextmanager
     def inline_read(self) -> Iterator[bool]:
@@ -63,8 +127,8 @@ class LazyStore:
             self._store.close()
 
 
-def _timed(store: Store, name: str) -> Callable[..., Any]:
-    method, observe = getattr(store, name), metrics.store_timer(name)
+def _timed(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+    observe = metrics.store_timer(name)
 
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:

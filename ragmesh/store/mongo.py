@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
 from bson import ObjectId
@@ -27,13 +27,13 @@ from pymongo.client_session import ClientSession
 from pymongo.errors import DuplicateKeyError, InvalidURI, OperationFailure, PyMongoError
 
 from ragmesh.config import redact_uri
-from ragmesh.identity.keys import ApiKeyRecord
-from ragmesh.store import Change, CollectionStats, ConversationInfo, CorrectionRecord, MessageRecord, StoreUnavailable
+from ragmesh.store.records import (ApiKeyRecord, Change, CollectionStats, ConversationInfo, CorrectionRecord,
+                                   MessageRecord, StoreUnavailable)
 from ragmesh.types import (MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, DocumentEntry, DocumentRecord, SectionOutline,
                            StoredChunk)
 
 T = TypeVar("T")
-Session = ClientSession | None
+Session: TypeAlias = ClientSession | None
 DocKey = tuple[str, str, str]  # (tenant, collection, doc_id)
 Items = list[tuple[DocumentRecord, list[StoredChunk]]]
 

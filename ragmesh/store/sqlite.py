@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from ragmesh.errors import InvalidArgument
-from ragmesh.identity.keys import ApiKeyRecord
-from ragmesh.store import Change, CollectionStats, ConversationInfo, CorrectionRecord, MessageRecord
+from ragmesh.store.records import (ApiKeyRecord, Change, CollectionStats, ConversationInfo, CorrectionRecord,
+                                   MessageRecord)
 from ragmesh.types import (MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, DocumentEntry, DocumentRecord, SectionOutline,
                            StoredChunk)
 
@@ -175,6 +175,7 @@ class SqliteStore:
 
     def documents(self, tenant: str, collection: str | None, limit: int = 50, offset: int = 0, *,
                   author: str | None = None) -> list[DocumentEntry]:
+        args: tuple[str, ...]
         where, args = ("d.tenant = ?", (tenant,)) if collection is None else \
             ("d.tenant = ? AND d.collection = ?", (tenant, collection))
         if author is not None:

@@ -185,7 +185,7 @@ class GatewayServicer:
         raise NotImplementedError('Method not implemented!')
 
     def IngestTranscript(self, request, context):
-        """A call transcript (003 part 1.1 B), admin keys: tagged with 3-6 topics by the configured model
+        """A call transcript, admin keys: tagged with a few topics by the configured model
         (unless it brings tags), then ingested as one document of type "transcript".
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -5,7 +5,7 @@ import asyncio
 
 import grpc
 
-from ragmesh.config import Settings
+from ragmesh.config import EmbedderSettings
 from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import embedder_pb2_grpc
@@ -22,7 +22,7 @@ from services.embedder.servicer import EmbedderServicer
 LOCAL_SLICE_CHARS = 2048
 
 
-def slice_chars(settings: Settings) -> int:
+def slice_chars(settings: EmbedderSettings) -> int:
     """EMBED_SLICE_CHARS, or LOCAL_SLICE_CHARS for the local model and no slicing for Gemini, whose
     time is spent on Google's machines, not on the cores this embedder shares."""
     if settings.embed_slice_chars is not None:
@@ -32,8 +32,9 @@ def slice_chars(settings: Settings) -> int:
 
 class EmbedderApp(ServiceApp):
     service_name = "ragmesh.v1.Embedder"
+    settings_model = EmbedderSettings
 
-    def __init__(self, settings: Settings, backend: backends.EmbeddingBackend | None = None) -> None:
+    def __init__(self, settings: EmbedderSettings, backend: backends.EmbeddingBackend | None = None) -> None:
         self.backend = backend or backends.create(settings)  # a test's fake, or the one settings name
         self.batcher = MicroBatcher(self.backend, settings.embed_batch_window_ms, settings.embed_max_batch,
                                     settings.embed_max_queue, slice_chars(settings), self.backend.lanes)

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import grpc
 
-from ragmesh.identity import identity_var
-from ragmesh.serving import deadline_var
+from ragmesh.request_context import deadline_var, identity_var
 from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
 from services.embedder.backends import EmbeddingBackend
 from services.embedder.batcher import MicroBatcher

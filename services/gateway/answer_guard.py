@@ -1,5 +1,5 @@
 """An answer that cites nothing and does not admit missing information is not shown
-(002 citation validation). While streaming, text is held back only until the first
+(citation validation). While streaming, text is held back only until the first
 valid citation or an admission appears; after that it flows freely. An answer that
 ends without either is replaced by NOT_ENOUGH."""
 from __future__ import annotations

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ragmesh.admission import Admission
 from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient, RetrieverClient
-from ragmesh.config import Settings
+from ragmesh.config import GatewaySettings
 from ragmesh.errors import RagmeshError
 from ragmesh.identity.authenticator import Authenticator
 from ragmesh.models import default_model
@@ -21,7 +21,6 @@ from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import gateway_pb2_grpc
 from services.gateway.api import FrontDoor, create_app
-from services.gateway.api.auth import allowed_hosts
 from services.gateway.api.protocol import with_header_deadline
 from services.gateway.boosts import default_windows
 from services.gateway.conversations import Conversations
@@ -30,8 +29,7 @@ from services.gateway.library import Library
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory
 from services.gateway.pipeline import AskPipeline
-from services.gateway.quality import QualitySettings
-from services.gateway.strategy import PipelineSettings, Planner
+from services.gateway.planner import Planner
 from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.servicer import GatewayServicer
 from services.gateway.shared_state import open_shared_state
@@ -45,13 +43,14 @@ FUNDS_REFRESH_S = 60.0
 class GatewayApp(ServiceApp):
     service_name = "ragmesh.v1.Gateway"
     audience = "users"
+    settings_model = GatewaySettings
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: GatewaySettings) -> None:
         """Raises ConfigError for settings the HTTP bridge must not start with."""
         self.settings = settings
         self.store = LazyStore(settings)  # opened at warm-up: an unreachable database means NOT_SERVING
         self.key_store = self.store
-        self.allowed_hosts = allowed_hosts(settings)
+        self.allowed_hosts = settings.allowed_host_names()
         self.default_windows = default_windows(settings.default_window_days)
         self.history = History(self.store)
         self.http_port = settings.http_port
@@ -70,22 +69,8 @@ class GatewayApp(ServiceApp):
                              s.memory_queue_max)
         # Running answers, scope cache and rate windows: in this process, or in Redis shared by replicas.
         self.shared = open_shared_state(s)
-        planner = Planner(
-            self.retriever, self.generator, self.embedder, self.shared.scopes, self.known_funds,
-            PipelineSettings(
-                default_model=default_model(s.default_model, s.gemini_api_key), reasoning_model=s.reasoning_model,
-                history_turns=s.history_turns, same_topic_threshold=s.same_topic_threshold,
-                context_char_budget=s.context_char_budget, retrieval_timeout_s=s.retrieval_timeout_s,
-                scope_llm_check=s.scope_llm_check, scope_llm_timeout_s=s.scope_llm_timeout_s,
-                quality=QualitySettings(
-                    rewrite=s.quality_rewrite, rerank=s.quality_rerank, compress=s.quality_compress,
-                    history=s.quality_history, model=s.quality_model, rerank_candidates=s.rerank_candidates,
-                    rewrite_timeout_s=s.rewrite_timeout_s, rerank_timeout_s=s.rerank_timeout_s,
-                    compress_timeout_s=s.compress_timeout_s),
-                history_char_budget=s.history_char_budget, default_window_days=self.default_windows,
-                recency_half_life_days=s.recency_half_life_days, recency_floor=s.recency_floor,
-            ),
-        )
+        planner = Planner(self.retriever, self.generator, self.embedder, self.shared.scopes, self.known_funds, s,
+                          default_model(s.default_model, s.gemini_api_key), self.default_windows)
         self.pipeline = AskPipeline(self.history, self.generator, planner, self.memory,
                                     UsageLimiter(self.store, s.monthly_message_limit, s.monthly_token_limit),
                                     RateLimiter(s.rate_limit_per_minute, self.shared.rates),
@@ -112,8 +97,9 @@ class GatewayApp(ServiceApp):
         return {"gateway": "SERVING", **dict(await asyncio.gather(*checks))}
 
     async def known_funds(self, tenant: str) -> list[str]:
-        """Fund names in the tenant's corpus (000's ALL_FUND_NAMES), refreshed at most once a minute.
-        Called while serving one of the tenant's users, so the retriever answers for that tenant."""
+        """Fund names in the tenant's corpus (what a question's fund mentions are matched against),
+        refreshed at most once a minute. Called while serving one of the tenant's users, so the
+        retriever answers for that tenant."""
         fetched, funds = self._funds.get(tenant, (0.0, []))
         if time.monotonic() - fetched > FUNDS_REFRESH_S or not funds:
             try:

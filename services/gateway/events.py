@@ -1,31 +1,40 @@
-"""Pipeline events as the JSON objects the SSE bridge sends (one per `data:` line)."""
+"""The events of one answer, as the pipeline yields them and the SSE bridge sends them (one JSON object
+per `data:` line): searching -> strategy -> generating -> thinking/content -> citations -> done, or error."""
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import Any
 
-from services.gateway.strategy import Strategy
-
-if TYPE_CHECKING:  # the pipeline stores strategy_json with each answer, so it imports this module
-    from services.gateway.pipeline import Event
+from ragmesh.types import Citation
+from services.gateway.strategy import strategy_json
 
 
-def strategy_json(s: Strategy) -> dict[str, Any]:
-    f = s.filter
-    return {
-        "route": s.route, "retrieval": s.retrieval, "reason": s.reason, "cache_hit": s.cache_hit,
-        "collections": s.collections,
-        "filter": {"tenant": f.tenant, "start_date": f.start_date, "end_date": f.end_date, "in": f.any_of},
-        "time_hint": s.time_hint, "time_window": s.time_window, "detected_funds": s.detected_funds,
-        "k": s.k, "candidate_count": s.candidate_count, "chunks": s.chunks, "threshold_layer": s.threshold_layer,
-        "retrieval_ms": round(s.retrieval_ms, 2), "embed_ms": round(s.embed_ms, 2), "search_ms": round(s.search_ms, 2),
-        "context_chars": s.context_chars, "corrections": s.corrections,
-        "conversation_id": s.conversation_id, "cache_key": s.cache_key, "dense_skipped": s.dense_skipped,
-        "unavailable": s.unavailable, "model": s.model,
-        "variants": s.variants, "rerank_count": s.rerank_count, "quality": [asdict(q) for q in s.quality],
-        "followup": asdict(s.followup) if s.followup else None,
-        "recency": s.recency, "default_window": s.default_window, "relaxed": s.relaxed,
-    }
+@dataclass
+class Event:
+    kind: str  # searching | strategy | generating | thinking | content | citations | done | error
+    value: Any  # strategy: a Strategy; citations: Sources; done: Done; error: {code, message}; else bool or text
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The citations event: what the answer cites, and the web searches behind its web citations.
+    `scores` (chunk id -> the hit's score) is for the notes contract's citations; the event does not send it."""
+
+    citations: list[Citation]
+    web_queries: list[str]
+    scores: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Done:
+    """The answer's end: where it is stored (no message id when it was stopped before any content), the
+    model that answered, whether the user stopped it, and the tokens it took."""
+
+    conversation_id: str
+    message_id: str
+    model: str
+    stopped: bool
+    usage: dict[str, int]
 
 
 def event_json(event: Event) -> dict[str, Any]:
@@ -34,5 +43,5 @@ def event_json(event: Event) -> dict[str, Any]:
     if event.kind == "citations":
         return {"citations": [asdict(c) for c in event.value.citations], "web_queries": event.value.web_queries}
     if event.kind == "done":
-        return {"done": True, **event.value}
+        return {"done": True, **asdict(event.value)}
     return {event.kind: event.value}

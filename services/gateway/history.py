@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ragmesh.errors import NotFound
 from ragmesh.identity import Identity
-from ragmesh.store import ConversationInfo, MessageRecord, Store
+from ragmesh.store import ConversationInfo, ConversationStore, MessageRecord
 from ragmesh.types import Turn
 from ragmesh.validation import shown
 
@@ -87,7 +87,7 @@ def _pairs(messages: list[MessageRecord]) -> list[Turn]:
 
 
 class History:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: ConversationStore) -> None:
         self.store = store
 
     def recent(self, conversation_id: str, keep: int) -> Recent:
@@ -146,7 +146,7 @@ class History:
         return self.store.add_message(conversation_id, "assistant", answer, meta)
 
     def drop_question(self, tenant: str, conversation_id: str, question_id: str) -> None:
-        """000's stop flow: a question stopped before any answer is removed, not kept with a bare stop
+        """Stop before any answer: a question stopped before any answer is removed, not kept with a bare stop
         mark; a conversation it leaves empty goes too (no untitled conversation in the list)."""
         self.store.delete_message(question_id)
         if not self.store.messages(conversation_id, limit=1):

@@ -1,4 +1,4 @@
-"""Per-user limits: monthly message and token counters in the store (004 usage tracking), and a
+"""Per-user limits: monthly message and token counters in the store (usage tracking), and a
 per-minute request rate counted once for all gateway replicas (in this process with one gateway, in
 Redis with several: services/gateway/shared_state)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ragmesh.errors import ResourceExhausted
-from ragmesh.store import Store
+from ragmesh.store import AccountStore
 
 
 def this_month() -> str:
@@ -75,7 +75,7 @@ class RateLimiter:
 
 
 class UsageLimiter:
-    def __init__(self, store: Store, max_messages: int = 0, max_tokens: int = 0) -> None:
+    def __init__(self, store: AccountStore, max_messages: int = 0, max_tokens: int = 0) -> None:
         self.store = store
         self.max_messages = max_messages  # 0 = unlimited
         self.max_tokens = max_tokens

@@ -18,7 +18,7 @@ from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient
 from ragmesh.errors import InvalidArgument, NotFound, RagmeshError, ResourceExhausted, Unavailable
 from ragmesh.identity import Identity
 from ragmesh.models import EXTRACTIVE
-from ragmesh.store import CorrectionRecord, Store
+from ragmesh.store import ConversationStore, CorrectionRecord
 from ragmesh.text import strip_citations, tokenize
 from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION, ContextBlock, Document, SearchFilter, Turn
 from ragmesh.v1 import retriever_pb2
@@ -41,7 +41,7 @@ DIGEST_ANSWER_CHARS = 300  # offline summary: each folded turn's question and th
 
 
 class Memory:
-    def __init__(self, store: Store, retriever: RetrieverClient, generator: GeneratorClient,
+    def __init__(self, store: ConversationStore, retriever: RetrieverClient, generator: GeneratorClient,
                  embedder: EmbedderClient, history_char_budget: int = 6000, queue_max: int = 1000,
                  retry_base_s: float = 0.5, settle_s: float = SETTLE_S) -> None:
         self.store = store

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.gateway.router import SUMMARY
-from services.gateway.strategy import NO_RETRIEVAL, Strategy
+from services.gateway.planner import NO_RETRIEVAL
+from services.gateway.strategy import Strategy
 from services.gateway.whole_answer import WholeAnswer
 
 _MARKER = re.compile(r"\[(\d+)\]")
@@ -21,12 +22,12 @@ def cid(index: int) -> str:
 
 
 def created_at(date: str) -> str:
-    """002's ISO timestamp: a chunk's date (YYYY-MM-DD) as the start of that day in UTC."""
+    """The contract's ISO timestamp: a chunk's date (YYYY-MM-DD) as the start of that day in UTC."""
     return f"{date}T00:00:00.000Z" if len(date) == 10 else date
 
 
 def retrieval_strategy(s: Strategy | None) -> str:
-    """002's `strategy` name: none, summary, or hybrid / keyword (embedder down), with _reranked when a
+    """The contract's `strategy` name: none, summary, or hybrid / keyword (embedder down), with _reranked when a
     model reranked the candidates and _cached when the conversation's cached scope was reused."""
     if s is None or s.retrieval == NO_RETRIEVAL:
         return "none"
@@ -74,12 +75,11 @@ class NotesAnswer:
 def notes_answer(whole: WholeAnswer) -> NotesAnswer:
     """A whole answer in the notes contract's terms: [N1] markers, each citation with its score."""
     s = whole.strategy
-    scores = {h.chunk.chunk_id: h.score for h in (s.hits if s else [])}
     cited = {c.index for c in whole.citations}
     return NotesAnswer(
         answer=_MARKER.sub(lambda m: f"[{cid(int(m[1]))}]" if int(m[1]) in cited else m[0], whole.answer),
         citations=[NoteCitation(cid(c.index), c.doc_id, c.chunk_id, created_at(c.date), c.snippet,
-                                round(scores.get(c.chunk_id, 0.0), 4), c.title, c.url, c.ref)
+                                round(whole.scores.get(c.chunk_id, 0.0), 4), c.title, c.url, c.ref)
                    for c in whole.citations],
         conversation_id=whole.conversation_id, model=whole.model,
         retrieval=NotesRetrieval(s.k if s else 0, retrieval_strategy(s), s.candidate_count if s else 0,

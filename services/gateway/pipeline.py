@@ -16,30 +16,32 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ragmesh import metrics, tracing
 from ragmesh.admission import Admission
 from ragmesh.clients import GeneratorClient
+from ragmesh.config import AnsweringSettings
 from ragmesh.errors import RagmeshError, Unavailable
-from ragmesh.identity import Identity, identity_var
-from ragmesh.logging import request_id_var
+from ragmesh.identity import Identity
 from ragmesh.models import EXTRACTIVE
+from ragmesh.request_context import identity_var, request_id_var
 from ragmesh.store import CorrectionRecord
 from ragmesh.text import citation_numbers
-from ragmesh.types import Citation, GenEvent
+from ragmesh.types import Citation, GenEvent, Hit
 from services.gateway import context, generation_params, router
 from services.gateway.answer_guard import AnswerGuard
-from services.gateway.events import strategy_json
+from services.gateway.events import Done, Event, Sources
 from services.gateway.history import History, Recent, carried_whole
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory, corrections_text
 from services.gateway.models_offered import ModelCatalog, web_search_note
+from services.gateway.planner import NO_RETRIEVAL, Planner
 from services.gateway.request import AskInput
 from services.gateway.scope_cache import Scopes
 from services.gateway.shared_state import LocalRuns, SharedState
-from services.gateway.strategy import NO_RETRIEVAL, PipelineSettings, Planner, Strategy
+from services.gateway.strategy import Strategy, strategy_event, strategy_json
 
 log = logging.getLogger(__name__)
 
@@ -51,20 +53,6 @@ DIRECT_ANSWERS = (
 )
 STOP_WAIT_S = 5.0  # a stop waits this long at most for the answer to end (planning ends within its deadline)
 GREETING = "Hello! I'm ragmesh. Ask me about your funds, meetings, factsheets or documents."
-
-
-@dataclass
-class Event:
-    kind: str  # searching | strategy | generating | thinking | content | citations | done | error
-    value: Any
-
-
-@dataclass(frozen=True)
-class Sources:
-    """The citations event: what the answer cites, and the web searches behind its web citations."""
-
-    citations: list[Citation]
-    web_queries: list[str]
 
 
 @dataclass(frozen=True)
@@ -81,6 +69,29 @@ class Stopped(Exception):
     """The user pressed stop (POST /api/chat/stop or Gateway.Stop)."""
 
 
+@dataclass
+class Generated:
+    """Generation's result, filled while its stream arrives: the answer's text, the web sources its
+    grounding found, the tokens it took, the model that answered, whether the user stopped it, and when
+    (ms after it started) the first token came and the first text was shown."""
+
+    model: str
+    parts: list[str] = field(default_factory=list)
+    web: list[Citation] = field(default_factory=list)
+    web_queries: list[str] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    stopped: bool = False
+    started: float = field(default_factory=time.monotonic)
+    marks: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def mark(self, name: str) -> None:
+        self.marks.setdefault(name, round((time.monotonic() - self.started) * 1000, 2))
+
+
 class AskPipeline:
     def __init__(self, history: History, generator: GeneratorClient, planner: Planner, memory: Memory,
                  limits: UsageLimiter, rate: RateLimiter | None = None, planning: Admission | None = None,
@@ -94,12 +105,12 @@ class AskPipeline:
         self.memory = memory
         self.limits = limits
         self.rate = rate or RateLimiter(0)
-        self.models = ModelCatalog(generator, planner.settings.default_model)
+        self.models = ModelCatalog(generator, planner.default_model)
         # Running answers (and the scope cache and rate windows): in this process, or shared by replicas.
         self.shared = shared or SharedState(LocalRuns(), planner.cache, self.rate.windows)
 
     @property
-    def settings(self) -> PipelineSettings:
+    def settings(self) -> AnsweringSettings:
         return self.planner.settings
 
     @property
@@ -108,7 +119,7 @@ class AskPipeline:
 
     @property
     def default_model(self) -> str:
-        return self.settings.default_model
+        return self.planner.default_model
 
     async def prepare(self, ask: AskInput, caller: Identity) -> Prepared:
         """Settles who asks (the caller, or a user an admin names), validates, checks usage limits and
@@ -161,31 +172,33 @@ class AskPipeline:
             # The user's corrections are looked up while the question is planned, not after.
             lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
             with self.planning.slot():
-                strategy = await self.planner.plan(ask, conversation, embedding)
-            metrics.route_taken(strategy.route)
-            if note := web_search_note(strategy.model, ask.web_search):
-                strategy.reason += f"; {note}"
-            if shared := self.shared.problem:  # stop and reuse reach this replica only, and it says so
-                strategy.reason += f"; {shared}"
-            if strategy.retrieval != NO_RETRIEVAL:
-                metrics.scope_cache(strategy.cache_hit)
+                plan = await self.planner.plan(ask, conversation, embedding)
+            metrics.route_taken(plan.route)
+            # Said after the plan's reason: web search the model cannot do, and stop and reuse reaching
+            # this replica only while the shared state is degraded.
+            notes = [n for n in (web_search_note(plan.model, ask.web_search), self.shared.problem) if n]
+            if plan.retrieval != NO_RETRIEVAL:
+                metrics.scope_cache(plan.cache_hit)
             with tracing.span("context"):
-                await self.planner.quality.compress(ask.question, strategy)
-                ctx = await self._context(ask, strategy)
+                compressed = (await self.planner.quality.compress(ask.question, plan.model, plan.hits)
+                              if plan.searched else None)
+                hits = compressed.hits if compressed else plan.hits
+                ctx = await self._context(ask, hits)
                 tracing.annotate(blocks=len(ctx.blocks), chars=len(ctx.text))
-            if strategy.retrieval != NO_RETRIEVAL and not ctx.blocks and strategy.unavailable:
+            if plan.retrieval != NO_RETRIEVAL and not ctx.blocks and plan.unavailable:
                 # Nothing arrived in time: an error, not "no notes match", and nothing is stored.
-                raise Unavailable(f"retrieval: no answer in time from {', '.join(strategy.unavailable)}, so "
+                raise Unavailable(f"retrieval: no answer in time from {', '.join(plan.unavailable)}, so "
                                   f"there is nothing to answer from; try again")
-            strategy.context_chars = len(ctx.text)
-            corrections = [] if strategy.route == router.DIRECT else await lookup
-            strategy.corrections = len(corrections)
+            corrections = [] if plan.route == router.DIRECT else await lookup
+            strategy = strategy_event(plan, [compressed.step] if compressed else [], len(ctx.text), len(corrections),
+                                      notes)
+            scores = {h.chunk.chunk_id: h.score for h in hits}
             yield Event("searching", False)
             yield Event("strategy", strategy)
             with tracing.span("storing", record="question"):
                 question_id = await asyncio.to_thread(self.history.save_question, ask.tenant, ask.user_id, conv,
                                                       ask.question)
-            async for event in self._answer(ask, strategy, conversation, stop, question_id, ctx, corrections):
+            async for event in self._answer(ask, strategy, conversation, stop, question_id, ctx, corrections, scores):
                 yield event
         except RagmeshError as exc:
             log.warning("ask failed", extra={"error": str(exc), "conversation_id": conv})
@@ -198,114 +211,114 @@ class AskPipeline:
             _discard(embedding)
             self.shared.runs.end(conv, running)
 
-    async def _context(self, ask: AskInput, s: Strategy) -> context.Context:
-        """The context of the strategy's hits. A question that reuses its scope mostly has the very hits
+    async def _context(self, ask: AskInput, hits: list[Hit]) -> context.Context:
+        """The context of the planned hits. A question that reuses its scope mostly has the very hits
         the scope's last context was built from: that context is used again (it is never changed)."""
-        entry = await self.cache.get(ask.tenant, ask.conversation_id) if s.hits else None
-        if entry is not None and entry.context is not None and _same_objects(entry.context[0], s.hits):
+        entry = await self.cache.get(ask.tenant, ask.conversation_id) if hits else None
+        if entry is not None and entry.context is not None and _same_objects(entry.context[0], hits):
             return entry.context[1]
-        built = context.build(s.hits, self.settings.context_char_budget)
-        if entry is not None and _same_objects(s.hits, entry.hits[: len(s.hits)]):
-            entry.context = (list(s.hits), built)
+        built = context.build(hits, self.settings.context_char_budget)
+        if entry is not None and _same_objects(hits, entry.hits[: len(hits)]):
+            entry.context = (list(hits), built)
             await self.cache.keep_context(ask.tenant, ask.conversation_id, entry)
         return built
 
     # -- generation -------------------------------------------------------------------------
     async def _answer(self, ask: AskInput, s: Strategy, conversation: Recent, stop: asyncio.Event, question_id: str,
-                      ctx: context.Context, corrections: list[CorrectionRecord]) -> AsyncIterator[Event]:
-        parts: list[str] = []
-        web: list[Citation] = []
-        web_queries: list[str] = []
-        usage: dict[str, int] = {}
-        model, stopped, finished, failure = s.model, False, False, ""
-        started = time.monotonic()
-        marks: dict[str, float] = {}  # ms after `started`: the generator's first token, the first text shown
-
-        def mark(name: str) -> None:
-            marks.setdefault(name, round((time.monotonic() - started) * 1000, 2))
-
+                      ctx: context.Context, corrections: list[CorrectionRecord],
+                      scores: dict[str, float]) -> AsyncIterator[Event]:
+        answer = Generated(s.model)
+        finished, failure = False, ""
         yield Event("generating", True)
         try:
-            canned = self._canned(ask, s, ctx)
-            if canned is not None:
-                model, text = canned
-                parts.append(text)
-                mark("first_content_ms")
-                yield Event("content", text)
-            else:
-                stream = await self._generation(ask, s, conversation, ctx, corrections)
-                guard = AnswerGuard({b.index for b in ctx.blocks}, enforce=bool(ctx.blocks))
-                with tracing.span("generation", model=s.model):
-                    async with aclosing(_until(stream, stop)) as events:
-                        try:
-                            async for ev in events:  # a generator failure raises out, kept below as failed
-                                if ev.kind in ("content", "thinking"):
-                                    mark("first_token_ms")
-                                if ev.kind == "content":
-                                    parts.append(ev.text)
-                                    if shown := guard.feed(ev.text):
-                                        mark("first_content_ms")
-                                        yield Event("content", shown)
-                                elif ev.kind == "thinking":
-                                    yield Event("thinking", ev.text)
-                                elif ev.kind == "grounding":
-                                    web += ev.citations
-                                    web_queries += ev.queries
-                                elif ev.kind == "usage":
-                                    usage = ev.usage
-                                elif ev.kind == "done":
-                                    model = ev.model or model
-                        except Stopped:
-                            stopped = True
-                if not stopped:
-                    tail, replaced = guard.finish()
-                    if replaced:
-                        parts = [tail]
-                        mark("first_content_ms")
-                        yield Event("content", tail)
-            answer = "".join(parts)
-            if stopped and not answer:  # 000's stop flow: stopped before any content, the question goes
+            # closed on the way out, so a client that goes cancels the generator call upstream
+            async with aclosing(self._generate(ask, s, conversation, stop, ctx, corrections, answer)) as events:
+                async for event in events:
+                    yield event
+            text = answer.text
+            if answer.stopped and not text:  # stopped before any content: the question goes too
                 await asyncio.to_thread(self.history.drop_question, ask.tenant, ask.conversation_id, question_id)
                 finished = True
-                yield Event("citations", Sources([], []))
-                yield Event("done", {"conversation_id": ask.conversation_id, "message_id": "", "model": model,
-                                     "stopped": True, "usage": usage})
+                yield Event("citations", Sources([], [], {}))
+                yield Event("done", Done(ask.conversation_id, "", answer.model, True, answer.usage))
                 return
-            citations = _citations(answer, ctx.blocks) + _web_citations(web, len(ctx.blocks))
+            citations = _citations(text, ctx.blocks) + _web_citations(answer.web, len(ctx.blocks))
             meta = {
-                "model": model, "route": s.route, "retrieval": s.retrieval, "usage": usage,
+                "model": answer.model, "route": s.route, "retrieval": s.retrieval, "usage": answer.usage,
                 "strategy": strategy_json(s),  # a reopened answer shows how it was made
                 "unavailable": s.unavailable, "dense_skipped": s.dense_skipped,
                 "chunk_ids": [h.chunk.chunk_id for h in ctx.hits_used],
                 "sources": sorted({b.label for b in ctx.blocks}),
                 "chunk_map": {c.ref: c.chunk_id for c in citations if c.chunk_id},
-                "citations": [dataclasses.asdict(c) for c in citations], "web_queries": web_queries,
-                "timings": {"retrieval_ms": round(s.retrieval_ms, 2),
-                            "generation_ms": round((time.monotonic() - started) * 1000, 2), **marks},
+                "citations": [dataclasses.asdict(c) for c in citations], "web_queries": answer.web_queries,
+                "timings": {"retrieval_ms": s.retrieval_ms,
+                            "generation_ms": round((time.monotonic() - answer.started) * 1000, 2), **answer.marks},
             }
             with tracing.span("storing", record="answer"):
-                answer_id = await asyncio.to_thread(self.history.save_answer, ask.conversation_id, answer, meta,
-                                                    stopped)
+                answer_id = await asyncio.to_thread(self.history.save_answer, ask.conversation_id, text, meta,
+                                                    answer.stopped)
             finished = True
-            tokens = usage.get("total_tokens") or len(answer.split())
+            tokens = answer.usage.get("total_tokens") or len(text.split())
             await asyncio.to_thread(self.limits.record, ask.tenant, ask.user_id, tokens)
             self.memory.after_turn(ask.tenant, ask.user_id, ask.conversation_id, conversation.count + 1, s.model,
-                                   [(question_id, "user", ask.question), (answer_id, "assistant", answer)])
-            yield Event("citations", Sources(citations, web_queries))
-            yield Event("done", {"conversation_id": ask.conversation_id, "message_id": answer_id,
-                                 "model": model, "stopped": stopped, "usage": usage})
+                                   [(question_id, "user", ask.question), (answer_id, "assistant", text)])
+            yield Event("citations", Sources(citations, answer.web_queries, scores))
+            yield Event("done", Done(ask.conversation_id, answer_id, answer.model, answer.stopped, answer.usage))
         except RagmeshError as exc:
             failure = exc.code
             raise
         finally:
-            if not finished and not failure and not parts:  # the client went before any content
+            if not finished and not failure and not answer.parts:  # the client went before any content
                 self.history.drop_question(ask.tenant, ask.conversation_id, question_id)
             elif not finished:
                 # Keep what was said: marked failed when generation failed, stopped when the client went.
-                meta = {"model": model, "route": s.route, "strategy": strategy_json(s),
+                meta = {"model": answer.model, "route": s.route, "strategy": strategy_json(s),
                         **({"failed": failure} if failure else {})}
-                self.history.save_answer(ask.conversation_id, "".join(parts), meta, stopped=not failure,
+                self.history.save_answer(ask.conversation_id, answer.text, meta, stopped=not failure,
                                          failed=failure)
+
+    async def _generate(self, ask: AskInput, s: Strategy, conversation: Recent, stop: asyncio.Event,
+                        ctx: context.Context, corrections: list[CorrectionRecord],
+                        answer: Generated) -> AsyncIterator[Event]:
+        """Generation: the thinking and content events shown as they arrive, the rest gathered in `answer`.
+        A generator failure raises out; a stop ends it with `answer.stopped` set."""
+        canned = self._canned(ask, s, ctx)
+        if canned is not None:
+            answer.model, text = canned
+            answer.parts.append(text)
+            answer.mark("first_content_ms")
+            yield Event("content", text)
+            return
+        stream = await self._generation(ask, s, conversation, ctx, corrections)
+        guard = AnswerGuard({b.index for b in ctx.blocks}, enforce=bool(ctx.blocks))
+        with tracing.span("generation", model=s.model):
+            async with aclosing(_until(stream, stop)) as events:
+                try:
+                    async for ev in events:
+                        if ev.kind in ("content", "thinking"):
+                            answer.mark("first_token_ms")
+                        if ev.kind == "content":
+                            answer.parts.append(ev.text)
+                            if shown := guard.feed(ev.text):
+                                answer.mark("first_content_ms")
+                                yield Event("content", shown)
+                        elif ev.kind == "thinking":
+                            yield Event("thinking", ev.text)
+                        elif ev.kind == "grounding":
+                            answer.web += ev.citations
+                            answer.web_queries += ev.queries
+                        elif ev.kind == "usage":
+                            answer.usage = ev.usage
+                        elif ev.kind == "done":
+                            answer.model = ev.model or answer.model
+                except Stopped:
+                    answer.stopped = True
+        if not answer.stopped:
+            tail, replaced = guard.finish()
+            if replaced:
+                answer.parts[:] = [tail]
+                answer.mark("first_content_ms")
+                yield Event("content", tail)
 
     def _canned(self, ask: AskInput, s: Strategy, ctx: context.Context) -> tuple[str, str] | None:
         """(model, answer) for answers made without the generator, or None."""

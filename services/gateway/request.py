@@ -1,21 +1,30 @@
-"""An Ask as the gateway's domain sees it, checked field by field before anything is written."""
+"""What a client may send the gateway, declared once: the pydantic types and models below carry every
+field's shape and limits. The HTTP bridge parses its bodies and path parameters with them (so its
+OpenAPI document is generated from them), and the gRPC edge puts each request through the same
+models and types, so both edges check alike and answer a bad field with INVALID_ARGUMENT / 400
+naming it. `AskInput` is the Ask as the gateway's domain carries it through the pipeline."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, \
+    WithJsonSchema, field_validator, model_validator
 
 from ragmesh.errors import InvalidArgument
 from ragmesh.identity import Identity
 from ragmesh.models import KNOWN_MODELS
-from ragmesh.validation import check_date_range, check_list, check_name, check_text, check_top_k, shown
+from ragmesh.validation import (COLLECTION_NAME, MAX_TOP_K, NOT_BLANK, PATTERN_MEANINGS, WHITESPACE,
+                                check_date_range, invalid_argument)
 
 MAX_QUESTION_CHARS = 2000
-MAX_NAME_CHARS = 128  # tenant, user, conversation and model names
+MAX_NAME_CHARS = 128  # tenant, user, conversation, message and model names
 MAX_FUNDS = 50
 MAX_FUND_CHARS = 200
 MAX_DOCUMENT_IDS = 20
 MAX_DOCUMENT_ID_CHARS = 512
 MAX_PERSONA_CHARS = 500
-CONTEXT_WINDOWS = ("24h", "48h", "1w", "all")  # 003: documents dated within the last day, two, a week; or any
+CONTEXT_WINDOWS = ("24h", "48h", "1w", "all")  # documents dated within the last day, two, a week; or any
 
 
 # Data source (what the web client shows) -> collection in the retriever.
@@ -28,8 +37,123 @@ SOURCE_COLLECTIONS = {
 WEB_SEARCH = "Web Search"
 DATA_SOURCES = (*SOURCE_COLLECTIONS, WEB_SEARCH)
 DEFAULT_SOURCES = ("Meeting Notes", "Factsheet")
-# How a whole answer is returned: ragmesh's own JSON, or 002's notes-assistant contract ([N1] citations).
+# How a whole answer is returned: ragmesh's own JSON, or the notes contract ([N1] citations).
 RESPONSE_FORMATS = ("ragmesh", "notes")
+
+# A conversation id: what the gateway makes (32 hex digits) fits it; anything else cannot name one.
+CONVERSATION_ID = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+# A picked document: a bare doc id without '/', or a collection name, '/' and the doc id; the doc id not blank.
+DOCUMENT_REF = (f"^(?:[^/]*[^/{WHITESPACE}][^/]*|{COLLECTION_NAME.strip('^$')}/[\\s\\S]*"
+                f"[^{WHITESPACE}][\\s\\S]*)$")
+PATTERN_MEANINGS.update({
+    CONVERSATION_ID: "a conversation id (letters, digits, '_', '.', ':' or '-', from a letter or digit)",
+    f"(?:{CONVERSATION_ID})|^$": "empty or a conversation id (letters, digits, '_', '.', ':' or '-')",
+    DOCUMENT_REF: "a doc_id, or a collection name, '/' and a doc_id (not blank)",
+})
+
+
+def _whole(value: object) -> object:
+    """50.0 is the integer 50 in JSON; 50.5, "50" and true are not."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _distinct(values: list[str]) -> list[str]:
+    """Repeats dropped, order kept."""
+    return list(dict.fromkeys(values))
+
+
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+ConversationId = Annotated[str, Field(max_length=MAX_NAME_CHARS, pattern=CONVERSATION_ID,
+                                      description="One of the caller's conversations (404 otherwise)")]
+# Where an id may be left out: empty (or null) starts a new conversation / names none.
+MaybeConversationId = Annotated[str, Field(max_length=MAX_NAME_CHARS, pattern=f"(?:{CONVERSATION_ID})|^$")]
+Date = Annotated[str, WithJsonSchema({"anyOf": [{"type": "string", "format": "date"},
+                                                {"type": "string", "maxLength": 0}]})]
+
+
+class Declared(BaseModel):
+    """A request model: strict types (no "5" for 5), and a ValidationError raised as the InvalidArgument
+    that names the first field at fault."""
+
+    model_config = ConfigDict(strict=True)
+
+    @classmethod
+    def checked(cls, sent: dict[str, Any]) -> Self:
+        """The request `sent` (a proto's fields, or the domain's), checked as the HTTP body is."""
+        try:
+            return cls.model_validate(sent)
+        except ValidationError as exc:
+            raise invalid_argument(exc.errors()) from None
+
+
+_CONVERSATION_ID: TypeAdapter[str] = TypeAdapter(ConversationId)
+
+
+def checked_conversation_id(value: str) -> str:
+    """A conversation id a call names, by the rule the HTTP path parameter declares."""
+    try:
+        return _CONVERSATION_ID.validate_python(value)
+    except ValidationError as exc:
+        raise invalid_argument([{**e, "loc": ("conversation_id",)} for e in exc.errors()]) from None
+
+
+class AskRequest(Declared):
+    """An Ask as a client sends it (the JSON body of POST /api/chat/ask[/stream]; Gateway.Ask's
+    AskRequest carries the same fields)."""
+
+    question: str = Field(max_length=MAX_QUESTION_CHARS, pattern=NOT_BLANK, description="Not blank")
+    data_sources: Annotated[list[Literal[DATA_SOURCES]], AfterValidator(_distinct)] = Field(  # type: ignore[valid-type]
+        default_factory=list, description=f"Repeats are dropped; none: {', '.join(DEFAULT_SOURCES)}")
+    start_date: Date | None = Field("", description="YYYY-MM-DD; empty or null: no start date")
+    end_date: Date | None = Field("", description="YYYY-MM-DD; empty or null: no end date. Not before start_date "
+                                                  "(400)")
+    selected_funds: Annotated[list[Annotated[str, Field(max_length=MAX_FUND_CHARS)]], AfterValidator(_distinct)] = \
+        Field(default_factory=list, max_length=MAX_FUNDS, description="Restricts the search to these funds")
+    conversation_id: MaybeConversationId | None = Field("", description=(
+        "One of the caller's conversations (404 otherwise); empty or null starts a new one, named in the strategy "
+        "and done events"))
+    model: Name | None = Field("", description="Empty or null: the default model")
+    tenant: Name = Field("", description="Empty or the credential's own tenant (403 otherwise)")
+    user_id: Name = Field("", description="Empty or the caller; an admin key may name another user of its tenant "
+                                          "(403 for a member key)")
+    top_k: Annotated[int | None, BeforeValidator(_whole)] = Field(None, ge=1, le=MAX_TOP_K, description=(
+        "Passages to retrieve; null: the strategy decides"))
+    document_ids: Annotated[list[Annotated[str, Field(max_length=MAX_DOCUMENT_ID_CHARS, pattern=DOCUMENT_REF)]],
+                            AfterValidator(_distinct)] = Field(default_factory=list, max_length=MAX_DOCUMENT_IDS,
+                                                               description=(
+        "Documents in scope, as collection/doc_id (GET /api/documents) or a bare doc_id (in any searched "
+        "collection): every search of the question admits only their chunks. One enables a summary of it (404 "
+        "when it is unknown)"))
+    persona: Annotated[str, Field(max_length=MAX_PERSONA_CHARS)] | None = Field("", description=(
+        "Who the assistant is (\"You are terse.\"), put in the system prompt"))
+    context_window: Literal[("", *CONTEXT_WINDOWS)] | None = Field("", description=(  # type: ignore[valid-type]
+        "Only documents dated within the last 24h, 48h or week (1w); all or empty: any date (the question may "
+        "still name a window, \"in the last 24 hours\")"))
+    format: Literal[("", *RESPONSE_FORMATS)] | None = Field("", description=(  # type: ignore[valid-type]
+        "Empty, null or ragmesh: the Answer; notes: POST /api/chat/ask answers in the notes contract (NotesAnswer: "
+        "[N1] citations with cid, noteId, chunkId, createdAt, snippet, score). The stream's events are the same in "
+        "both"))
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, model: str | None) -> str | None:
+        if model and model not in KNOWN_MODELS:
+            raise InvalidArgument("model", f"unknown model {model!r}; known: {', '.join(KNOWN_MODELS)}")
+        return model
+
+    @model_validator(mode="after")
+    def _dates_in_order(self) -> AskRequest:
+        check_date_range(self.start_date or "", self.end_date or "")
+        return self
+
+    def to_input(self) -> AskInput:
+        return AskInput(
+            question=self.question, data_sources=self.data_sources, start_date=self.start_date or "",
+            end_date=self.end_date or "", selected_funds=self.selected_funds,
+            conversation_id=self.conversation_id or "", model=self.model or "", tenant=self.tenant,
+            user_id=self.user_id, top_k=self.top_k, document_ids=self.document_ids, persona=self.persona or "",
+            context_window=self.context_window or "", response_format=self.format or "ragmesh",
+        )
 
 
 def document_ref(ref: str) -> tuple[str, str]:
@@ -52,48 +176,22 @@ class AskInput:
     user_id: str = ""
     top_k: int | None = None
     document_ids: list[str] = field(default_factory=list)  # documents in scope; one enables SUMMARY
-    persona: str = ""  # 003: who the assistant is, put in the system prompt
-    context_window: str = ""  # 003: one of CONTEXT_WINDOWS, or "" (the question may set one)
-    response_format: str = "ragmesh"  # one of RESPONSE_FORMATS; "notes" asks for 002's contract
+    persona: str = ""  # who the assistant is, put in the system prompt
+    context_window: str = ""  # one of CONTEXT_WINDOWS, or "" (the question may set one)
+    response_format: str = "ragmesh"  # one of RESPONSE_FORMATS; "notes" asks for the notes contract
     identity: Identity | None = None  # who asks, settled by AskPipeline.prepare from the credential
 
     def validate(self) -> None:
-        """Every field bounded and checked, lists deduplicated, before anything is searched or written."""
-        check_text("question", self.question, MAX_QUESTION_CHARS)
-        if not self.question.strip():
-            raise InvalidArgument("question", "must not be empty")
-        for name in ("conversation_id", "model", "tenant", "user_id"):
-            check_text(name, getattr(self, name), MAX_NAME_CHARS)
-        self.data_sources = check_list("data_sources", self.data_sources, len(DATA_SOURCES), MAX_NAME_CHARS)
-        self.selected_funds = check_list("selected_funds", self.selected_funds, MAX_FUNDS, MAX_FUND_CHARS)
-        self.document_ids = check_list("document_ids", self.document_ids, MAX_DOCUMENT_IDS, MAX_DOCUMENT_ID_CHARS)
-        for i, ref in enumerate(self.document_ids):
-            collection, doc_id = document_ref(ref)
-            if collection:
-                check_name(f"document_ids[{i}] collection", collection)
-            check_text(f"document_ids[{i}]", doc_id, MAX_DOCUMENT_ID_CHARS, required=True)
-        check_text("start_date", self.start_date, 10)
-        check_text("end_date", self.end_date, 10)
-        check_date_range(self.start_date, self.end_date)
-        if self.model and self.model not in KNOWN_MODELS:
-            raise InvalidArgument("model", f"unknown model {self.model!r}; known: {', '.join(KNOWN_MODELS)}")
-        unknown = [s for s in self.data_sources if s not in DATA_SOURCES]
-        if unknown:
-            raise InvalidArgument(
-                "data_sources", f"unknown data source {unknown[0]!r}; known: {', '.join(DATA_SOURCES)}"
-            )
-        check_top_k(self.top_k)
-        check_text("persona", self.persona, MAX_PERSONA_CHARS)
-        if self.context_window and self.context_window not in CONTEXT_WINDOWS:
-            raise InvalidArgument("context_window", f"must be one of {', '.join(CONTEXT_WINDOWS)} (or empty), "
-                                                    f"got {shown(self.context_window)}")
-        if self.response_format not in RESPONSE_FORMATS:
-            raise InvalidArgument("format", f"unknown response format {shown(self.response_format)}; "
-                                            f"known: {', '.join(RESPONSE_FORMATS)}")
+        """Checked by AskRequest, the declaration both edges share, before anything is searched or
+        written; lists come back without repeats."""
+        sent = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("identity", "response_format")}
+        checked = AskRequest.checked({**sent, "format": self.response_format})
+        self.data_sources, self.selected_funds = checked.data_sources, checked.selected_funds
+        self.document_ids = checked.document_ids
 
     @property
     def notes_contract(self) -> bool:
-        """002's contract asked for: linear fusion and the citation-enforced prompt at 002's temperature."""
+        """The notes contract asked for: linear fusion and the citation-enforced prompt at its temperature."""
         return self.response_format == "notes"
 
     @property

@@ -3,13 +3,15 @@
 1. DIRECT    greetings, thanks, "what is your name": answered without retrieval.
 2. NO_RAG    a follow-up that reworks what the conversation already holds ("summarize that", "why?"
              after searched answers, nothing new, filters unchanged): answered from the conversation
-             (000). Whether it does is decided before routing (services/gateway/followup.py).
-3. DEEP      reasoning keywords: deep-reasoner prompt, reasoning model, 15 chunks, threshold 0.6 (004 C),
-             before the summary path, so "compare"/"why" over one document reasons over its chunks.
-4. SUMMARY   summary keywords with a single document in scope: its pre-computed summary (004 B).
-5. LOOKUP    "question 6" style references: fetch that item directly (001 strategy 1); "all the
-             questions" with no number: every numbered item (001 strategy 2).
-6. SPECIFIC  the default: 5 chunks at threshold 0.7 for pointed questions, 10 at 0.5 for general ones (004 A).
+             (the scope cache's NO_RAG). Whether it does is decided before routing (services/gateway/followup.py).
+3. DEEP      reasoning keywords: deep-reasoner prompt, reasoning model, 15 chunks, threshold 0.6 (the
+             deep-reasoner path), before the summary path, so "compare"/"why" over one document reasons
+             over its chunks.
+4. SUMMARY   summary keywords with a single document in scope: its pre-computed summary (the summary path).
+5. LOOKUP    "question 6" style references: fetch that item directly (question lookup); "all the
+             questions" with no number: every numbered item.
+6. SPECIFIC  the default: 5 chunks at threshold 0.7 for pointed questions, 10 at 0.5 for general ones
+             (the specific hybrid path).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from services.gateway.query_analysis import is_general, question_numbers
 from services.gateway.question_lookup import ALL_QUESTIONS_K, asks_all_questions
 
 DIRECT, NO_RAG, SUMMARY, DEEP, LOOKUP, SPECIFIC = "DIRECT", "NO_RAG", "SUMMARY", "DEEP", "LOOKUP", "SPECIFIC"
-FALLBACK_SIMILARITY = 0.3  # 004's second threshold layer
+FALLBACK_SIMILARITY = 0.3  # the second similarity threshold layer
 
 SUMMARY_PATTERNS = (
     "summarize", "summarise", "summary", "overview", "what is this document about", "what is the document about",
@@ -55,7 +57,7 @@ class Route:
     min_similarity: float = 0.0
     prompt: str = "fund_research"
     question_numbers: tuple[str, ...] = ()
-    all_questions: bool = False  # every numbered item (001 strategy 2)
+    all_questions: bool = False  # every numbered item ("all the questions", naming none)
 
     @property
     def retrieves(self) -> bool:

@@ -1,5 +1,7 @@
 """Gateway gRPC servicer: AskRequest to AskInput, pipeline events to ChatEvents. The caller's
-identity comes from the server interceptor (ragmesh.identity.current)."""
+identity comes from the server interceptor (ragmesh.identity.current). Requests are checked by the
+declarations the HTTP bridge parses with: an Ask by AskRequest (in AskInput.validate), a correction
+and a transcript by their models, a conversation id by the rule of the HTTP path parameter."""
 from __future__ import annotations
 
 import asyncio
@@ -19,13 +21,17 @@ from ragmesh.store import CorrectionRecord, MessageRecord
 from ragmesh.types import Citation
 from ragmesh.validation import check_writable
 from services.gateway.conversations import Conversations
+from services.gateway.correction_request import CorrectionBody
+from services.gateway.events import Event
 from services.gateway.library import Library
 from services.gateway.memory import Memory
 from services.gateway.meta import describe
 from services.gateway.notes_contract import notes_answer
-from services.gateway.pipeline import AskPipeline, Event
-from services.gateway.request import AskInput
-from services.gateway.transcripts import TranscriptInput, Transcripts
+from services.gateway.pipeline import AskPipeline
+from services.gateway.request import AskInput, checked_conversation_id
+from services.gateway.strategy import Strategy, strategy_json
+from services.gateway.transcript_request import TranscriptBody
+from services.gateway.transcripts import Transcripts
 from services.gateway.whole_answer import whole_answer
 
 
@@ -42,39 +48,36 @@ def ask_from_proto(r: gateway_pb2.AskRequest) -> AskInput:
 def event_to_proto(event: Event) -> gateway_pb2.ChatEvent:
     kind, value = event.kind, event.value
     if kind == "strategy":
-        return gateway_pb2.ChatEvent(strategy=gateway_pb2.Strategy(
-            route=value.route, retrieval=value.retrieval, reason=value.reason, cache_hit=value.cache_hit,
-            collections=value.collections, filter=convert.filter_to_proto(value.filter), k=value.k,
-            candidate_count=value.candidate_count, retrieval_ms=value.retrieval_ms,
-            conversation_id=value.conversation_id, cache_key=value.cache_key, chunks=value.chunks,
-            dense_skipped=value.dense_skipped, unavailable=value.unavailable,
-            threshold_layer=value.threshold_layer, time_hint=value.time_hint, time_window=value.time_window,
-            detected_funds=value.detected_funds, context_chars=value.context_chars,
-            corrections=value.corrections, model=value.model, variants=value.variants,
-            rerank_count=value.rerank_count, quality=[gateway_pb2.QualityStep(**asdict(q)) for q in value.quality],
-            embed_ms=value.embed_ms, search_ms=value.search_ms,
-            followup=gateway_pb2.Followup(**asdict(value.followup)) if value.followup else None,
-            recency=value.recency, default_window=value.default_window, relaxed=value.relaxed,
-        ))
+        return gateway_pb2.ChatEvent(strategy=strategy_to_proto(value))
     if kind == "citations":
         return gateway_pb2.ChatEvent(citations=gateway_pb2.Citations(
             items=[convert.citation_to_proto(c) for c in value.citations], web_queries=value.web_queries))
     if kind == "done":
-        usage = common_pb2.Usage(**value.get("usage", {}))
-        return gateway_pb2.ChatEvent(done=gateway_pb2.ChatDone(**{**value, "usage": usage}))
+        usage = common_pb2.Usage(**value.usage)
+        return gateway_pb2.ChatEvent(done=gateway_pb2.ChatDone(**{**asdict(value), "usage": usage}))
     if kind == "error":
         return gateway_pb2.ChatEvent(error=gateway_pb2.ErrorInfo(**value))
     return gateway_pb2.ChatEvent(**{kind: value})
 
 
+def strategy_to_proto(s: Strategy) -> gateway_pb2.Strategy:
+    """The strategy event's message, built from its JSON (both derive from the one Strategy definition);
+    a field the message lacks fails here (ValueError), not silently."""
+    return gateway_pb2.Strategy(**_proto_fields(strategy_json(s)))
+
+
 def strategy_from_json(stored: dict) -> gateway_pb2.Strategy:
-    """A stored answer's strategy (events.strategy_json, kept in its meta) as the strategy event had it;
+    """A stored answer's strategy (its JSON, kept in the answer's meta) as the strategy event had it;
     fields a newer gateway added and this one does not know are skipped."""
-    f = stored.get("filter") or {}
-    as_proto = {**stored, "filter": {"tenant": f.get("tenant", ""), "start_date": f.get("start_date", ""),
-                                     "end_date": f.get("end_date", ""),
-                                     "in": {k: {"values": v} for k, v in (f.get("in") or {}).items()}}}
-    return json_format.ParseDict(as_proto, gateway_pb2.Strategy(), ignore_unknown_fields=True)
+    return json_format.ParseDict(_proto_fields(stored), gateway_pb2.Strategy(), ignore_unknown_fields=True)
+
+
+def _proto_fields(strategy: dict) -> dict:
+    """A strategy's JSON with its filter as the Filter message has it (`in`: field -> StringList)."""
+    f = strategy.get("filter") or {}
+    return {**strategy, "filter": {"tenant": f.get("tenant", ""), "start_date": f.get("start_date", ""),
+                                   "end_date": f.get("end_date", ""),
+                                   "in": {k: {"values": v} for k, v in (f.get("in") or {}).items()}}}
 
 
 def message_to_proto(m: MessageRecord) -> gateway_pb2.Message:
@@ -108,7 +111,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             yield event_to_proto(event)
 
     async def Stop(self, request: gateway_pb2.StopRequest, context: grpc.aio.ServicerContext):
-        stopped = await self.conversations.stop(identity.current(), request.conversation_id)
+        stopped = await self.conversations.stop(identity.current(), checked_conversation_id(request.conversation_id))
         return gateway_pb2.StopResponse(stopped=stopped)
 
     async def ListConversations(self, request: gateway_pb2.ListConversationsRequest, context):
@@ -120,17 +123,19 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             next_offset=found.next_offset)
 
     async def RenameConversation(self, request: gateway_pb2.RenameConversationRequest, context):
-        title = await self.conversations.rename(identity.current(), request.conversation_id, request.title)
+        title = await self.conversations.rename(identity.current(), checked_conversation_id(request.conversation_id),
+                                                request.title)
         return gateway_pb2.RenameConversationResponse(conversation_id=request.conversation_id, title=title)
 
     async def GetConversation(self, request: gateway_pb2.GetConversationRequest, context):
-        messages = await self.conversations.messages(identity.current(), request.conversation_id)
+        conversation_id = checked_conversation_id(request.conversation_id)
+        messages = await self.conversations.messages(identity.current(), conversation_id)
         return gateway_pb2.Conversation(conversation_id=request.conversation_id,
                                         messages=[message_to_proto(m) for m in messages])
 
     async def DeleteConversation(self, request: gateway_pb2.DeleteConversationRequest, context):
         who = identity.current().acting_for(request.tenant, "")
-        await self.conversations.delete(who, request.conversation_id)  # NotFound when not the caller's
+        await self.conversations.delete(who, checked_conversation_id(request.conversation_id))  # NotFound: not yours
         return gateway_pb2.DeleteConversationResponse(deleted=True)
 
     async def Ingest(
@@ -143,10 +148,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             yield progress
 
     async def Correct(self, request: gateway_pb2.CorrectionRequest, context: grpc.aio.ServicerContext):
-        author = identity.current().acting_for(request.tenant, request.user_id)
-        record = CorrectionRecord("", author.tenant, author.user, request.question, request.wrong_answer,
-                                  request.correction, request.conversation_id)
-        correction_id = await asyncio.to_thread(self.memory.record_correction, author, record, request.message_id)
+        sent = CorrectionBody.checked(json_format.MessageToDict(request, preserving_proto_field_name=True))
+        author = identity.current().acting_for(sent.tenant, sent.user_id)
+        record = CorrectionRecord("", author.tenant, author.user, sent.question, sent.wrong_answer, sent.correction,
+                                  sent.conversation_id)
+        correction_id = await asyncio.to_thread(self.memory.record_correction, author, record, sent.message_id)
         return gateway_pb2.CorrectionResponse(correction_id=correction_id)
 
     async def ListModels(self, request: gateway_pb2.ListModelsRequest, context: grpc.aio.ServicerContext):
@@ -155,10 +161,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                               web_search_models=[m for m in models if m in WEB_SEARCH_MODELS])
 
     async def IngestTranscript(self, request: gateway_pb2.TranscriptRequest, context: grpc.aio.ServicerContext):
-        done = await self.transcripts.ingest(identity.current(), TranscriptInput(
-            raw_text=request.raw_text, refined_text=request.refined_text, tags=list(request.tags),
-            echotag=request.echotag, transcript_id=request.transcript_id, collection=request.collection,
-            date=request.date, tenant=request.tenant))
+        sent = TranscriptBody.checked(json_format.MessageToDict(request, preserving_proto_field_name=True))
+        done = await self.transcripts.ingest(identity.current(), sent.to_input())
         return gateway_pb2.TranscriptResponse(
             doc_id=done.doc_id, collection=done.collection, chunks=done.chunks, tags=done.tags,
             tagged_by=done.tagged_by, note=done.note, stage=done.stage)

@@ -1,408 +1,121 @@
-"""Everything decided before generation, as one Strategy the strategy event shows: the
-route, the filters (including those read from the question), whether the cached scope is
-reused, and the hits, searched per collection under the retrieval deadline."""
+"""The strategy event's one definition: `Strategy` says how a question is answered, and its JSON (the SSE
+bridge, the stored answer), its protobuf message (gateway.proto `Strategy`, read from that JSON by the
+servicer) and its schema (pydantic's TypeAdapter(Strategy)) all derive from it. `strategy_event` is the
+one place it is assembled, from what each stage returned: the planner's Plan, the quality steps run
+after it, the context built and the corrections found."""
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import datetime as dt
-import logging
-import time
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-import numpy as np
+from pydantic import Field, TypeAdapter
 
-from ragmesh import tracing
-from ragmesh.clients import EmbedderClient, GeneratorClient, RetrieverClient, SearchResult
-from ragmesh.errors import NotFound, RagmeshError
-from ragmesh.models import EXTRACTIVE
-from ragmesh.types import Chunk, Hit, SearchFilter
-from ragmesh.validation import MAX_VARIANTS
-from services.gateway import boosts, followup, router
 from services.gateway.followup import Followup
-from services.gateway.history import Recent
-from ragmesh.types import MEMORY_COLLECTION
-from services.gateway.quality import QualitySettings, QualityStack, QualityStep
-from services.gateway.query_analysis import mentioned_funds, recency_phrase, time_hint, time_window
-from services.gateway.question_lookup import numbered_filter
-from services.gateway.request import AskInput, document_ref
-from services.gateway.scope_cache import ScopeEntry, Scopes, scope_key
+from services.gateway.planner import Plan
+from services.gateway.quality import QualityStep
 
-log = logging.getLogger(__name__)
-
-RAG_REUSE, RAG_NEW_QUERY, NO_RETRIEVAL = "RAG_REUSE", "RAG_NEW_QUERY", "NO_RAG"
-SEARCH_DEPTH = 15  # hits kept per search, so any route can reuse the cached scope
-# The question's embedding may take at most this share of the retrieval deadline; the searches get
-# the rest. A slow embedder then means keyword-only search (said so), never a search that never ran.
-EMBED_SHARE = 0.5
+# Field docstrings are the schema's descriptions; every field is in every strategy event.
+_SCHEMA = {"use_attribute_docstrings": True, "json_schema_serialization_defaults_required": True}
 
 
-@dataclass
+@dataclass(frozen=True)
+class StrategyFilter:
+    """The filter the search ran under."""
+
+    __pydantic_config__ = _SCHEMA
+
+    tenant: str
+    start_date: str
+    end_date: str
+    any_of: Annotated[dict[str, list[str]], Field(alias="in")]
+    """Metadata field -> values, any of which matches"""
+
+
+@dataclass(frozen=True)
 class Strategy:
+    """How the question is answered: the route, what was searched and found."""
+
+    __pydantic_config__ = _SCHEMA
+
     route: str
+    """DIRECT | NO_RAG | SUMMARY | DEEP | LOOKUP | SPECIFIC"""
     retrieval: str
+    """RAG_NEW_QUERY | RAG_REUSE | NO_RAG (no search)"""
     reason: str
-    conversation_id: str
+    cache_hit: bool
     collections: list[str]
-    filter: SearchFilter
+    filter: StrategyFilter
+    time_hint: str
+    """Words of the question read as a period (e.g. 'last quarter'), turned into the date filter"""
+    time_window: str
+    """The retriever's window filter: 24h, 48h, 1w or all (empty: none)"""
+    detected_funds: list[str]
+    """Fund names read from the question, used as the fund filter"""
+    k: int
+    candidate_count: int
+    chunks: int
+    """Chunks that went into the context"""
+    threshold_layer: int
+    """1 min similarity, 2 fallback similarity, 3 any hits"""
+    retrieval_ms: float
+    embed_ms: float
+    """The question's embedding, request to vector; a question every route searches for starts it while the
+    conversation is read"""
+    search_ms: float
+    """Of retrieval_ms, the wait for the searches (0 when the scope was reused)"""
+    context_chars: int
+    corrections: int
+    """The user's corrections given to the model"""
+    conversation_id: str
     cache_key: str
-    cache_hit: bool = False
-    k: int = 0
-    candidate_count: int = 0
-    chunks: int = 0
-    retrieval_ms: float = 0.0
-    embed_ms: float = 0.0  # the question's embedding, request to vector (it may start before retrieval_ms does)
-    search_ms: float = 0.0  # of retrieval_ms, waiting for the searches
-    dense_skipped: bool = False
-    unavailable: list[str] = field(default_factory=list)  # collections whose search failed or timed out
-    threshold_layer: int = 0
-    time_hint: str = ""
-    time_window: str = ""  # the retriever's window filter (24h | 48h | 1w | all)
-    detected_funds: list[str] = field(default_factory=list)
-    context_chars: int = 0
-    corrections: int = 0
-    model: str = ""
-    variants: list[str] = field(default_factory=list)  # the question rewritten, searched with it
-    rerank_count: int = 0
-    quality: list[QualityStep] = field(default_factory=list)  # 003's quality steps, in order
-    hits: list[Hit] = field(default_factory=list, repr=False)
-    followup: Followup | None = None  # whether it reworks the conversation, and the signal that decided
-    recency: str = ""  # the words asking for the latest, which sent the retriever's time decay
-    default_window: dict[str, int] = field(default_factory=dict)  # collection -> days of 002's window searched
-    relaxed: list[str] = field(default_factory=list)  # filters read from the question, loosened, and why
+    dense_skipped: bool
+    """Embedder unavailable: keyword search only"""
+    unavailable: list[str]
+    """Collections whose search failed or timed out"""
+    model: str
+    variants: list[str]
+    """More queries searched beside the question: the model's rewrites, or the earlier question a follow-up
+    with no words of its own refers to"""
+    rerank_count: int
+    """Candidates the model reranked (0: none)"""
+    quality: list[QualityStep]
+    """The quality steps, in the order they ran"""
+    followup: Followup
+    """Whether the question reworks what the conversation holds (answered from it, no search), and the
+    signal that decided"""
+    recency: str
+    """Words asking for the latest (e.g. 'latest', 'as of now') that sent the retriever's time decay; empty: none"""
+    default_window: dict[str, int]
+    """Collections searched within their default window (DEFAULT_WINDOW_DAYS): collection -> days"""
+    relaxed: list[str]
+    """Filters read from the question, or a default window, that found nothing and were loosened, each with why"""
 
 
-
-def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
-    if a is None or b is None:
-        return None
-    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
-
-
-
-@dataclass
-class PipelineSettings:
-    default_model: str
-    reasoning_model: str = ""
-    history_turns: int = 3
-    same_topic_threshold: float = 0.5
-    context_char_budget: int = 4000
-    retrieval_timeout_s: float = 3.5
-    scope_llm_check: bool = False
-    scope_llm_timeout_s: float = 0.8
-    quality: QualitySettings = field(default_factory=QualitySettings)
-    # conversation memory and recency
-    history_char_budget: int = 6000  # earlier turns a prompt carries verbatim; past it, the running summary
-    default_window_days: dict[str, int] = field(default_factory=dict)  # collection -> days (002's window)
-    recency_half_life_days: float = 30.0  # recency words in the question: the retriever's decay
-    recency_floor: float = 0.3
+def strategy_event(plan: Plan, later_steps: Sequence[QualityStep], context_chars: int, corrections: int,
+                   notes: Sequence[str] = ()) -> Strategy:
+    """The strategy event of one answer: the plan, the quality steps run after planning (compression),
+    the size of the context built, the corrections given to the model, and `notes` said after the
+    plan's reason (e.g. that web search is not available to the model)."""
+    f = plan.filter
+    return Strategy(
+        route=plan.route, retrieval=plan.retrieval, reason="; ".join([plan.reason, *notes]),
+        cache_hit=plan.cache_hit, collections=list(plan.collections),
+        filter=StrategyFilter(f.tenant, f.start_date, f.end_date, dict(f.any_of)),
+        time_hint=plan.time_hint, time_window=plan.time_window, detected_funds=list(plan.detected_funds),
+        k=plan.k, candidate_count=plan.candidate_count, chunks=len(plan.hits), threshold_layer=plan.threshold_layer,
+        retrieval_ms=round(plan.retrieval_ms, 2), embed_ms=round(plan.embed_ms, 2), search_ms=round(plan.search_ms, 2),
+        context_chars=context_chars, corrections=corrections,
+        conversation_id=plan.conversation_id, cache_key=plan.cache_key, dense_skipped=plan.dense_skipped,
+        unavailable=list(plan.unavailable), model=plan.model, variants=list(plan.variants),
+        rerank_count=plan.rerank_count, quality=[*plan.quality, *later_steps], followup=plan.followup,
+        recency=plan.recency, default_window=dict(plan.default_window), relaxed=list(plan.relaxed),
+    )
 
 
+_JSON = TypeAdapter(Strategy)
 
-class Planner:
-    def __init__(self, retriever: RetrieverClient, generator: GeneratorClient, embedder: EmbedderClient,
-                 cache: Scopes, known_funds: Callable[[str], Awaitable[list[str]]], settings: PipelineSettings,
-                 today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.timezone.utc).date()) -> None:
-        self.retriever = retriever
-        self.generator = generator
-        self.embedder = embedder
-        self.cache = cache
-        self.known_funds = known_funds
-        self.settings = settings
-        self.today = today
-        self.quality = QualityStack(generator, settings.quality)
 
-    def embed_early(self, ask: AskInput) -> asyncio.Task[tuple[np.ndarray | None, float]] | None:
-        """The question's embedding, started before its conversation is read when every route the
-        question can take searches (only NO_RAG depends on the conversation, and only a question that
-        refers back can take it): it then runs while history is read and the question routed, so a
-        question that reuses its scope waits for little more than its embedding. None when a route may
-        not need it."""
-        if followup.may_rework(ask.question) or not router.route(ask.question, None, len(ask.document_ids)).retrieves:
-            return None
-        return asyncio.ensure_future(self._embed_question(ask.question))
-
-    async def plan(self, ask: AskInput, conversation: Recent,
-                   embedding: asyncio.Future[tuple[np.ndarray | None, float]] | None = None) -> Strategy:
-        """Route, filters, scope decision and hits for one question in `conversation`;
-        `embedding` is the question's embedding if `embed_early` started it."""
-        turns = conversation.count
-        # The conversation's last search: the follow-up check reads it, and so does the reuse decision.
-        cached = await self.cache.get(ask.tenant, ask.conversation_id) if turns else None
-        with tracing.span("routing"):
-            follow = await self._followup(ask, conversation, cached)
-            rt = router.route(ask.question, follow, len(ask.document_ids))
-            tracing.annotate(route=rt.name, reason=rt.reason, followup=follow.signal)
-        if ask.top_k and rt.retrieves:
-            rt = dataclasses.replace(rt, k=ask.top_k)
-        search_filter = SearchFilter(tenant=ask.tenant, start_date=ask.start_date, end_date=ask.end_date,
-                                     any_of={"fund_name": sorted(ask.selected_funds)} if ask.selected_funds else {})
-        s = Strategy(rt.name, NO_RETRIEVAL, rt.reason, ask.conversation_id, ask.collections, search_filter, "",
-                     k=rt.k, model=self._model(ask, rt), followup=follow)
-        if rt.name == router.SUMMARY:
-            if await self._summary_hits(ask, s):
-                return s
-            rt = router.Route(router.SPECIFIC, "summary asked, but the document has no summary or outline", 10, 0.5)
-            s.route, s.reason, s.k = rt.name, rt.reason, rt.k
-        if not rt.retrieves:
-            return s
-        await self._read_question(ask, s)
-        s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []),
-                                s.time_window + ("+latest" if s.recency else ""), ask.document_ids)
-        started = time.perf_counter()
-        deadline = time.monotonic() + self.settings.retrieval_timeout_s
-        with tracing.span("embedding"):
-            vector, s.embed_ms = await (embedding or self._embed_question(ask.question))
-        if cached is None:
-            s.retrieval, why = RAG_NEW_QUERY, "no cached scope for this conversation"
-        elif cached.key != s.cache_key or cached.collections != s.collections:
-            s.retrieval, why = RAG_NEW_QUERY, f"filters changed ({cached.key} -> {s.cache_key})"
-        elif missing := followup.not_in_hits(ask.question, cached.hits):
-            s.retrieval, why = RAG_NEW_QUERY, f"same filters, but {', '.join(missing)} not in the cached hits"
-        else:
-            same, note = await self._same_topic(cached, ask, vector, s.model)
-            if same:
-                s.retrieval, s.cache_hit, why = RAG_REUSE, True, f"same filters and topic {note}"
-                s.hits, s.candidate_count = cached.hits, cached.candidate_count
-            else:
-                s.retrieval, why = RAG_NEW_QUERY, f"same filters, different topic {note}"
-        s.reason = f"{rt.reason}; {why}"
-        paused = time.monotonic()
-        await self.quality.rewrite(ask.question, s)
-        s.variants += followup.search_context(ask.question, conversation.turns)
-        deadline += time.monotonic() - paused  # the model's time is not taken from the searches'
-        if s.retrieval == RAG_NEW_QUERY:
-            searching = time.perf_counter()
-            await self._search(ask, rt, s, vector, deadline)
-            s.search_ms = (time.perf_counter() - searching) * 1000
-            if not s.unavailable:
-                await self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
-                    s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count,
-                    asked=followup.asked_key(ask)))
-        await self.quality.rerank(ask.question, s)
-        s.hits = s.hits[: s.k]
-        if await self.quality.use_history(s, turns):
-            s.retrieval, s.hits = NO_RETRIEVAL, []
-        s.chunks = len(s.hits)
-        s.retrieval_ms = (time.perf_counter() - started) * 1000
-        log.info("retrieval", extra={"route": s.route, "retrieval": s.retrieval, "chunks": s.chunks,
-                                     "retrieval_ms": round(s.retrieval_ms, 1), "candidates": s.candidate_count,
-                                     "cache_hit": s.cache_hit, "unavailable": s.unavailable})
-        return s
-
-    async def _summary_hits(self, ask: AskInput, s: Strategy) -> bool:
-        """004 Path B: the document's pre-computed summary and section summaries as the context, or
-        its section titles as a table of contents. False when it has neither (search instead)."""
-        ref = ask.document_ids[0]
-        collection, doc_id = document_ref(ref)
-        record = None
-        for name in [collection] if collection else s.collections:
-            try:
-                record = await self.retriever.get_document(name, doc_id)
-                break
-            except NotFound:
-                continue
-        if record is None:
-            raise NotFound(f"document_ids: {ref!r} is not in {', '.join([collection] if collection else s.collections)}")
-        texts = [record.summary] if record.summary else []
-        texts += [f"{sec.title}: {sec.summary}" for sec in record.sections if sec.summary]
-        if not texts and record.sections:  # a table of contents from the section titles
-            texts = ["Sections: " + "; ".join(sec.title for sec in record.sections if sec.title)]
-        if not texts:
-            return False
-        base = Chunk(chunk_id=f"{record.collection}/{record.doc_id}#summary", doc_id=record.doc_id,
-                     collection=record.collection, text="", metadata=dict(record.metadata), date=record.date,
-                     tenant=record.tenant)
-        s.hits = [Hit(dataclasses.replace(base, chunk_id=f"{base.chunk_id}{i or ''}", text=t), 1.0)
-                  for i, t in enumerate(texts)]
-        s.chunks, s.reason = len(s.hits), f"{s.reason}; {'summary' if record.summary else 'table of contents'} of {ref}"
-        return True
-
-    async def _followup(self, ask: AskInput, conversation: Recent, cached: ScopeEntry | None) -> Followup:
-        """Whether the question reworks what the conversation holds: the cheap signals, then the
-        model's word when it is configured to check."""
-        verdict = followup.decide(ask, conversation.turns, cached, self.today())
-        model = ask.model or self.settings.default_model
-        if not self.settings.scope_llm_check or model == EXTRACTIVE:
-            return verdict
-        return await followup.confirm(verdict, ask.question, conversation.turns, self.generator, model,
-                                      self.settings.scope_llm_timeout_s)
-
-    def _model(self, ask: AskInput, rt: router.Route) -> str:
-        if ask.model:
-            return ask.model
-        if rt.name == router.DEEP and self.settings.reasoning_model:
-            return self.settings.reasoning_model
-        return self.settings.default_model
-
-    async def _read_question(self, ask: AskInput, s: Strategy) -> None:
-        """A time window, time hints and fund names in the question narrow the search when the user set
-        no filter; a context_window the user set is the window. Words asking for the latest send the
-        time decay; a question with none of these searches the sources that have one within 002's
-        default window (the last N days)."""
-        dated = bool(ask.start_date or ask.end_date)
-        if ask.context_window:
-            s.time_window = ask.context_window
-        elif not dated and (window := time_window(ask.question)):
-            s.time_window, s.time_hint = window.window, window.phrase
-        elif not dated and (hint := time_hint(ask.question, self.today())):
-            s.filter = dataclasses.replace(s.filter, start_date=hint.start, end_date=hint.end)
-            s.time_hint = hint.phrase
-        s.recency = recency_phrase(ask.question)
-        if not s.recency and not (dated or s.time_window or s.time_hint):
-            s.default_window = {c: d for c, d in self.settings.default_window_days.items() if c in s.collections}
-        if not ask.selected_funds and (funds := mentioned_funds(ask.question, await self.known_funds(ask.tenant))):
-            s.filter = dataclasses.replace(s.filter, any_of={"fund_name": funds})
-            s.detected_funds = funds
-
-    async def _embed_question(self, question: str) -> tuple[np.ndarray | None, float]:
-        """The question's vector for the topic check and the dense search (None if the embedder is down
-        or slower than its share of the retrieval deadline), and the milliseconds the call took."""
-        started = time.perf_counter()
-        try:
-            timeout = self.settings.retrieval_timeout_s * EMBED_SHARE
-            vector = (await self.embedder.embed([question], "QUERY", timeout))[0]
-        except RagmeshError as exc:
-            log.warning("embedder unavailable for the question", extra={"error": str(exc)})
-            vector = None
-        return vector, (time.perf_counter() - started) * 1000
-
-    async def _same_topic(self, cached: ScopeEntry, ask: AskInput, vector: np.ndarray | None,
-                          model: str) -> tuple[bool, str]:
-        """000's slow path: embedding similarity first (milliseconds, no model); an LLM verdict with a
-        bounded wait confirms it when enabled, falling back to the similarity verdict."""
-        similarity = cosine(cached.question_vector, vector)
-        verdict = similarity is not None and similarity >= self.settings.same_topic_threshold
-        note = f"(similarity {'unknown' if similarity is None else f'{similarity:.2f}'}"
-        if self.settings.scope_llm_check and model != EXTRACTIVE:
-            try:
-                answer = await asyncio.wait_for(self._llm_topic(cached.question, ask.question, model),
-                                                self.settings.scope_llm_timeout_s)
-                if answer:
-                    verdict = answer == "SAME"
-                    note += f", model says {answer}"
-            except (asyncio.TimeoutError, RagmeshError):
-                note += ", model check timed out"
-        return verdict, note + ")"
-
-    async def _llm_topic(self, previous: str, current: str, model: str) -> str:
-        prompt = f"Previous: {previous}\nCurrent: {current}\nAre these SAME or DIFFERENT topics? Answer with one word."
-        text = (await self.generator.complete(model=model, system_instruction="Classify topics.",
-                                              prompt=prompt)).upper()
-        return "DIFFERENT" if "DIFFERENT" in text else "SAME" if "SAME" in text else ""
-
-    def _filter_for(self, collection: str, s: Strategy, ask: AskInput, windowed: bool = True) -> SearchFilter:
-        """The collection's filter; `windowed` adds its default window (002), if it has one."""
-        if collection == MEMORY_COLLECTION:  # past messages: the user's own, whatever the fund or date filter
-            f = SearchFilter(tenant=ask.tenant, equals={"user_id": ask.user_id})
-        else:
-            f = s.filter
-        if windowed and (days := s.default_window.get(collection)):
-            today = self.today()
-            f = dataclasses.replace(f, start_date=(today - dt.timedelta(days=days)).isoformat(),
-                                    end_date=today.isoformat())
-        return f
-
-    def _relaxations(self, ask: AskInput, s: Strategy) -> Iterator[str]:
-        """Loosens, one at a time, the filters read from the question (never those the user set), for a
-        search they left with nothing. First the dates of a period it names: a note reporting on 2023 is
-        dated 2024, and the period's words still rank what mentions it. Then the funds it names (a source
-        may hold no fund names), but only with no dates or window left: those would be what found nothing,
-        and other funds' notes would not answer. A window such as "the last 24 hours" stays: there the
-        notes' own dates are what is asked."""
-        f = s.filter
-        if s.time_hint and not (ask.start_date or ask.end_date) and (f.start_date or f.end_date):
-            s.filter = dataclasses.replace(s.filter, start_date="", end_date="")
-            yield (f"dates read from the question ({s.time_hint!r}: {f.start_date}..{f.end_date}) matched nothing: "
-                   f"relaxed to every date")
-        undated = not (s.filter.start_date or s.filter.end_date or s.time_window not in ("", "all"))
-        if s.detected_funds and not ask.selected_funds and undated:
-            others = {k: v for k, v in s.filter.any_of.items() if k != "fund_name"}
-            s.filter = dataclasses.replace(s.filter, any_of=others)
-            yield f"funds read from the question ({', '.join(s.detected_funds)}) matched nothing: relaxed to every fund"
-
-    async def _search(self, ask: AskInput, rt: router.Route, s: Strategy, vector: np.ndarray | None,
-                      deadline: float) -> None:
-        """One search per collection side by side under the retrieval deadline; whatever arrives in time
-        is used. Searches that find nothing are widened: a source's default window to every date (most
-        recent first), then the filters read from the question (`_relaxations`)."""
-        # Asked for the latest, a newer note a little less like the question competes (its decayed score
-        # decides) instead of being cut by the route's first similarity threshold.
-        latest = dict(half_life_days=self.settings.recency_half_life_days, decay_floor=self.settings.recency_floor)
-        ranking = boosts.Ranking(min(rt.min_similarity, router.FALLBACK_SIMILARITY) if s.recency else rt.min_similarity,
-                                 ask.conversation_id, s.time_window, self.today().isoformat(),
-                                 linear=ask.notes_contract, **(latest if s.recency else {}))
-        if ranking.linear:
-            s.reason += "; linear fusion 0.6 vector + 0.25 keyword + 0.15 recency (notes contract)"
-        if s.default_window:
-            s.reason += "; default window: " + ", ".join(f"{c} last {d} days" for c, d in s.default_window.items())
-        if s.recency:
-            s.reason += (f"; {s.recency!r} asks for the latest: time decay, half-life {ranking.half_life_days:g} days, "
-                         f"floor {ranking.decay_floor:g}")
-        variants = [v for n in rt.question_numbers for v in (f"question {n}", f"problem {n}", f"{n}.")]
-        variants = (variants + s.variants)[:MAX_VARIANTS]
-        left = lambda: max(0.05, deadline - time.monotonic())  # noqa: E731
-
-        async def one(collection: str) -> SearchResult:
-            with tracing.span("search", collection=collection):
-                return await searched(collection)
-
-        def search(collection: str, f: SearchFilter, r: boosts.Ranking) -> Awaitable[SearchResult]:
-            return self.retriever.search(ask.question, [collection], f, max(rt.k, SEARCH_DEPTH), vector, left(),
-                                         variants, **boosts.options(collection, r))
-
-        async def find(collection: str, f: SearchFilter, r: boosts.Ranking) -> SearchResult:
-            f = dataclasses.replace(f, doc_ids=ask.picked(collection))
-            # 001: the numbered items themselves first (those named, or all when all are asked for)
-            if exact := await numbered_filter(self.retriever, rt.question_numbers, rt.all_questions, f, collection):
-                found = await search(collection, exact, r)
-                if found.hits:
-                    return found
-            found = await search(collection, f, r)
-            newest = max((h.chunk.date for h in found.hits), default="")
-            if r.flat_for(newest):  # nothing recent: the decay counts from the newest hit, so it still orders them
-                found = await search(collection, f, dataclasses.replace(r, now=newest))
-            return found
-
-        async def searched(collection: str) -> SearchResult:
-            found = await find(collection, self._filter_for(collection, s, ask), ranking)
-            if found.hits or collection not in s.default_window:
-                return found
-            # 002's fallback: the window holds nothing, so every date, the most recent first
-            days = s.default_window[collection]
-            note = f"{collection}: nothing in the last {days} days: every date, most recent first"
-            if note not in s.relaxed:
-                s.relaxed.append(note)
-            return await find(collection, self._filter_for(collection, s, ask, windowed=False),
-                              dataclasses.replace(ranking, **latest))
-
-        hits = await self._gathered(s, [one(c) for c in s.collections])
-        relaxing = self._relaxations(ask, s)  # each step loosens s.filter when it is taken
-        while not hits and not s.unavailable and (note := next(relaxing, None)):
-            s.relaxed.append(note)
-            hits = await self._gathered(s, [one(c) for c in s.collections])
-        if s.relaxed:
-            s.reason += "; " + "; ".join(s.relaxed)
-        if s.unavailable:
-            s.reason += f"; no answer in time from {', '.join(s.unavailable)}: using what arrived"
-        if s.dense_skipped:
-            s.reason += "; embedder unavailable: keyword search only"
-        s.hits = sorted(hits, key=lambda h: -h.score)
-
-    async def _gathered(self, s: Strategy, searches: list[Awaitable[SearchResult]]) -> list[Hit]:
-        """The hits of the collections' searches, run side by side; each failure named in `s.unavailable`."""
-        results = await asyncio.gather(*searches, return_exceptions=True)
-        hits: list[Hit] = []
-        for collection, result in zip(s.collections, results):
-            if isinstance(result, RagmeshError):
-                s.unavailable.append(collection)
-                log.warning("search failed", extra={"collection": collection, "error": str(result)})
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            hits += result.hits
-            s.candidate_count += result.candidate_count
-            s.dense_skipped |= result.dense_skipped
-            s.threshold_layer = max(s.threshold_layer, result.threshold_layer)
-        return hits
+def strategy_json(s: Strategy) -> dict[str, Any]:
+    """The strategy as the SSE bridge sends it and an answer's meta stores it."""
+    return _JSON.dump_python(s, mode="json", by_alias=True)

@@ -1,4 +1,4 @@
-"""Call transcripts (003 part 1.1 B): raw text, optional refined notes and tags in; one document of
+"""Call transcripts: raw text, optional refined notes and tags in; one document of
 type "transcript" out. It goes through the retriever's ingest as a JSON record, so it is chunked,
 redacted, embedded and searched beside the documents ("documents and transcripts live in the same
 index"), and its `type` and `tags` metadata are what the retriever's tag boost and authoritative

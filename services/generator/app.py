@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import grpc
 
-from ragmesh.config import Settings
+from ragmesh.config import GeneratorSettings
 from ragmesh.models import EXTRACTIVE, GEMINI_MODELS, LOCAL, OPENAI, default_model
 from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
@@ -14,7 +14,7 @@ from services.generator.service import GenerationService
 from services.generator.servicer import GeneratorServicer
 
 
-def build_backends(settings: Settings) -> dict[str, GenerationBackend]:
+def build_backends(settings: GeneratorSettings) -> dict[str, GenerationBackend]:
     """Model name -> backend. Vendor SDKs are imported only when their backend is configured."""
     backends: dict[str, GenerationBackend] = {EXTRACTIVE: ExtractiveBackend(settings.extractive_delay_ms)}
     if settings.gemini_api_key:
@@ -37,8 +37,9 @@ def build_backends(settings: Settings) -> dict[str, GenerationBackend]:
 
 class GeneratorApp(ServiceApp):
     service_name = "ragmesh.v1.Generator"
+    settings_model = GeneratorSettings
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: GeneratorSettings) -> None:
         self.backends = build_backends(settings)
         self.key_store = LazyStore(settings)  # operators' keys; opened on the first one
         self.service = GenerationService(self.backends, default_model(settings.default_model, settings.gemini_api_key))

@@ -1,5 +1,5 @@
 """Citation checking while the answer streams: a `[n]` marker naming no supplied block
-is removed before it reaches the client (002's validation, done on the fly).
+is removed before it reaches the client (citation validation, done on the fly).
 
 Only text that may still turn out to be a marker is held back: an unfinished `[12`
 or `[1, `, or a run of invented markers that may continue, at the end of a chunk, with

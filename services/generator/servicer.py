@@ -6,7 +6,7 @@ from contextlib import aclosing
 import grpc
 
 from ragmesh import convert
-from ragmesh.identity import identity_var
+from ragmesh.request_context import identity_var
 from ragmesh.types import Turn
 from ragmesh.v1 import generator_pb2, generator_pb2_grpc
 from services.generator.backends import GenerationRequest

@@ -9,7 +9,7 @@ import numpy as np
 
 from ragmesh import metrics
 from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient, call_timeout
-from ragmesh.config import ConfigError, Settings
+from ragmesh.config import RetrieverSettings
 from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.validation import check_name
 from ragmesh.serving import ServiceApp
@@ -36,8 +36,9 @@ EMBEDDER_INFO_TIMEOUT_S = 1.0
 
 class RetrieverApp(ServiceApp):
     service_name = "ragmesh.v1.Retriever"
+    settings_model = RetrieverSettings
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: RetrieverSettings) -> None:
         self.settings = settings
         self.store = LazyStore(settings)  # opened at warm-up: an unreachable database means NOT_SERVING
         self.key_store = self.store
@@ -137,12 +138,10 @@ class RetrieverApp(ServiceApp):
         self.store.close()
 
 
-def make_backend(settings: Settings) -> SearchBackend:
-    """RETRIEVER_BACKEND's engine; ConfigError (one line, the retriever does not start) for a bad setting."""
-    if settings.retriever_backend == "memory":
-        return IndexRegistry(FALLBACK_DIMENSIONS)
+def make_backend(settings: RetrieverSettings) -> SearchBackend:
+    """RETRIEVER_BACKEND's engine (memory or milvus: the settings were checked when loaded)."""
     if settings.retriever_backend == "milvus":
         from services.retriever.milvus.backend import MilvusBackend, MilvusConfig  # pymilvus only when chosen
 
         return MilvusBackend(MilvusConfig.from_settings(settings), FALLBACK_DIMENSIONS)
-    raise ConfigError(f"RETRIEVER_BACKEND must be memory or milvus, got {settings.retriever_backend!r}")
+    return IndexRegistry(FALLBACK_DIMENSIONS)

@@ -33,7 +33,7 @@ from typing import BinaryIO
 import faiss
 import numpy as np
 
-from ragmesh.store import Store
+from ragmesh.store import DocumentStore, Store
 from ragmesh.types import Chunk, SearchFilter, StoredChunk
 from services.retriever.analyzer import ANALYSIS, Analyzer
 from services.retriever.backend import CollectionOptions, DocKey, Ranked, Retrieved
@@ -371,7 +371,7 @@ class IndexRegistry:
                 if index.needs_compaction():
                     self._indexes = {**self._indexes, (collection, tenant): index.compacted()}
 
-    def rebuild(self, store: Store, batch: int = 2048) -> int:
+    def rebuild(self, store: DocumentStore, batch: int = 2048) -> int:
         """Builds every partition's index from the store; returns the chunks read."""
         with self._writer:
             self._indexes = {}

@@ -12,7 +12,7 @@ import dataclasses
 from ragmesh import convert, identity
 from ragmesh.errors import InvalidArgument, NotFound
 from ragmesh.paging import DEFAULT_PAGE, page
-from ragmesh.store import CollectionStats, Store
+from ragmesh.store import CollectionStats, DocumentStore
 from ragmesh.types import ChunkContext
 from ragmesh.validation import (MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, check_field_name, check_name, check_names,
                                 check_page, check_text, shown)
@@ -40,7 +40,7 @@ def _reader() -> str:
 
 
 class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
-    def __init__(self, engine: SearchEngine, ingestor: Ingestor, upserter: Upserter, store: Store,
+    def __init__(self, engine: SearchEngine, ingestor: Ingestor, upserter: Upserter, store: DocumentStore,
                  configure) -> None:
         self.configure = configure
         self.engine = engine

@@ -196,8 +196,6 @@ def test_the_sse_bridge_answers_from_the_separate_processes(processes: Running) 
 def test_ctrl_c_stops_every_service_cleanly_and_a_restart_keeps_the_key(processes: Running) -> None:
     """Last in this module: Ctrl-C exits 0, every service logs its graceful stop; on the same DATA_DIR
     the next `make run` takes the same key (made once), and a new one only once that is revoked."""
-    import dataclasses
-
     from deploy.run import demo_key
     from ragmesh import config
     from ragmesh.store.sqlite import SqliteStore
@@ -206,8 +204,8 @@ def test_ctrl_c_stops_every_service_cleanly_and_a_restart_keeps_the_key(processe
     assert processes.proc.wait(90) == 0
     for name in SERVICES:
         assert '"msg": "stopped"' in (processes.data_dir / "logs" / f"{name}.log").read_text(), name
-    settings = dataclasses.replace(config.load(), data_dir=processes.data_dir, host="127.0.0.1", mongodb_uri="",
-                                   api_key_pepper="")
+    settings = config.load().replace(data_dir=processes.data_dir, host="127.0.0.1", mongodb_uri="",
+                                     api_key_pepper="")
     assert demo_key(settings) == processes.key
     store = SqliteStore(settings.sqlite_path)
     try:

@@ -54,8 +54,8 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
             "SERVICE_TOKEN": "", "API_KEY_PEPPER": "", "MONGODB_URI": "", "TLS_CERT": "", "TLS_KEY": "",
             "TLS_CA": "", "ALLOWED_HOSTS": "", "RAGMESH_API_KEY": "", "METRICS_ENABLED": "true",
             "OTEL_EXPORTER_OTLP_ENDPOINT": "", "LOG_LEVEL": "WARNING"}
-    settings = dataclasses.replace(
-        config.load(), host="127.0.0.1", data_dir=data_dir, mongodb_uri="", service_token="", api_key_pepper="",
+    settings = config.load().replace(
+        host="127.0.0.1", data_dir=data_dir, mongodb_uri="", service_token="", api_key_pepper="",
         tls_cert="", tls_key="", tls_ca="", embedder_addr="", retriever_addr="", generator_addr="",
         **{f"{name}_port": port for name, port in ports.items()})
     supervisor = Supervisor(settings, env, {name: {"METRICS_PORT": str(port)} for name, port in metrics_ports.items()})

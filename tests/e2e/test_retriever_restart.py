@@ -5,7 +5,6 @@ calls as the gateway does, with the service token (made once under the process's
 acting for tenant DEMO; Stats needs that service credential."""
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import sqlite3
@@ -42,7 +41,7 @@ class RetrieverProcess:
         self.log = data_dir / f"{name}.log"
         self.proc: subprocess.Popen | None = None
         # The token the process will read from DATA_DIR/secrets (or SERVICE_TOKEN, when set): made here first.
-        token = service_token(dataclasses.replace(config.load(), host="127.0.0.1", data_dir=data_dir))
+        token = service_token(config.load().replace(host="127.0.0.1", data_dir=data_dir))
         self.metadata = bearer(token, DEMO, "tester")
 
     @property

@@ -2,7 +2,6 @@
 the servicer, the interceptor's status codes and real call cancellation, without the whole stack."""
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,7 +23,7 @@ def settings(**overrides: Any) -> config.Settings:
     base = dict(host="127.0.0.1", gemini_api_key="", gemini_base_url="", openai_base_url="", openai_api_key="",
                 openai_model="", default_model="", extractive_delay_ms=0.0, data_dir=config.Path(_DATA_DIR),
                 service_token="", api_key_pepper="", mongodb_uri="", tls_cert="", tls_key="", tls_ca="")
-    return dataclasses.replace(config.load(), **(base | overrides))
+    return config.load().replace(**(base | overrides))
 
 
 @asynccontextmanager

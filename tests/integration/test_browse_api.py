@@ -1,4 +1,4 @@
-"""The HTTP API a web client builds on (issue 14): conversations listed (newest first, titled, paged),
+"""The HTTP API a web client builds on: conversations listed (newest first, titled, paged),
 read back with their citations, renamed and deleted; documents listed per collection; a chunk read
 for a citation panel; collections and funds for pickers; only configured models in /api/meta. Each
 route as its owner, as another tenant (a 404 exactly like an unknown id), without a key, and with

@@ -2,7 +2,6 @@
 made by either), exported from the packaged weights once and reused from its cache."""
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -133,12 +132,12 @@ def test_the_export_is_cached_and_reused(onnx_embedder: OnnxMiniLMEmbedder) -> N
 
 
 def test_the_runtime_is_chosen_by_settings(tmp_path: Path) -> None:
-    base = dataclasses.replace(config.load(), data_dir=tmp_path, embed_backend="local", model_cache_dir="")
-    chosen = backends.create(dataclasses.replace(base, embed_runtime="onnx"))
+    base = config.load().replace(data_dir=tmp_path, embed_backend="local", model_cache_dir="")
+    chosen = backends.create(base.replace(embed_runtime="onnx"))
     assert isinstance(chosen, OnnxMiniLMEmbedder) and chosen.cache_dir == tmp_path / "models"
-    assert isinstance(backends.create(dataclasses.replace(base, embed_runtime="torch")), SentenceTransformersEmbedder)
+    assert isinstance(backends.create(base.replace(embed_runtime="torch")), SentenceTransformersEmbedder)
     with pytest.raises(ValueError, match="EMBED_RUNTIME must be 'onnx' or 'torch'"):
-        backends.create(dataclasses.replace(base, embed_runtime="tensorrt"))
+        backends.create(base.replace(embed_runtime="tensorrt"))
 
 
 @pytest.mark.skipif(not native_bf16(), reason="documents run in bf16 only on CPUs that multiply bf16 in hardware")
@@ -158,13 +157,13 @@ def test_documents_in_bf16_stay_within_the_cosine_bound(onnx_embedder: OnnxMiniL
 
 
 def test_bf16_documents_follow_the_setting_and_the_cpu(tmp_path: Path) -> None:
-    base = dataclasses.replace(config.load(), embed_backend="local", embed_runtime="onnx", model_cache_dir=str(tmp_path))
-    assert backends.create(dataclasses.replace(base, embed_documents_bf16="off")).documents is None
-    on = backends.create(dataclasses.replace(base, embed_documents_bf16="on")).documents
+    base = config.load().replace(embed_backend="local", embed_runtime="onnx", model_cache_dir=str(tmp_path))
+    assert backends.create(base.replace(embed_documents_bf16="off")).documents is None
+    on = backends.create(base.replace(embed_documents_bf16="on")).documents
     assert isinstance(on, SentenceTransformersEmbedder) and on.bf16
     assert (backends.create(base).documents is not None) == native_bf16()
     with pytest.raises(ValueError, match="EMBED_DOCUMENTS_BF16"):
-        backends.create(dataclasses.replace(base, embed_documents_bf16="maybe"))
+        backends.create(base.replace(embed_documents_bf16="maybe"))
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
     assert not native_bf16(cpuinfo)

@@ -1,4 +1,4 @@
-"""The gateway under bad input, overload and failing hops (issue 11): every bad input is a 4xx naming
+"""The gateway under bad input, overload and failing hops: every bad input is a 4xx naming
 the field, overload is refused fast with 429 and Retry-After, and what could not be searched or
 generated is never stored as an answer that looks right."""
 from __future__ import annotations

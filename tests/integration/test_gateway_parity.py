@@ -203,3 +203,50 @@ def test_another_tenant_asks_and_picks_only_within_its_own(outsider: Caller, mem
         "meeting_notes", "factsheets"}
     assert outsider.grpc.GetMeta(gateway_pb2.GetMetaRequest()).identity.tenant == "parity-other"
     assert member.grpc.ListFunds(gateway_pb2.ListFundsRequest()).funds, "the owner's funds are still there"
+
+
+@pytest.mark.parametrize("malformed", ["", "x" * 129, "a b", "ünïcode", "-leading-dash"])
+def test_a_conversation_id_no_conversation_can_have_is_refused_alike_on_every_conversation_call(
+        member: Caller, malformed: str) -> None:
+    """The declared conversation-id rule (the path parameter's pattern and length) on both edges: a
+    malformed id is INVALID_ARGUMENT / 400 naming conversation_id, a well-formed unknown one NOT_FOUND / 404."""
+    path = f"/api/conversations/{quote(malformed, safe='')}"
+    http = [member.http.post("/api/chat/stop", json={"conversation_id": malformed}),
+            member.http.post("/api/chat/ask", json={"question": QUESTION, "conversation_id": malformed or "-"}),
+            member.http.post("/api/corrections", json={"correction": "4%", "question": "q",
+                                                       "conversation_id": malformed or "-"})]
+    if malformed:  # an empty path segment is another route
+        http += [member.http.get(path), member.http.patch(path, json={"title": "t"}), member.http.delete(path)]
+    for reply in http:
+        assert reply.status_code == 400, (reply.request.method, reply.request.url, reply.text[:200])
+        assert reply.json()["error"]["message"].startswith("conversation_id"), reply.text[:200]
+    g = member.grpc
+    for call in (lambda c: g.Stop(gateway_pb2.StopRequest(conversation_id=c)),
+                 lambda c: g.GetConversation(gateway_pb2.GetConversationRequest(conversation_id=c)),
+                 lambda c: g.RenameConversation(gateway_pb2.RenameConversationRequest(conversation_id=c, title="t")),
+                 lambda c: g.DeleteConversation(gateway_pb2.DeleteConversationRequest(conversation_id=c)),
+                 lambda c: g.Correct(gateway_pb2.CorrectionRequest(conversation_id=c or "-", correction="4%",
+                                                                   question="q")),
+                 lambda c: list(g.Ask(gateway_pb2.AskRequest(question=QUESTION, conversation_id=c or "-")))):
+        assert refused(lambda: call(malformed), INVALID).startswith("conversation_id")
+
+
+def test_a_well_formed_unknown_conversation_id_is_not_found_on_every_conversation_call(member: Caller) -> None:
+    unknown = "0" * 32
+    path = f"/api/conversations/{unknown}"
+    for reply in (member.http.get(path), member.http.patch(path, json={"title": "t"}), member.http.delete(path),
+                  member.http.post("/api/chat/stop", json={"conversation_id": unknown}),
+                  member.http.post("/api/chat/ask", json={"question": QUESTION, "conversation_id": unknown}),
+                  member.http.post("/api/corrections", json={"correction": "4%", "question": "q",
+                                                             "conversation_id": unknown})):
+        assert reply.status_code == 404, (reply.request.method, reply.request.url, reply.text[:200])
+    g = member.grpc
+    for call in (lambda: g.Stop(gateway_pb2.StopRequest(conversation_id=unknown)),
+                 lambda: g.GetConversation(gateway_pb2.GetConversationRequest(conversation_id=unknown)),
+                 lambda: g.RenameConversation(gateway_pb2.RenameConversationRequest(conversation_id=unknown,
+                                                                                    title="t")),
+                 lambda: g.DeleteConversation(gateway_pb2.DeleteConversationRequest(conversation_id=unknown)),
+                 lambda: g.Correct(gateway_pb2.CorrectionRequest(conversation_id=unknown, correction="4%",
+                                                                 question="q")),
+                 lambda: list(g.Ask(gateway_pb2.AskRequest(question=QUESTION, conversation_id=unknown)))):
+        refused(call, NOT_FOUND)

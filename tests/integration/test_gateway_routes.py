@@ -114,13 +114,13 @@ def test_time_hints_and_fund_names_become_filters(stack: Stack) -> None:
 
 
 def test_context_budget_bounds_the_context(stack: Stack) -> None:
-    settings = gateway(stack).pipeline.settings
-    saved = settings.context_char_budget
+    planner = gateway(stack).pipeline.planner
+    saved = planner.settings
     try:
-        settings.context_char_budget = 900
+        planner.settings = saved.replace(context_char_budget=900)
         small = one(ask(stack, "Give me an overview of the main themes across funds"), "strategy")
     finally:
-        settings.context_char_budget = saved
+        planner.settings = saved
     large = one(ask(stack, "Give me an overview of the main themes across funds"), "strategy")
     assert 0 < small["context_chars"] <= 900 < large["context_chars"] <= 12_000
 
@@ -203,10 +203,10 @@ def test_monthly_usage_limit_is_a_429(stack: Stack) -> None:
 
 def test_retrieval_deadline_answers_with_what_arrived(stack: Stack) -> None:
     """One collection misses the deadline: the answer uses the other and says so. None answers in time:
-    an UNAVAILABLE error, never "no notes match" (issue 11)."""
-    settings = gateway(stack).pipeline.settings
+    an UNAVAILABLE error, never "no notes match"."""
+    planner = gateway(stack).pipeline.planner
     engine = stack.app("retriever").engine
-    fast_search, saved = engine.search, settings.retrieval_timeout_s
+    fast_search, saved = engine.search, planner.settings
     slow = {"factsheets"}
 
     async def slow_search(query):
@@ -215,12 +215,12 @@ def test_retrieval_deadline_answers_with_what_arrived(stack: Stack) -> None:
         return await fast_search(query)
 
     try:
-        settings.retrieval_timeout_s, engine.search = 1.0, slow_search
+        planner.settings, engine.search = saved.replace(retrieval_timeout_s=1.0), slow_search
         events = ask(stack, "What did Kestrel do with its Brazil exposure?")
         slow.add("meeting_notes")
         failed = ask(stack, "What did Kestrel do with its Brazil exposure?")
     finally:
-        settings.retrieval_timeout_s, engine.search = saved, fast_search
+        planner.settings, engine.search = saved, fast_search
     strategy = one(events, "strategy")
     assert strategy["unavailable"] == ["factsheets"] and "using what arrived" in strategy["reason"]
     assert answer_of(events) and answer_of(events) != NO_MATCH

@@ -454,7 +454,7 @@ def test_another_tenants_document_picked_gives_nothing(searched: World, stack: S
     (["x" * 513], "document_ids"),
     ([""], "document_ids[0]"),
     (["documents/"], "document_ids[0]"),
-    (["meeting_notes/ok", "no such collection!/x"], "document_ids[1] collection"),
+    (["meeting_notes/ok", "no such collection!/x"], "document_ids[1]: must be a doc_id, or a collection name"),
     ([42], "document_ids"),
     ("documents/nightingale", "document_ids"),
     ([f"d{i}" for i in range(21)], "document_ids"),

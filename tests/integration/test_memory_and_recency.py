@@ -50,7 +50,8 @@ def prompts(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def _budget(stack: Stack, monkeypatch: pytest.MonkeyPatch, chars: int) -> None:
     gateway = stack.app("gateway")
-    monkeypatch.setattr(gateway.pipeline.settings, "history_char_budget", chars)
+    planner = gateway.pipeline.planner
+    monkeypatch.setattr(planner, "settings", planner.settings.replace(history_char_budget=chars))
     monkeypatch.setattr(gateway.memory, "history_char_budget", chars)
 
 
@@ -120,7 +121,7 @@ def test_recency_on_a_corpus_with_nothing_recent_counts_from_the_newest_note(sta
 def test_default_window_searches_the_last_90_days(stack: Stack, searches: Searches,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     planner = stack.app("gateway").pipeline.planner
-    monkeypatch.setattr(planner.settings, "default_window_days", {"meeting_notes": 90})
+    monkeypatch.setattr(planner, "windows", {"meeting_notes": 90})
     monkeypatch.setattr(planner, "today", lambda: dt.date(2025, 12, 10))
     body = ask(stack.http_url, stack.headers, "What did Altair say about its credit book?",
                data_sources=["Meeting Notes", "Factsheet"])
@@ -136,7 +137,7 @@ def test_default_window_searches_the_last_90_days(stack: Stack, searches: Search
 def test_an_empty_default_window_falls_back_to_the_most_recent_notes(stack: Stack, searches: Searches,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     planner = stack.app("gateway").pipeline.planner
-    monkeypatch.setattr(planner.settings, "default_window_days", {"meeting_notes": 90})
+    monkeypatch.setattr(planner, "windows", {"meeting_notes": 90})
     monkeypatch.setattr(planner, "today", lambda: dt.date(2026, 9, 1))
     body = ask(stack.http_url, stack.headers, "What did Altair say about its credit book?",
                data_sources=["Meeting Notes"])

@@ -7,7 +7,6 @@ of its own (MILVUS_PREFIX)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import subprocess
 import threading
 import sys
@@ -17,11 +16,11 @@ import numpy as np
 import pytest
 from pymilvus import DataType, MilvusClient
 
-from ragmesh.config import ConfigError
 from ragmesh import config
-from ragmesh.cli import main as cli
+from ragmesh.errors import ConfigError
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, StoredChunk
+from services.cli import main as cli
 from services.retriever.app import make_backend
 from services.retriever.backend import SearchBackend
 from services.retriever.index import IndexRegistry
@@ -219,9 +218,9 @@ def rows_name(b: MilvusBackend, tenant: str = "t") -> str:
     ({"milvus_prefix": "p" * 40}, "MILVUS_PREFIX must be letters, digits and '_' \\(at most 31\\)"),
 ])
 def test_bad_settings_are_refused_before_anything_starts(tmp_path: Path, overrides: dict, says: str) -> None:
-    settings = dataclasses.replace(config.load(), retriever_backend="milvus", milvus_uri=str(tmp_path / "i.db"))
+    settings = config.load().replace(retriever_backend="milvus", milvus_uri=str(tmp_path / "i.db"))
     with pytest.raises(ConfigError, match=says):
-        make_backend(dataclasses.replace(settings, **overrides))
+        make_backend(settings.replace(**overrides))
 
 
 def test_an_unreachable_milvus_fails_at_start(store) -> None:
@@ -308,7 +307,7 @@ def test_index_rebuild_runs_from_a_shell_with_a_milvus_lite_file(tmp_path: Path)
     env = {"RETRIEVER_BACKEND": "milvus", "MILVUS_URI": str(tmp_path / "index.db"), "DATA_DIR": str(tmp_path),
            "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
     for _ in range(2):
-        done = subprocess.run([sys.executable, "-m", "ragmesh.cli", "index", "rebuild"], env=env,
+        done = subprocess.run([sys.executable, "-m", "services.cli", "index", "rebuild"], env=env,
                               capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
         assert done.returncode == 0, done.stderr[-2000:]
         assert "rebuilt c: 2 chunks" in done.stdout

@@ -19,7 +19,8 @@ from opentelemetry.trace import SpanKind
 from demo.loader import meeting_documents
 from ragmesh import convert, tracing
 from ragmesh.clients import ClientAuth, RetrieverClient
-from ragmesh.logging import JsonFormatter, request_id_var
+from ragmesh.logging import JsonFormatter
+from ragmesh.request_context import request_id_var
 from tests.conftest import answer_of, sse
 from tests.stack import Stack
 

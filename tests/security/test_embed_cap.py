@@ -63,8 +63,8 @@ def test_what_the_platform_sends_still_fits(stack: Stack) -> None:
 ])
 def test_the_defaults_follow_what_ingest_sends(stack: Stack, embed_max_chars: int, batch: int,
                                               limits: EmbedLimits) -> None:
-    settings = dataclasses.replace(stack.settings, embed_max_chars=embed_max_chars, embed_batch_size=batch,
-                                   embed_text_max_chars=None, embed_call_max_chars=None)
+    settings = stack.settings.replace(embed_max_chars=embed_max_chars, embed_batch_size=batch,
+                                      embed_text_max_chars=None, embed_call_max_chars=None)
     assert EmbedLimits.from_settings(settings) == limits
-    raised = dataclasses.replace(settings, embed_text_max_chars=50_000, embed_call_max_chars=2_000_000)
+    raised = settings.replace(embed_text_max_chars=50_000, embed_call_max_chars=2_000_000)
     assert EmbedLimits.from_settings(raised) == dataclasses.replace(limits, text_chars=50_000, call_chars=2_000_000)

@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from ragmesh import clients
-from ragmesh.logging import request_id_var
+from ragmesh.request_context import request_id_var
 from ragmesh.message_limits import MiB
 from ragmesh.serving import ServiceApp, ServiceHost
 from ragmesh.v1 import (

@@ -38,6 +38,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from pydantic import Field
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ragmesh import config, configdoc, healthcheck, metrics
@@ -352,7 +353,7 @@ def test_healthcheck_finds_the_service_from_the_command_line():
     assert healthcheck.service_from_cmdline(b"python\0-m\0services.retriever\0") == "retriever"
     assert healthcheck.service_from_cmdline(b"/opt/venv/bin/python\0-m\0services.gateway") == "gateway"
     assert healthcheck.service_from_cmdline(b"python\0-m\0services.nope\0") is None
-    settings = dataclasses.replace(DEFAULTS, host="0.0.0.0", retriever_addr="retriever:50053")
+    settings = DEFAULTS.replace(host="0.0.0.0", retriever_addr="retriever:50053")
     assert healthcheck.target(settings, "retriever") == ("127.0.0.1:50053", "retriever")
     assert healthcheck.target(settings, "gateway") == ("127.0.0.1:50051", "")
 
@@ -850,8 +851,9 @@ def test_the_milvus_overlay_points_the_retriever_at_milvus_with_settings_it_acce
     assert data["RETRIEVER_BACKEND"] == "milvus" and data["MONGODB_URI"]
     uri = urlsplit(data["MILVUS_URI"])
     assert uri.scheme == "http" and uri.port == 19530
-    names = {f.name.upper(): f.name for f in dataclasses.fields(config.Settings)}
-    settings = dataclasses.replace(DEFAULTS, **{names[k]: v for k, v in data.items() if k.startswith("MILVUS_")})
+    names = {config.variables(name, config.Settings)[0]: name for name in config.Settings.model_fields}
+    settings = config.RetrieverSettings.load().replace(
+        **{names[k]: v for k, v in data.items() if k.startswith("MILVUS_") or k == "RETRIEVER_BACKEND"})
     assert MilvusConfig.from_settings(settings).index_type == "HNSW"
     assert _by_kind(objects, "Deployment")["retriever"]["spec"]["replicas"] >= 2
 
@@ -903,30 +905,34 @@ def test_readme_config_table_is_fresh():
 
 def test_config_table_lists_every_setting_with_default_and_meaning():
     rows = configdoc.rows()
+    assert sorted(r.field for r in rows) == sorted(config.Settings.model_fields), "every field once"
     variables = [r.variable for r in rows]
     assert len(variables) == len(set(variables))
-    source = Path(config.__file__).read_text()
-    fallbacks = {name for r in rows for name in r.fallbacks}
-    assert set(variables) == set(re.findall(r'_(?:env|int|float)\("([A-Z0-9_]+)"', source)) - fallbacks
     by_name = {r.variable: r for r in rows}
     assert by_name["GATEWAY_PORT"].default == 50051
     assert by_name["ALLOW_PLAINTEXT"].default is False
     assert by_name["GEMINI_API_KEY"].fallbacks == ("GOOGLE_API_KEY",)
     assert "replicas" in by_name["FOLLOW_INTERVAL_S"].meaning
-    assert by_name["EMBEDDER_ADDR"].meaning == by_name["GENERATOR_ADDR"].meaning  # one comment, a paragraph
-    assert "HS256" in by_name["JWT_SECRET"].meaning  # a comment at the end of the line
-    assert "Embedder" not in by_name["EMBED_BACKEND"].meaning  # a section heading is no meaning
+    assert by_name["EMBEDDER_ADDR"].meaning == by_name["GENERATOR_ADDR"].meaning  # one text for the three
+    assert "HS256" in by_name["JWT_SECRET"].meaning
+    assert set(by_name["RAGMESH_HOST"].readers) == set(SERVICES)
+    assert by_name["EMBED_BACKEND"].readers == ("embedder",)
+    assert set(by_name["EMBED_MAX_CHARS"].readers) == {"embedder", "retriever"}
+    assert by_name["RESTART_BACKOFF_S"].readers == ()
     table = configdoc.table()
-    assert table.count("\n") == len(rows) + 1
+    assert table.count("\n| `") == len(rows)
     assert "| `GRPC_MAX_MESSAGE_BYTES` | `67108864` (64 MiB) |" in table
     assert "| `DATA_DIR` | `./data` |" in table
+    assert "**Embedder** (read by embedder)" in table
 
 
 def test_config_table_needs_a_meaning_for_every_field():
-    source = Path(config.__file__).read_text().replace(
-        '    # Database name.\n', '\n')
-    with pytest.raises(ValueError, match="mongodb_db"):
-        configdoc.table(source)
+    class Bare(config.Section):
+        title = "Bare"
+        undocumented: int = Field(1, validation_alias="UNDOCUMENTED")
+
+    with pytest.raises(ValueError, match="undocumented"):
+        configdoc.table([Bare])
 
 
 def test_config_table_replaces_only_the_marked_text():

@@ -3,7 +3,6 @@ manifests by test_deploy.py): in production a StatefulSet only the gateway reach
 Secret the operator makes, two gateway replicas or more; in compose a profile with a second gateway."""
 from __future__ import annotations
 
-import dataclasses
 from urllib.parse import urlsplit
 
 from ragmesh import config
@@ -67,5 +66,5 @@ def test_compose_redis_profile_adds_redis_and_a_second_gateway(compose) -> None:
 
 
 def test_the_redis_url_is_masked_in_logged_settings() -> None:
-    settings = dataclasses.replace(config.Settings(), redis_url="redis://:s3cret@redis:6379/0")
+    settings = config.Settings().replace(redis_url="redis://:s3cret@redis:6379/0")
     assert settings.describe()["redis_url"] == "redis://redis:6379"

@@ -43,7 +43,7 @@ def test_scope_cache_ttl_and_bound_per_tenant() -> None:
     ({"end_date": "01/02/2024"}, "end_date"),
     ({"start_date": "2024-05-01", "end_date": "2024-04-01"}, "end_date"),
     ({"model": "gpt-17"}, "model"),
-    ({"data_sources": ["Tarot cards"]}, "data_sources"),
+    ({"data_sources": ["Tarot cards"]}, "data_sources[0]"),
     ({"top_k": 0}, "top_k"),
     ({"top_k": 201}, "top_k"),
 ])

@@ -23,8 +23,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from ragmesh import config, tls
-from ragmesh.config import ConfigError, Settings
-from ragmesh.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from ragmesh.config import Settings
+from ragmesh.errors import ConfigError, InvalidArgument, PermissionDenied, Unauthenticated
 from ragmesh.identity import ADMIN, MEMBER, SERVICE, Identity, keys
 from ragmesh.identity.authenticator import Authenticator, bearer, pepper, service_token
 from ragmesh.identity.tokens import JwtVerifier
@@ -39,7 +39,7 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
                 jwt_secret="", jwt_public_key="", jwt_jwks_url="", jwt_issuer="", jwt_audience="",
                 jwt_tenant_claim="tenant", jwt_user_claim="sub", jwt_role_claim="role",
                 tls_cert="", tls_key="", tls_ca="", allow_plaintext=False)
-    return dataclasses.replace(config.load(), **(base | overrides))
+    return config.load().replace(**(base | overrides))
 
 
 def claims(**over: object) -> dict:
@@ -468,7 +468,7 @@ def test_a_shared_store_needs_an_explicit_pepper(tmp_path: Path) -> None:
         pepper(s)
     with pytest.raises(ConfigError, match="API_KEY_PEPPER"):
         Authenticator(s, LazyStore(s), "users")
-    assert pepper(dataclasses.replace(s, api_key_pepper="shared")) == "shared"
+    assert pepper(s.replace(api_key_pepper="shared")) == "shared"
     assert not (tmp_path / "secrets" / "pepper").exists()
 
 
@@ -479,10 +479,10 @@ def test_a_public_bind_needs_an_explicit_service_token_and_pepper(tmp_path: Path
     with pytest.raises(ConfigError, match="API_KEY_PEPPER"):
         pepper(s)
     with pytest.raises(ConfigError, match="SERVICE_TOKEN"):
-        Authenticator(dataclasses.replace(s, api_key_pepper="p"), LazyStore(s), "internal")
+        Authenticator(s.replace(api_key_pepper="p"), LazyStore(s), "internal")
     # The gateway's users audience needs no service token to authenticate users.
-    Authenticator(dataclasses.replace(s, api_key_pepper="p"), LazyStore(s), "users")
-    assert service_token(dataclasses.replace(s, service_token="tok")) == "tok"
+    Authenticator(s.replace(api_key_pepper="p"), LazyStore(s), "users")
+    assert service_token(s.replace(service_token="tok")) == "tok"
     assert not (tmp_path / "secrets" / "service_token").exists()
 
 
@@ -491,8 +491,8 @@ def test_tls_check(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="TLS_CERT") as err:
         tls.check(public)
     assert "0.0.0.0" in str(err.value)
-    tls.check(dataclasses.replace(public, allow_plaintext=True))
-    tls.check(dataclasses.replace(public, tls_cert="c.pem", tls_key="k.pem"))
+    tls.check(public.replace(allow_plaintext=True))
+    tls.check(public.replace(tls_cert="c.pem", tls_key="k.pem"))
     for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
         tls.check(make_settings(tmp_path, host=host))
     with pytest.raises(ValueError, match="TLS_CERT"):

@@ -1,11 +1,17 @@
 """The quality steps' reading of model replies: what a rewrite, a rerank or a compression reply
-becomes, and what of it is refused (the integration tests run the steps through the gateway)."""
+becomes, and what of it is refused; and each step's typed result: how it went, and what it made
+(the integration tests run the steps through the gateway)."""
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 
+from ragmesh.config import AnsweringSettings
+from ragmesh.errors import Unavailable
+from ragmesh.models import EXTRACTIVE
 from ragmesh.types import Chunk, Hit
-from services.gateway.quality import compress, rerank, rewrite
+from services.gateway.quality import QualityStack, QualityStep, compress, rerank, rewrite
 
 CHUNK = ("Kestrel cut its Brazil exposure from 12% to 4% of NAV. The remaining Brazil exposure is a single bank. "
          "The money went into India.")
@@ -43,3 +49,38 @@ def test_compression_keeps_verbatim_sentences_with_their_marker() -> None:
         "[Conflicting]: The money went into India.", "a sentence the chunk lacks is dropped"
     assert compress.compressed("NONE.", CHUNK) == ""
     assert compress.compressed("Kestrel likes Chile.", CHUNK) is None, "nothing of the chunk: keep it whole"
+
+
+class Replying:
+    """A generator whose model gives one reply (or raises it) to every step."""
+
+    def __init__(self, reply: str | Exception) -> None:
+        self.reply = reply
+
+    async def complete(self, **_: object) -> str:
+        if isinstance(self.reply, Exception):
+            raise self.reply
+        return self.reply
+
+
+def outcome(step: QualityStep) -> tuple[str, str, str]:
+    return step.step, step.status, step.detail
+
+
+def test_each_step_returns_how_it_went_and_what_it_made_leaving_its_input_alone() -> None:
+    hits = [Hit(Chunk(str(i), "d", "c", f"text {i}"), 1.0 - i / 10) for i in range(3)]
+    reranked = asyncio.run(QualityStack(Replying("1: 2\n3: 9"), AnsweringSettings()).rerank("q", "gemini", hits))
+    assert outcome(reranked.step) == ("rerank", "done", "2 of 3 candidates scored, best 9/10")
+    assert [h.chunk.chunk_id for h in reranked.hits] == ["2", "0", "1"] and reranked.scored == 3
+    assert [h.chunk.chunk_id for h in hits] == ["0", "1", "2"], "the planner's hits are not reordered in place"
+
+    failed = asyncio.run(QualityStack(Replying(Unavailable("down")), AnsweringSettings()).rerank("q", "gemini", hits))
+    assert outcome(failed.step) == ("rerank", "fallback", "model call failed (UNAVAILABLE): fused order kept")
+    assert failed.hits == hits and failed.scored == 0
+
+    unused = QualityStack(Replying("never asked"), AnsweringSettings(quality_rewrite=False))
+    rewritten = asyncio.run(unused.rewrite("q", "gemini", cache_hit=False))
+    assert outcome(rewritten.step) == ("rewrite", "skipped", "turned off (QUALITY_REWRITE=false)")
+    assert rewritten.variants == []
+    offline = asyncio.run(unused.compress("q", EXTRACTIVE, hits))
+    assert outcome(offline.step) == ("compress", "skipped", "no model configured") and offline.hits == hits

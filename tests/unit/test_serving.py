@@ -9,10 +9,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ragmesh.config import ConfigError
 from ragmesh.clients import call_metadata, call_timeout
-from ragmesh.errors import InvalidArgument
-from ragmesh.logging import request_id_var
+from ragmesh.errors import ConfigError, InvalidArgument
+from ragmesh.request_context import request_id_var
 from ragmesh.serving import ServiceApp, ServiceHost
 from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
 from tests.fakes.serving import settings

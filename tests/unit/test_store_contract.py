@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import os
 import sqlite3
 import threading
@@ -35,10 +36,13 @@ from pymongo import MongoClient
 
 from ragmesh.config import Settings
 from ragmesh.identity.keys import ApiKeyRecord, new_key
-from ragmesh.store import CorrectionRecord, Store, StoreUnavailable, open_store, quick_read
+from ragmesh.store import (AccountStore, ChangeLog, ConversationStore, CorpusStore, CorrectionRecord, DocumentStore,
+                           InlineReads, Store, StoreUnavailable, open_store, quick_read)
+from ragmesh.store.lazy import LazyStore
 from ragmesh.store.mongo import MongoStore, _chunk_doc
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, DocumentRecord, SectionOutline, StoredChunk
+from tests.fakes.serving import settings
 
 REAL_URI = os.environ.get("MONGODB_URI", "")
 MONGO = "mongodb" if REAL_URI else "mongomock"
@@ -792,3 +796,57 @@ def test_an_old_mongo_database_loses_its_global_chunk_id_index(mongo: Backend) -
     same_ids[0].chunk.chunk_id = chunks[0].chunk.chunk_id
     store.replace_documents([(mine, chunks), (theirs, same_ids)])  # one write: one version tag for both
     assert store.chunk("umbra", chunks[0].chunk.chunk_id).chunk.tenant == "umbra"
+
+
+# -- the narrow interfaces and the lazy wrapper --------------------------------------------------
+INTERFACES = (DocumentStore, ChangeLog, CorpusStore, ConversationStore, AccountStore, InlineReads, Store)
+
+
+def _methods(interface: type) -> dict[str, inspect.Signature]:
+    return {name: inspect.signature(getattr(interface, name)) for name in dir(interface)
+            if not name.startswith("_") and callable(getattr(interface, name))}
+
+
+def _parameters(signature: inspect.Signature) -> list[tuple[str, object, object]]:
+    return [(p.name, p.kind, p.default) for p in signature.parameters.values()]
+
+
+def test_the_whole_store_is_exactly_its_narrow_interfaces() -> None:
+    """Every method belongs to one narrow interface (the retriever's, the gateway's, identity's), none to
+    the whole store alone but close."""
+    narrow = set().union(*(_methods(i) for i in (DocumentStore, ChangeLog, ConversationStore, AccountStore,
+                                                  InlineReads)))
+    assert set(_methods(Store)) - narrow == {"close"}
+
+
+@pytest.mark.parametrize("implementation", [SqliteStore, MongoStore])
+def test_each_backend_has_every_method_of_every_interface_with_its_parameters(implementation: type) -> None:
+    """The same names, kinds and defaults in the same order (a backend may add optional ones after them),
+    so a caller typed against any interface can hold either backend."""
+    for interface in INTERFACES:
+        for name, wanted in _methods(interface).items():
+            found = _parameters(inspect.signature(getattr(implementation, name)))
+            assert found[:len(wanted.parameters)] == _parameters(wanted), f"{implementation.__name__}.{name}"
+            extra = found[len(wanted.parameters):]
+            assert all(default is not inspect.Parameter.empty for _, _, default in extra), \
+                f"{implementation.__name__}.{name}: a parameter the interface does not pass has no default"
+
+
+def test_the_lazy_store_refuses_until_connected_then_forwards_every_method(tmp_path: Path) -> None:
+    lazy = LazyStore(settings(data_dir=tmp_path))
+    with pytest.raises(StoreUnavailable, match="not connected"):
+        lazy.get_document("", "notes", "d1")
+    with lazy.inline_read() as now:
+        assert now is False
+    lazy.connect()
+    try:
+        assert all(callable(getattr(lazy, name)) for name in _methods(Store))
+        record, chunks = doc()
+        version = lazy.replace_document(record, chunks)
+        assert lazy.version() == version and lazy.get_document("", "notes", "d1") == record
+        assert [s.chunk.chunk_id for s in lazy.iter_chunks("notes")] == [c.chunk.chunk_id for c in chunks]
+        lazy.ensure_conversation("acme", "ann", "c1")
+        lazy.add_message("c1", "user", "hello", {"k": "v"})
+        assert [m.meta for m in lazy.messages("c1", with_meta=False)] == [{}]  # keyword arguments pass through
+    finally:
+        lazy.close()

@@ -1,5 +1,5 @@
 """Store.delete_message on both backends: one message goes (a question stopped before any answer,
-000's stop flow), the others keep their order, and the next message still comes after them."""
+the stop button's flow), the others keep their order, and the next message still comes after them."""
 from __future__ import annotations
 
 from tests.unit.test_store_contract import Backend, backend  # noqa: F401 - the fixture, on every backend

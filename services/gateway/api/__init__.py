@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -23,10 +23,10 @@ from ragmesh.admission import Admission
 from ragmesh.clients import RetrieverClient
 from ragmesh.config import Settings
 from ragmesh.errors import RagmeshError, ResourceExhausted
-from ragmesh.logging import request_id_var
 from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import Authenticator
-from ragmesh.serving import REQUEST_ID_HEADER
+from ragmesh.request_context import REQUEST_ID_HEADER, request_id_var
+from ragmesh.validation import invalid_argument
 from services.gateway.api.auth import BrowserGuard, Identifier, caller_dependency
 from services.gateway.api.catalog import catalog_router
 from services.gateway.api.chat import chat_router
@@ -35,6 +35,7 @@ from services.gateway.api.conversations import conversations_router
 from services.gateway.api.documents import documents_router
 from services.gateway.api.limits import AdmissionGuard, RequestGuard
 from services.gateway.api.openapi import install as install_openapi
+from services.gateway.api.schemas import Error, Health, Meta, returns
 from services.gateway.api.transcripts import transcripts_router
 from services.gateway.conversations import Conversations
 from services.gateway.library import Library
@@ -110,7 +111,8 @@ def create_app(
     max_upload_bytes: int,
     max_file_bytes: int,
 ) -> FastAPI:
-    app = FastAPI(title="ragmesh gateway", docs_url=None, redoc_url=None)
+    app = FastAPI(title="ragmesh gateway", docs_url=None, redoc_url=None,
+                  generate_unique_id_function=lambda route: route.name)  # operationId: the route function's name
     # Added innermost first: RequestGuard, then BrowserGuard, then AdmissionGuard meet a request.
     identifier = Identifier(authenticator, front_door.checks, front_door.checks_waiting)
     app.add_middleware(AdmissionGuard, identifier=identifier, admission=admission, max_body=max_body_bytes,
@@ -148,17 +150,13 @@ def create_app(
         return _internal()
 
     @app.exception_handler(RequestValidationError)
-    async def _bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        first = errors[0] if errors else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
-        return JSONResponse(
-            {"error": {"code": "INVALID_ARGUMENT", "message": f"{where}: {first.get('msg', 'invalid request')}"}},
-            status_code=400,
-        )
+    async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        """A body, path or query parameter the declared models refuse: 400 naming the field."""
+        errors = [{**e, "loc": ()} if e["type"] == "json_invalid" else e for e in exc.errors()]
+        return _error(invalid_argument(errors, skip=1))
 
-    @app.get("/")
-    async def index() -> FileResponse:
+    @app.get("/", summary="The web chat page", response_class=HTMLResponse)
+    async def web_page() -> FileResponse:
         return FileResponse(WEB_DIR / "index.html", headers=PAGE_HEADERS)
 
     if front_door.api_docs:
@@ -171,21 +169,26 @@ def create_app(
     app.mount("/vendor", StaticFiles(directory=WEB_DIR / "vendor"), name="vendor")
     app.mount("/static", StaticFiles(directory=WEB_DIR / "static"), name="static")
 
-    @app.get("/healthz")
+    @app.get("/healthz", summary="Health of the gateway and the services it calls (503 when degraded)",
+             response_model=Health, name="health",
+             responses={503: {"model": Health, "description": "Degraded: a service is not serving"}})
     async def healthz() -> JSONResponse:
         services = await health()
         ok = all(v == "SERVING" for v in services.values())
         return JSONResponse({"status": "ok" if ok else "degraded", "services": services},
                             status_code=200 if ok else 503)
 
-    @app.get("/metrics")
-    async def prometheus() -> Response:
+    @app.get("/metrics", summary="Prometheus metrics of the gateway process (text exposition format)",
+             response_class=PlainTextResponse, name="metrics",
+             responses={404: {"model": Error, "description": "NOT_FOUND: metrics are off (METRICS_ENABLED=false)"}})
+    async def metrics_page() -> Response:
         """Prometheus' scrape (every metric of this process), open like /healthz; 404 with METRICS_ENABLED=false."""
         if not metrics.enabled():
             return JSONResponse({"error": {"code": "NOT_FOUND", "message": "path: metrics are off"}}, status_code=404)
         return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)
 
-    @app.get("/api/meta")
+    @app.get("/api/meta", summary="Configured models, data sources, the tenant's fund names, and who the credential is",
+             **returns(Meta))
     async def meta(who: Identity = Depends(caller)) -> dict:
         m = await describe(who, models, pipeline.default_model, library)
         return {"models": m.models, "default_model": m.default_model, "web_search_models": m.web_search_models,
@@ -198,6 +201,6 @@ def create_app(
     app.include_router(transcripts_router(transcripts, caller))
     app.include_router(chunks_router(library, caller))
     app.include_router(catalog_router(library, caller))
-    install_openapi(app, offered_models=pipeline.models.offered_now, max_body_bytes=max_body_bytes, max_upload_bytes=max_upload_bytes,
-                    max_file_bytes=max_file_bytes)
+    install_openapi(app, offered_models=pipeline.models.offered_now, max_body_bytes=max_body_bytes,
+                    max_upload_bytes=max_upload_bytes)
     return app

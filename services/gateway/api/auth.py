@@ -15,11 +15,10 @@ from fastapi import Request
 from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ragmesh.config import ConfigError, Settings
 from ragmesh.errors import ResourceExhausted, Unauthenticated
-from ragmesh.identity import Identity, identity_var
+from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import Authenticator, bearer
-from ragmesh.tls import is_loopback
+from ragmesh.request_context import identity_var
 from ragmesh.validation import shown
 
 OPEN_PATHS = ("/healthz", "/metrics")  # load balancers and Prometheus reach them by address, without a key
@@ -77,20 +76,6 @@ def caller_dependency() -> Callable[[Request], Awaitable[Identity]]:
         return identity
 
     return caller
-
-
-def allowed_hosts(settings: Settings) -> frozenset[str] | None:
-    """Host names the bridge answers to; None = any ("*")."""
-    named = {h.strip().lower() for h in settings.allowed_hosts.split(",") if h.strip()}
-    if "*" in named:
-        return None
-    if named:
-        return frozenset(named)
-    if settings.host in ("0.0.0.0", "::", ""):
-        raise ConfigError(f"ALLOWED_HOSTS must be set when the HTTP bridge binds {settings.host or 'every address'}: "
-                          f"the host names clients use (comma-separated), or * for any")
-    loopback = {"localhost", "127.0.0.1", "::1"} if is_loopback(settings.host) else set()
-    return frozenset({settings.host.lower(), *loopback})
 
 
 def _hostname(netloc: str) -> str | None:

@@ -5,17 +5,25 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from fastapi import APIRouter, Depends
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path
 
 from ragmesh.identity import Identity
+from ragmesh.validation import MAX_CHUNK_ID_CHARS, NOT_BLANK
+from services.gateway.api.schemas import ChunkView, returns
 from services.gateway.library import Library
+
+ChunkId = Annotated[str, Path(max_length=MAX_CHUNK_ID_CHARS, pattern=NOT_BLANK, description=(
+    "A citation's chunk_id (tenant/collection/doc_id#n: percent-encode '#' and '/')"))]
 
 
 def chunks_router(library: Library, caller: Callable[..., Awaitable[Identity]]) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/api/chunks/{chunk_id:path}")
-    async def get_chunk(chunk_id: str, who: Identity = Depends(caller)) -> dict:
+    @router.get("/api/chunks/{chunk_id:path}", summary="A chunk with its parent's text and its document (citation "
+                                                       "panels)", **returns(ChunkView, 404, 502))
+    async def get_chunk(chunk_id: ChunkId, who: Identity = Depends(caller)) -> dict:
         found = await library.chunk(who, chunk_id)
         c, d = found.chunk, found.document
         return {

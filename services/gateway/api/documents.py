@@ -23,8 +23,9 @@ import json
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
@@ -32,15 +33,23 @@ from starlette.formparsers import MultiPartException
 
 from ragmesh.clients import RetrieverClient
 from ragmesh.errors import InvalidArgument, RagmeshError
-from ragmesh.identity import Identity, identity_var
+from ragmesh.identity import Identity
 from ragmesh.paging import DEFAULT_PAGE
+from ragmesh.request_context import identity_var
 from ragmesh.types import DocumentEntry
 from ragmesh.v1 import retriever_pb2
-from ragmesh.validation import check_writable, shown
+from ragmesh.validation import COLLECTION_NAME, MAX_ID_CHARS, NOT_BLANK, check_writable, shown
+from services.gateway.api.openapi import streams, upload_body
+from services.gateway.api.paging import Limit, Offset
+from services.gateway.api.schemas import DocumentInfo, Documents, DocumentsDeleted, returns
 from services.gateway.library import Library
 from services.gateway.limits import RateLimiter
 
 MAX_FILES = 100
+MAX_FORM_FIELDS = 1000  # a multipart form's fields (files, repeated meta, ...)
+Collection = Annotated[str, Path(pattern=COLLECTION_NAME, description="Letters, digits, '_', '-' or '.', 1-64")]
+DocId = Annotated[str, Path(max_length=MAX_ID_CHARS, pattern=NOT_BLANK, description="The document's id (may contain "
+                                                                                     "'/')")]
 
 
 @dataclass
@@ -112,7 +121,7 @@ def _check_integers(where: str, value: object) -> None:
 
 async def _from_form(request: Request, max_bytes: int) -> _Batch:
     try:
-        form = await request.form(max_files=MAX_FILES, max_fields=1000)
+        form = await request.form(max_files=MAX_FILES, max_fields=MAX_FORM_FIELDS)
     except (HTTPException, MultiPartException) as exc:
         raise InvalidArgument("body", f"unreadable multipart form ({getattr(exc, 'detail', exc)})") from None
     files = [f for f in form.getlist("files") + form.getlist("file") if isinstance(f, UploadFile)]
@@ -259,10 +268,12 @@ def document_line(e: DocumentEntry) -> dict:
 def documents_router(retriever: Callable[[], RetrieverClient], library: Library, max_bytes: int,
                      caller: Callable[..., Awaitable[Identity]], rate: RateLimiter) -> APIRouter:
     """The router; `retriever` returns the gateway's client (made once its event loop runs); `rate`
-    counts uploads with the same user's asks, before an upload's body is read."""
+    counts uploads with the same user's asks, before an upload's body is read; `max_bytes` bounds each file."""
     router = APIRouter()
 
-    @router.post("/api/documents")
+    @router.post("/api/documents", summary="Ingest files or JSON documents (admin keys), progress streamed as "
+                                           "Server-Sent Events", **streams("IngestEvent"),
+                 openapi_extra={"requestBody": upload_body(max_bytes, MAX_FILES, MAX_FORM_FIELDS)})
     async def ingest_documents(request: Request, who: Identity = Depends(caller)):
         who.require_admin("ingesting documents")
         await rate.check(who.tenant, who.user)
@@ -280,18 +291,22 @@ def documents_router(retriever: Callable[[], RetrieverClient], library: Library,
         return StreamingResponse(_progress(retriever(), batch, who), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    @router.get("/api/documents")
-    async def list_documents(collection: str = Query(""), limit: int = Query(DEFAULT_PAGE), offset: int = Query(0),
-                             who: Identity = Depends(caller)) -> dict:
+    @router.get("/api/documents", summary="The tenant's documents (one collection's or all), most recently written "
+                                          "first", **returns(Documents, 502))
+    async def list_documents(collection: str = Query("", pattern=f"(?:{COLLECTION_NAME})|^$", description=(
+                                 "One collection's documents; empty: every collection's")),
+                             limit: Limit = DEFAULT_PAGE, offset: Offset = 0, who: Identity = Depends(caller)) -> dict:
         found = await library.documents(who, collection, limit, offset)
         return {"documents": [document_line(e) for e in found.items], "next_offset": found.next_offset}
 
-    @router.get("/api/documents/{collection}/{doc_id:path}")
-    async def get_document(collection: str, doc_id: str, who: Identity = Depends(caller)) -> dict:
+    @router.get("/api/documents/{collection}/{doc_id:path}", summary="A document's header, summary and outline",
+                **returns(DocumentInfo, 404, 502))
+    async def get_document(collection: Collection, doc_id: DocId, who: Identity = Depends(caller)) -> dict:
         return asdict(await library.document(who, collection, doc_id))
 
-    @router.delete("/api/documents/{collection}/{doc_id:path}")
-    async def delete_document(collection: str, doc_id: str, who: Identity = Depends(caller)) -> dict:
+    @router.delete("/api/documents/{collection}/{doc_id:path}", summary="Delete a document (admin keys)",
+                   **returns(DocumentsDeleted, 403, 404, 502))
+    async def delete_document(collection: Collection, doc_id: DocId, who: Identity = Depends(caller)) -> dict:
         documents, chunks = await library.delete_document(who, collection, doc_id)
         return {"documents": documents, "chunks": chunks}
 

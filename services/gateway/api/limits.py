@@ -20,8 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ragmesh import metrics, tracing
 from ragmesh.admission import Admission
 from ragmesh.errors import RagmeshError, ResourceExhausted
-from ragmesh.logging import clean_request_id, request_id_var
-from ragmesh.serving import REQUEST_ID_HEADER
+from ragmesh.request_context import REQUEST_ID_HEADER, clean_request_id, request_id_var
 from services.gateway.api.auth import IDENTITY_SCOPE_KEY, Identifier
 
 UPLOAD_PATHS = ("/api/documents",)

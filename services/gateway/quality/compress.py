@@ -1,4 +1,4 @@
-"""003 step 1.3, contextual compression: each chunk is cut by the model to the sentences needed
+"""Contextual compression: each chunk is cut by the model to the sentences needed
 to answer the question, copied word for word, with "[Partial]: " or "[Conflicting]: " in front
 when they answer only part of it or contradict each other. A sentence the chunk does not hold is
 dropped (the model may quote, never add), and a reply with none of the chunk's sentences leaves

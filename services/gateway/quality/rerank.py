@@ -1,4 +1,4 @@
-"""003 step 8, LLM rerank: the best fused candidates go to the model in one batch, which scores
+"""LLM rerank: the best fused candidates go to the model in one batch, which scores
 each excerpt 0-10 for relevance to the question; candidates are reordered by that score (ties
 and unscored ones keep their fused order, behind the scored ones)."""
 from __future__ import annotations

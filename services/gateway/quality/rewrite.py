@@ -1,4 +1,4 @@
-"""003 step 1, intent-aware query expansion: the question's intent (factual, procedural,
+"""Intent-aware query expansion: the question's intent (factual, procedural,
 exploratory, temporal) is read by rules, which costs no model round trip, and one model call
 rewrites the question with that intent's instructions into at most MAX_VARIANTS more search
 queries. The retriever fuses every variant's lists with the question's (at most 4 queries)."""

@@ -33,12 +33,3 @@ class SharedState:
 
 def in_process(settings: Settings) -> SharedState:
     return SharedState(LocalRuns(), ScopeCache(settings.scope_cache_ttl_s, settings.scope_cache_size), LocalWindows())
-
-
-def open_shared_state(settings: Settings) -> SharedState:
-    """Redis with REDIS_URL, else this process."""
-    if not settings.redis_url:
-        return in_process(settings)
-    from services.gateway.shared_state.redis_state import RedisState  # redis is imported only when used
-
-    return RedisState(settings)

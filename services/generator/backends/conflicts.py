@@ -1,5 +1,5 @@
 """Finds blocks that disagree: different percentages or dates for the same thing
-(004's conflict detection, done with rules so the offline backend can do it too).
+(conflict detection, done with rules so the offline backend can do it too).
 
 A claim is a figure with what it is about: the fund (chunk metadata), the word the
 figure follows in its clause ("exposure", "returned", "left"), and for percentages the

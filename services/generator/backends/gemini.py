@@ -1,4 +1,4 @@
-"""Gemini through google-genai's async client, as the fund-research seed's step 7 calls it:
+"""Gemini through google-genai's async client, as the fund-research route calls it:
 the four frontend names map to an API model and thinking settings, temperature 1 unless
 the caller sets one, Google Search as a tool when web search is on. Thought summaries
 stream as `thinking` events, grounding metadata becomes web citations and usage

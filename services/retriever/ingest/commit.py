@@ -6,13 +6,13 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 
-from ragmesh.store import Store
+from ragmesh.store import CorpusStore
 from ragmesh.types import DocumentRecord, StoredChunk
 from services.retriever.backend import SearchBackend
 
 
 class Committer:
-    def __init__(self, store: Store, registry: SearchBackend) -> None:
+    def __init__(self, store: CorpusStore, registry: SearchBackend) -> None:
         self.store = store
         self.registry = registry
         self.lock = threading.Lock()

@@ -21,7 +21,7 @@ import numpy as np
 
 from ragmesh import metrics
 from ragmesh.errors import InvalidArgument, RagmeshError
-from ragmesh.store import Store
+from ragmesh.store import CorpusStore
 from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, SectionOutline, StoredChunk
 from ragmesh.validation import (
     MAX_DOC_IDS, MAX_FILENAME_CHARS, MAX_ID_CHARS, MAX_MIME_TYPE_CHARS, MAX_TITLE_CHARS, RESERVED_PREFIX, check_date,
@@ -210,7 +210,7 @@ def _counted(progress: Progress) -> Progress:
 
 class Ingestor:
     def __init__(
-        self, store: Store, registry: SearchBackend, embed: EmbedFn, *,
+        self, store: CorpusStore, registry: SearchBackend, embed: EmbedFn, *,
         min_chars: int = 400, max_chars: int = 800, embed_max_chars: int = 800, batch_size: int = 64, max_bytes: int = MAX_BYTES,
         retries: int = 4, backoff_s: float = 0.5, summarizer: Summarizer | None = None,
         summaries: SummaryPolicy = SummaryPolicy(), committer: Committer | None = None,

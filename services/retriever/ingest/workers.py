@@ -28,6 +28,7 @@ from ragmesh import logging as rlog
 from ragmesh import metrics
 from ragmesh.config import Settings
 from ragmesh.errors import InvalidArgument
+from ragmesh.request_context import request_id_var
 from ragmesh.types import Document
 from services.retriever.ingest.parsed import BadRecord, Parsed, UnreadableFile
 from services.retriever.ingest.parsers import check_size, is_light, parse
@@ -90,7 +91,7 @@ def _serve(conn: Connection, memory_mb: int, log_level: int) -> None:
         except EOFError:
             return
         _cpu_budget(job.cpu_s)
-        rlog.request_id_var.set(job.request_id)
+        request_id_var.set(job.request_id)
         conn.send(_run(job))
 
 
@@ -204,7 +205,7 @@ class ParsePool:
         worker had to be killed for it. Small files of linear-time formats are parsed in place."""
         name = doc.filename or doc.doc_id
         check_size(doc, max_bytes)  # before the bytes are copied to a worker
-        job = _Job(self.parser, doc, max_bytes, self.limits.archive, self.limits.timeout_s, rlog.request_id_var.get())
+        job = _Job(self.parser, doc, max_bytes, self.limits.archive, self.limits.timeout_s, request_id_var.get())
         if is_light(doc, self.limits.inline_bytes):
             return self._outcome(_run(job), name)
         await self._turn(doc.tenant)

@@ -1,32 +1,16 @@
-"""Where the Milvus backend's data lives: its settings, checked before anything connects, and
+"""Where the Milvus backend's data lives: its settings (checked when they are loaded), and
 the connection every part of it (the backend, held.py's records, sync.py's loads) calls through,
 so a failing server is one kind of error everywhere."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from pymilvus import MilvusClient
 from pymilvus.client.types import LoadState
 from pymilvus.exceptions import MilvusException
 
-from ragmesh.config import ConfigError, Settings, redact_uri
-from ragmesh.errors import Unavailable
-from services.retriever.milvus import rows
-
-INDEX_TYPES = ("FLAT", "HNSW", "IVF_FLAT")
-CONSISTENCY = ("Strong", "Bounded", "Session", "Eventually")
-
-
-def _json_object(name: str, raw: str) -> dict:
-    try:
-        value = json.loads(raw or "{}")
-    except ValueError as exc:
-        raise ConfigError(f"{name} must be a JSON object, got {raw!r}: {exc}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(f"{name} must be a JSON object, got {raw!r}")
-    return value
+from ragmesh.config import SearchBackendSettings, json_object, redact_uri
+from ragmesh.errors import ConfigError, Unavailable
 
 
 @dataclass(frozen=True)
@@ -41,30 +25,11 @@ class MilvusConfig:
     prefix: str
 
     @classmethod
-    def from_settings(cls, s: Settings) -> "MilvusConfig":
-        """Checked before anything connects: a bad setting stops the retriever with one line."""
-        uri = s.milvus_uri.strip()
-        if not uri:
-            raise ConfigError("RETRIEVER_BACKEND=milvus needs MILVUS_URI (a path ending in .db for milvus-lite, "
-                              "or http://host:19530)")
-        scheme = uri.partition("://")[0].lower() if "://" in uri else ""
-        if scheme and scheme not in ("http", "https", "tcp", "grpc", "unix"):
-            raise ConfigError(f"MILVUS_URI {redact_uri(uri)}: the scheme must be http, https, tcp, grpc or unix")
-        if not scheme and (not uri.endswith(".db") or not Path(uri).parent.is_dir()):
-            raise ConfigError(f"MILVUS_URI {uri!r}: a milvus-lite file must end in .db, in a folder that exists")
-        index_type = s.milvus_index_type.upper()
-        if index_type not in INDEX_TYPES:
-            raise ConfigError(f"MILVUS_INDEX_TYPE must be one of {', '.join(INDEX_TYPES)}, got {s.milvus_index_type!r}")
-        consistency = next((c for c in CONSISTENCY if c.lower() == s.milvus_consistency.lower()), None)
-        if consistency is None:
-            raise ConfigError(f"MILVUS_CONSISTENCY must be one of {', '.join(CONSISTENCY)}, "
-                              f"got {s.milvus_consistency!r}")
-        if not s.milvus_prefix.isidentifier() or len(s.milvus_prefix) > rows.MAX_PREFIX:
-            raise ConfigError(f"MILVUS_PREFIX must be letters, digits and '_' (at most {rows.MAX_PREFIX}), "
-                              f"got {s.milvus_prefix!r}")
-        return cls(uri, s.milvus_token, s.milvus_db, index_type,
-                   _json_object("MILVUS_INDEX_PARAMS", s.milvus_index_params),
-                   _json_object("MILVUS_SEARCH_PARAMS", s.milvus_search_params), consistency, s.milvus_prefix)
+    def from_settings(cls, s: SearchBackendSettings) -> "MilvusConfig":
+        """From settings checked when they were loaded (a bad one stops the retriever with one line)."""
+        return cls(s.milvus_uri, s.milvus_token, s.milvus_db, s.milvus_index_type,
+                   json_object("MILVUS_INDEX_PARAMS", s.milvus_index_params),
+                   json_object("MILVUS_SEARCH_PARAMS", s.milvus_search_params), s.milvus_consistency, s.milvus_prefix)
 
 
 class Connection:
