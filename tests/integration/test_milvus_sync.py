@@ -6,6 +6,7 @@ retriever at start with one line. One milvus-lite file for the module; each test
 of its own (MILVUS_PREFIX)."""
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import threading
 import sys
@@ -18,12 +19,13 @@ from pymilvus import DataType, MilvusClient
 from ragmesh import config
 from ragmesh.errors import ConfigError
 from ragmesh.store.sqlite import SqliteStore
-from ragmesh.types import Chunk, DocumentRecord, SearchFilter, StoredChunk
+from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, StoredChunk
 from services.cli import main as cli
 from services.retriever.app import make_backend
 from services.retriever.backend import SearchBackend
 from services.retriever.index import IndexRegistry
 from services.retriever.ingest.commit import Committer
+from services.retriever.ingest.pipeline import Ingestor
 from services.retriever.milvus import MilvusBackend, MilvusConfig, sync
 from services.retriever.milvus import backend as milvus_backend
 from services.retriever.milvus import held, rows
@@ -407,3 +409,84 @@ def test_a_document_past_one_record_row_keeps_exact_keys(uri: str, store, monkey
         assert versions_seen(b) == {marker}
     record = held.name("long_", "c")
     assert len(b.client.query(record, filter='key != ""', output_fields=["key"])) == 2, "3 keys: two rows of 2"
+
+
+# -- through the Ingestor (Retriever/Ingest): a stream's documents share embedding calls and commits --
+
+
+async def _hashed(texts: list[str], task: str) -> np.ndarray:
+    vectors = np.stack([np.frombuffer(rows.digest("v", t).encode()[:DIM], np.uint8) for t in texts]).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def ingested(b: SearchBackend, store, *docs: Document, committer: Committer | None = None) -> dict[str, str]:
+    """Each document's last stage, the documents sent in one stream."""
+    ingestor = Ingestor(store, b, _hashed, min_chars=100, max_chars=200, committer=committer)
+
+    async def stream():
+        for d in docs:
+            yield d
+
+    async def run() -> dict[str, str]:
+        return {p.doc_id: p.stage async for p in ingestor.ingest(stream())}
+
+    return asyncio.run(run())
+
+
+def text(marker: str, sentences: int) -> str:
+    """A text that the chunker cuts into about one chunk every two sentences."""
+    return " ".join(f"The {marker} lantern rules sentence number {i} is long enough to count here." for i in range(sentences))
+
+
+def test_an_ingest_stream_deletes_nothing_for_new_documents_and_exactly_the_dropped_chunks_by_key(
+        uri: str, store, monkeypatch) -> None:
+    b = backend(uri, "ingest_")
+    b.warm_up(store, Path(), store.version())
+    calls = Calls(b, monkeypatch)
+    sent = [Document(f"d{i}", "c", text=text(f"m{i}", 6), tenant="t") for i in range(6)]
+    assert set(ingested(b, store, *sent).values()) == {"INDEXED"}
+    assert calls.of("delete") == [] and calls.of("query") == [], "a document seen for the first time deletes nothing"
+    assert len(calls.of("upsert", rows_name(b))) == 1, "the stream's documents went in one upsert"
+    before = pks(b)
+    long = [s.chunk.chunk_id for s in store.document_chunks("t", "c", "d0")]
+    assert len(long) > 2
+    calls.made.clear()
+    assert ingested(b, store, Document("d0", "c", text=text("short", 1), tenant="t"),
+                    Document("d9", "c", text=text("m9", 2), tenant="t")) == {"d0": "INDEXED", "d9": "INDEXED"}
+    dropped = {pk("t", "d0", c) for c in long[1:]}
+    deletes = calls.of("delete", rows_name(b))
+    assert deletes == [{"ids": sorted(dropped)}], "exactly the replaced document's dropped keys, by key"
+    assert all("filter" not in kwargs for kwargs in calls.of("delete")) and calls.of("query") == []
+    added = {pk("t", "d9", s.chunk.chunk_id) for s in store.document_chunks("t", "c", "d9")}
+    assert pks(b) == (before - dropped) | added
+
+
+@pytest.mark.parametrize("kind", ["memory", "milvus"])
+def test_an_ingest_stream_killed_between_the_store_and_the_index_is_repaired_at_the_next_start(
+        kind: str, uri: str, store, tmp_path, monkeypatch) -> None:
+    first = either(kind, uri, "ingestcrash_")
+    first.warm_up(store, tmp_path, store.version())
+    assert set(ingested(first, store, Document("a", "c", text="old lantern rules", tenant="t")).values()) == {"INDEXED"}
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed between the store write and the index write")
+
+    monkeypatch.setattr(first, "apply", killed)
+    out = ingested(first, store, Document("a", "c", text="new lantern rules", tenant="t"),
+                   Document("b", "c", text="more lantern rules", tenant="t"))
+    assert out == {"a": "FAILED", "b": "FAILED"}
+    assert found(first) == ["old lantern rules"], "the old version stays searchable"
+    monkeypatch.undo()
+    restarted = either(kind, uri, "ingestcrash_")
+    restarted.warm_up(store, tmp_path, store.version())
+    assert found(restarted) == ["more lantern rules", "new lantern rules"]
+
+
+@pytest.mark.parametrize("kind", ["memory", "milvus"])
+def test_a_document_sent_again_in_one_stream_ends_as_its_last_version(kind: str, uri: str, store, tmp_path) -> None:
+    b = either(kind, uri, "again_")
+    b.warm_up(store, tmp_path, store.version())
+    sent = [Document("a", "c", text=text(marker, n), tenant="t") for marker, n in (("v1", 6), ("v2", 2), ("v3", 4))]
+    assert ingested(b, store, *sent) == {"a": "INDEXED"}
+    assert {t.split()[1] for t in found(b)} == {"v3"}
+    assert len(found(b)) == len(store.document_chunks("t", "c", "a"))

@@ -108,9 +108,10 @@ def test_every_chunk_carries_its_metadata_and_only_children_are_indexed(tmp_path
     assert set(index.parents) == parents
 
 
-def test_a_stream_holds_one_document_at_a_time(tmp_path: Path) -> None:
-    """The next document is read only when the one in hand is done: a long stream never piles up."""
-    ingestor = make(tmp_path)
+def test_a_stream_is_read_ahead_no_further_than_one_embedding_call(tmp_path: Path) -> None:
+    """The next document is read once the ones in hand fill an embedding call (one text here):
+    a long stream never piles up."""
+    ingestor = make(tmp_path, batch_size=1)
     events: list[str] = []
 
     async def stream() -> AsyncIterator[Document]:
@@ -120,11 +121,13 @@ def test_a_stream_holds_one_document_at_a_time(tmp_path: Path) -> None:
 
     async def main() -> None:
         async for p in ingestor.ingest(stream()):
-            if p.stage == "INDEXED":
-                events.append(f"indexed {p.doc_id}")
+            if p.stage in ("EMBEDDED", "INDEXED"):
+                events.append(f"{p.stage.lower()} {p.doc_id}")
 
     asyncio.run(main())
-    assert events == ["read d0", "indexed d0", "read d1", "indexed d1", "read d2", "indexed d2"]
+    embedded = [e for e in events if not e.startswith("indexed")]
+    assert embedded == ["read d0", "embedded d0", "read d1", "embedded d1", "read d2", "embedded d2"]
+    assert {e for e in events if e.startswith("indexed")} == {"indexed d0", "indexed d1", "indexed d2"}
 
 
 def test_a_pdfs_chunks_carry_their_pages(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """Packing whole units (sentences, paragraphs) into chunks of min..max characters, with the
 previous chunk's last `overlap` units repeated at the start of the next for continuity.
 
-003 fills each chunk greedily up to max, which leaves a short last chunk (often a single
-sentence) whenever the text does not divide evenly. Here the split is chosen over the whole
+Filling each chunk greedily up to max leaves a short last chunk (often a single sentence)
+whenever the text does not divide evenly. Here the split is chosen over the whole
 run instead: as few chunks as possible, every chunk within bounds where the unit sizes allow
 it, and the slack spread evenly. A unit longer than max stands alone; units are never cut."""
 from __future__ import annotations

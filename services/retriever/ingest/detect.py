@@ -1,4 +1,4 @@
-"""Document type detection with 003's heuristics (part 2.2), no model call. Checked in the
+"""Document type detection by heuristics (PII density, Q&A pairs, length and headings), no model call. Checked in the
 order SENSITIVE -> FAQ -> BOOK -> USER: the first that fits picks the chunker."""
 from __future__ import annotations
 

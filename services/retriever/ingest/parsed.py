@@ -73,7 +73,7 @@ class Parsed:
     date: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
     # The complete source record, stored once as the parent of every chunk of the document
-    # (000: "the complete factsheet JSON kept once per factsheet").
+    # (the fund-research factsheets' rule: "the complete factsheet JSON kept once per factsheet").
     source: str = ""
 
     @property

@@ -1,5 +1,7 @@
 """Document in, indexed chunks out: parse -> per document: hash -> detect, redact, chunk ->
-embed (and summarise, side by side) -> store -> index.
+embed (and summarise, side by side) -> store -> index, the store and index writes of a
+stream's documents grouped (batch.py: one commit carries every document that became ready
+while the previous commit ran).
 
 Each document reports its progress; a failure is reported for that document with the file
 and the reason, leaves nothing behind (chunks and outline are one store transaction, and it
@@ -13,6 +15,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -26,6 +29,8 @@ from ragmesh.validation import (
 )
 from services.retriever import filters
 from services.retriever.backend import SearchBackend
+from services.retriever.ingest import batch
+from services.retriever.ingest.batch import CommitBatch, Ready
 from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.embedding import TRANSIENT, BatchEmbedder
 from services.retriever.ingest.parsed import BadRecord, Parsed
@@ -40,6 +45,11 @@ log = logging.getLogger(__name__)
 # Part of every content hash: a pipeline that chunks differently re-chunks unchanged documents.
 PIPELINE_VERSION = 2
 MAX_BYTES = 50 * 1024 * 1024
+# Characters of chunk text the records sharing one embedding call hold at most (past the last record): about
+# one slice of the embedder's (services/embedder/app.py), so a call of short documents costs one round trip
+# and no more time than a slice (16 KB a call made the demo corpus's calls pass EMBED_TIMEOUT_S on a busy machine).
+GROUP_CHARS = 4096
+NEXT_AT_HAND_S = 0.005  # how long the group waits for the stream's next document before it is embedded
 
 
 @dataclass
@@ -93,6 +103,15 @@ def failure(exc: RagmeshError, label: str = "") -> str:
     return f"{label}: {exc}{again}" if label else f"{exc}{again}"
 
 
+def _failed(doc_id: str, exc: Exception, label: str) -> str:
+    """A document's error, logged: what was wrong with it, or an internal error (a bug, a store failure)."""
+    if isinstance(exc, RagmeshError):
+        log.warning("document failed", extra={"doc_id": doc_id, "error": str(exc)})
+        return failure(exc, label)
+    log.error("document failed", extra={"doc_id": doc_id}, exc_info=exc)
+    return f"{label}: internal error ({type(exc).__name__}: {exc})"
+
+
 def _record_metadata(p: Parsed) -> dict[str, str]:
     """A parsed record's own fields as metadata, checked like a client's. Keys starting with "__"
     (a Mongoose "__v") are dropped rather than failing the record: they name the index's own columns."""
@@ -101,16 +120,105 @@ def _record_metadata(p: Parsed) -> dict[str, str]:
     return metadata
 
 
+class _Steps:
+    """A record's progress reports (its chunking's findings once it is chunked)."""
+
+    def __init__(self, doc: Document, doc_id: str) -> None:
+        self.doc, self.doc_id = doc, doc_id
+        self.chunked: Chunked | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.doc.tenant, self.doc.collection, self.doc_id
+
+    def __call__(self, stage: str, chunks: int = 0, **kw: object) -> Progress:
+        c = self.chunked
+        about = {} if c is None or stage == "FAILED" else {
+            "doc_type": c.doc_type, "redactions": c.redactions, "sensitivity": c.sensitivity}
+        return Progress(self.doc_id, self.doc.collection, stage, chunks, filename=self.doc.filename, **about | kw)
+
+
+@dataclass
+class _Prepared:
+    """A record chunked, waiting for its embedding (its summaries under way, when it has them)."""
+
+    step: _Steps
+    label: str
+    record: DocumentRecord  # without its summary yet
+    chunks: list[Chunk]
+    summary: asyncio.Task | None
+
+    @property
+    def children(self) -> list[Chunk]:
+        """The chunks that are embedded and searched (parents are stored for expansion only)."""
+        assert self.step.chunked is not None
+        return [c for c, piece in zip(self.chunks, self.step.chunked.pieces) if not piece.is_parent]
+
+    def cancel(self) -> None:
+        if self.summary is not None:
+            self.summary.cancel()
+
+
+def _failure_step(d: _Prepared, exc: Exception) -> Progress:
+    return d.step("FAILED", error=_failed(d.record.doc_id, exc, d.label))
+
+
+class _Group:
+    """Records read ahead to share one embedding call: full at the embedder's batch of texts
+    (or GROUP_CHARS), so a call carries many short documents and one long document alone."""
+
+    def __init__(self, texts: int) -> None:
+        self.texts = texts
+        self.docs: list[_Prepared] = []
+
+    @classmethod
+    def of(cls, d: _Prepared) -> "_Group":
+        group = cls(1)
+        group.docs.append(d)
+        return group
+
+    def add(self, d: _Prepared) -> None:
+        self.docs.append(d)
+
+    @property
+    def full(self) -> bool:
+        children = [c for d in self.docs for c in d.children]
+        return len(children) >= self.texts or sum(len(c.text) for c in children) >= GROUP_CHARS
+
+    def holds(self, key: tuple[str, str, str]) -> bool:
+        return any(d.step.key == key for d in self.docs)
+
+    def take(self) -> list[_Prepared]:
+        docs, self.docs = self.docs, []
+        return docs
+
+    def cancel(self) -> None:
+        for d in self.take():
+            d.cancel()
+
+
+async def _arrives(following: asyncio.Future) -> bool:
+    """Whether the stream's next document is at hand (already sent): the group waits for it."""
+    await asyncio.wait([following], timeout=NEXT_AT_HAND_S)
+    return following.done()
+
+
+def _counted(progress: Progress) -> Progress:
+    metrics.ingested(progress.stage, progress.chunks)
+    return progress
+
+
 class Ingestor:
     def __init__(
         self, store: CorpusStore, registry: SearchBackend, embed: EmbedFn, *,
         min_chars: int = 400, max_chars: int = 800, embed_max_chars: int = 800, batch_size: int = 64, max_bytes: int = MAX_BYTES,
         retries: int = 4, backoff_s: float = 0.5, summarizer: Summarizer | None = None,
         summaries: SummaryPolicy = SummaryPolicy(), committer: Committer | None = None,
-        parsing: ParsePool | None = None,
+        parsing: ParsePool | None = None, commit_rows: int = batch.ROWS, commit_bytes: int = batch.BYTES,
     ) -> None:
         """`parsing`: the worker processes files are parsed in, with their limits (default: a pool
-        with the default limits, shared by every Ingestor of the process)."""
+        with the default limits, shared by every Ingestor of the process). `commit_rows` and
+        `commit_bytes` bound the documents waiting for a commit."""
         if embed_max_chars < 100:
             raise ValueError(f"EMBED_MAX_CHARS must be at least 100, got {embed_max_chars}")
         self.store = store
@@ -122,19 +230,55 @@ class Ingestor:
         self.parsing = parsing or shared_pool()
         self.summarizer = summarizer
         self.summaries = summaries
+        self.commit_rows, self.commit_bytes = commit_rows, commit_bytes
 
     async def ingest(self, documents: AsyncIterator[Document]) -> AsyncIterator[Progress]:
-        """Documents one at a time, as they arrive: the next is not read before the one in hand is
-        done, so a stream holds one document's bytes (each at most max_bytes) however long it is.
-        When the caller goes away (its gRPC call is cancelled) the task running this is cancelled
-        at its next await: the document in hand stops where it is (a store write under way
-        completes, whole; a parse under way is killed) and no more are read."""
-        async for doc in documents:
-            async for progress in self.ingest_one(doc):
-                metrics.ingested(progress.stage, progress.chunks)
-                yield progress
+        """Documents in the order they arrive, read ahead only while what is read makes one
+        embedding call (`_Group`: up to the embedder's batch of texts, and never past a document
+        that is not at hand yet), so a stream holds a call's worth of documents besides those
+        waiting for their commit (bounded in chunks and bytes, see batch.py). A document is
+        INDEXED once its commit ends; while the stream waits for its next document, the group is
+        embedded and the commit under way reaped, so a client waiting for INDEXED before it sends
+        more is answered. When the caller goes away (its gRPC call is cancelled) the task running
+        this is cancelled at its next await: the documents in hand stop where they are (a commit
+        under way completes, whole; a parse under way is killed), those not committed are not
+        stored, and no more are read."""
+        commits: CommitBatch[Progress] = CommitBatch(self.committer, self.commit_rows, self.commit_bytes)
+        group = _Group(self.embedder.batch_size)
+        source = aiter(documents)
+        following: asyncio.Future | None = None
+        try:
+            while True:
+                following = asyncio.ensure_future(anext(source, None))
+                if group.docs and not await _arrives(following):
+                    async for progress in self._embed(group, commits):
+                        yield _counted(progress)
+                while not following.done():  # the commit under way ends, or the next document comes
+                    for progress in await commits.turn():
+                        yield _counted(progress)
+                    if commits.writing is None:
+                        await following
+                        break
+                    await asyncio.wait([following, commits.writing], return_when=asyncio.FIRST_COMPLETED)
+                doc, following = following.result(), None
+                if doc is None:
+                    break
+                async for progress in self._ingest_one(doc, group, commits):
+                    yield _counted(progress)
+                for progress in await commits.turn():
+                    yield _counted(progress)
+            async for progress in self._embed(group, commits):
+                yield _counted(progress)
+            for progress in await commits.settle():
+                yield _counted(progress)
+        finally:
+            if following is not None:
+                following.cancel()
+            group.cancel()
+            await commits.close()
 
-    async def ingest_one(self, doc: Document) -> AsyncIterator[Progress]:
+    async def _ingest_one(self, doc: Document, group: "_Group",
+                          commits: CommitBatch[Progress]) -> AsyncIterator[Progress]:
         doc = dataclasses.replace(doc, doc_id=doc.doc_id or doc.filename)
         try:
             _validate(doc)
@@ -151,15 +295,17 @@ class Ingestor:
                 log.warning("record failed", extra={"doc_id": doc.doc_id, "error": error})
                 yield Progress(f"{doc.doc_id}#{number}", doc.collection, "FAILED", error=error, filename=doc.filename)
                 continue
-            async for progress in self._ingest(doc, p, label if len(parsed) == 1 else f"{label} ({p.doc_id})"):
+            async for progress in self._prepare(doc, p, label if len(parsed) == 1 else f"{label} ({p.doc_id})",
+                                                group, commits):
                 yield progress
+            if group.full:
+                async for progress in self._embed(group, commits):
+                    yield progress
 
-    async def _ingest(self, doc: Document, p: Parsed, label: str) -> AsyncIterator[Progress]:
-        def step(stage: str, chunks: int = 0, chunked: Chunked | None = None, **kw: object) -> Progress:
-            about = {} if chunked is None else {
-                "doc_type": chunked.doc_type, "redactions": chunked.redactions, "sensitivity": chunked.sensitivity}
-            return Progress(p.doc_id, doc.collection, stage, chunks, filename=doc.filename, **about, **kw)
-
+    async def _prepare(self, doc: Document, p: Parsed, label: str, group: "_Group",
+                       commits: CommitBatch[Progress]) -> AsyncIterator[Progress]:
+        """A record up to its chunks, which join the group to embed (or UNCHANGED, or FAILED)."""
+        step = _Steps(doc, p.doc_id)
         try:
             check_text("doc_id", p.doc_id, MAX_ID_CHARS)  # a record's own id
             metadata = {**_record_metadata(p), **doc.metadata, "filetype": p.filetype}
@@ -167,6 +313,11 @@ class Ingestor:
                 metadata.setdefault("filename", doc.filename)
             date, title = doc.date or p.date, doc.title or p.title[:MAX_TITLE_CHARS] or doc.filename
             digest = self._hash(p, metadata, date, title)
+            if group.holds(step.key) or commits.holds(step.key):  # its previous version is not stored yet
+                async for progress in self._embed(group, commits):
+                    yield progress
+                for progress in await commits.settle():
+                    yield progress
             existing = await asyncio.to_thread(self.store.get_document, doc.tenant, doc.collection, p.doc_id)
             if existing is not None and existing.content_hash == digest and not (doc.summarize and not existing.summary):
                 yield step("UNCHANGED", existing.chunk_count, summarized=bool(existing.summary),
@@ -174,28 +325,60 @@ class Ingestor:
                 return
             yield step("PARSED")
             chunked = await asyncio.to_thread(chunk_document, p, self.sizes)
-            yield step("CHUNKED", len(chunked.pieces), chunked)
+            step.chunked = chunked
+            yield step("CHUNKED", len(chunked.pieces))
             metadata |= {"doc_type": chunked.doc_type, "sensitivity": chunked.sensitivity}
             chunks = self._chunks(doc, p.doc_id, chunked, metadata, date)
-            summary, sections, vectors = await self._embed_and_summarise(
-                [c for c, piece in zip(chunks, chunked.pieces) if not piece.is_parent],
-                self.summaries.wants(doc.summarize, len(p.text)), title, chunked)
-            yield step("EMBEDDED", len(chunks), chunked)
-            record = DocumentRecord(
-                doc_id=p.doc_id, collection=doc.collection, tenant=doc.tenant, content_hash=digest, title=title,
-                metadata=metadata, date=date, chunk_count=len(chunks), summary=summary, sections=sections,
-            )
-            children = iter(vectors)
-            stored = [StoredChunk(c, None if piece.is_parent else next(children))
-                      for c, piece in zip(chunks, chunked.pieces)]
-            await asyncio.to_thread(self.committer.replace, [(record, stored)])
-            yield step("INDEXED", len(chunks), chunked, summarized=bool(summary))
-        except RagmeshError as exc:
-            log.warning("document failed", extra={"doc_id": p.doc_id, "error": str(exc)})
-            yield step("FAILED", error=failure(exc, label))
+            record = DocumentRecord(doc_id=p.doc_id, collection=doc.collection, tenant=doc.tenant,
+                                    content_hash=digest, title=title, metadata=metadata, date=date,
+                                    chunk_count=len(chunks))
+            summary = None
+            if self.summaries.wants(doc.summarize, len(p.text)) and self.summarizer is not None:
+                summary = asyncio.create_task(self.summarizer.outline(title, chunked.sections))
+            group.add(_Prepared(step, label, record, chunks, summary))
         except Exception as exc:  # a bug or a store failure must not end the other documents' ingest
-            log.exception("document failed", extra={"doc_id": p.doc_id})
-            yield step("FAILED", error=f"{label}: internal error ({type(exc).__name__}: {exc})")
+            yield step("FAILED", error=_failed(p.doc_id, exc, label))
+
+    async def _embed(self, group: "_Group", commits: CommitBatch[Progress]) -> AsyncIterator[Progress]:
+        """The group's children in one embedding call (split at the embedder's batch size) while
+        the generator writes their summaries; each document then waits for its commit. An
+        embedding failure fails the documents (each alone, unless it is a passing one: the
+        others of a call one text spoiled are embedded again), a generator failure only loses
+        the summaries."""
+        docs = group.take()
+        if not docs:
+            return
+        try:
+            vectors = await self.embedder([c.text for d in docs for c in d.children])
+        except Exception as exc:
+            if len(docs) > 1 and not isinstance(exc, TRANSIENT):
+                for d in docs:
+                    async for progress in self._embed(_Group.of(d), commits):
+                        yield progress
+                return
+            for d in docs:
+                d.cancel()
+                yield d.step("FAILED", error=_failed(d.record.doc_id, exc, d.label))
+            return
+        except BaseException:
+            for d in docs:
+                d.cancel()
+            raise
+        start = 0
+        for d in docs:
+            mine = vectors[start:start + len(d.children)]
+            start += len(d.children)
+            if d.summary is None:
+                summary, sections = "", table_of_contents(d.step.chunked.sections)
+            else:
+                summary, sections = await d.summary
+            record = dataclasses.replace(d.record, summary=summary, sections=sections)
+            yield d.step("EMBEDDED", len(d.chunks))
+            children = iter(mine)
+            stored = [StoredChunk(c, None if piece.is_parent else next(children))
+                      for c, piece in zip(d.chunks, d.step.chunked.pieces)]
+            commits.add(Ready(record, stored, d.step("INDEXED", len(d.chunks), summarized=bool(summary)),
+                              partial(_failure_step, d)))
 
     def _hash(self, p: Parsed, metadata: dict[str, str], date: str, title: str) -> str:
         """What the chunks are built from: same hash, nothing to redo."""
@@ -220,25 +403,6 @@ class Ingestor:
                 text=piece.text, metadata=meta, date=date, tenant=doc.tenant, parent_chunk_id=parent, chunk_index=i,
             ))
         return out
-
-    async def _embed_and_summarise(
-        self, children: list[Chunk], summarise: bool, title: str, chunked: Chunked,
-    ) -> tuple[str, list[SectionOutline], np.ndarray]:
-        """Embeds the children while the generator writes the summaries; an embedding failure
-        cancels the summaries (the document fails), a generator failure only loses them."""
-        task = None
-        if summarise and self.summarizer is not None:
-            task = asyncio.create_task(self.summarizer.outline(title, chunked.sections))
-        try:
-            vectors = await self.embedder([c.text for c in children])
-        except BaseException:
-            if task is not None:
-                task.cancel()
-            raise
-        if task is None:
-            return "", table_of_contents(chunked.sections), vectors
-        summary, sections = await task
-        return summary, sections, vectors
 
     async def delete(
         self, tenant: str, collection: str, doc_ids: list[str], where: SearchFilter | None = None,

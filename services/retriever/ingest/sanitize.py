@@ -1,4 +1,4 @@
-"""PII redaction (003 part 2.3): emails, phone numbers, SSNs, card numbers and long numeric ids
+"""PII redaction: emails, phone numbers, SSNs, card numbers and long numeric ids
 become `[REDACTED_*]` labels before anything is chunked, embedded or stored.
 
 Card-shaped digit runs count towards PII density whether or not they pass the Luhn check, but
@@ -60,7 +60,7 @@ def _matches(text: str) -> list[_Match]:
 
 
 def pii_density(text: str) -> float:
-    """The share of characters inside PII-like matches (003: SENSITIVE at >= 0.015)."""
+    """The share of characters inside PII-like matches (a document is SENSITIVE at >= 0.015)."""
     if not text:
         return 0.0
     return sum(m.end - m.start for m in _matches(text)) / len(text)
@@ -73,7 +73,7 @@ class Sanitized:
 
 
 def sensitivity(redactions: int, density: float) -> str:
-    """003: HIGH if anything was redacted, MEDIUM if PII-like density > 0.005 without, else LOW."""
+    """HIGH if anything was redacted, MEDIUM if PII-like density > 0.005 without, else LOW."""
     if redactions:
         return HIGH
     return MEDIUM if density > MEDIUM_DENSITY else LOW

@@ -1,9 +1,9 @@
-"""From a parsed document to chunk texts (003 part 2): detect the type, redact, then the
+"""From a parsed document to chunk texts (type-aware chunking): detect the type, redact, then the
 type's chunker. Chunks never span sections (so each names one) but may span pages (each names
 the first and last); BOOK parents group whole paragraphs and may span sections.
 
 FAQ:       one chunk per Q&A pair, at most 8,000 chars (a longer answer continues in further
-           chunks that repeat the question, where 003 cut it off).
+           chunks that repeat the question, where a single cut would lose it).
 BOOK:      parents of 2,000-3,500 chars, stored for expansion, not embedded; children of
            400-700 chars with 2 sentences of overlap, embedded.
 SENSITIVE: 225-450 chars, no overlap.
@@ -12,10 +12,10 @@ USER:      400-800 chars (CHUNK_MIN_CHARS / CHUNK_MAX_CHARS), 1 sentence of over
 No embedded chunk is longer than EMBED_MAX_CHARS (`Sizes.embed_max`): every chunker's maximum is
 capped by it, and a sentence longer than it is split at word boundaries. The embedding model reads
 a bounded window (all-MiniLM-L6-v2: 256 tokens, about 900-1,100 characters of English) and silently
-drops the rest, so 003's cut of the embedding input at EMBED_MAX_CHARS would leave the tail of an
+drops the rest, so cutting the embedding input at EMBED_MAX_CHARS would leave the tail of an
 8,000-character FAQ answer in BM25 only: a question worded differently from the tail could never
 reach it. Splitting costs more chunks (a long FAQ answer continues in further chunks that repeat
-its question, as 003 already did past 8,000 characters) but every indexed word is seen by both
+its question, as answers past 8,000 characters already did) but every indexed word is seen by both
 sides of the search, and nothing is cut."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Per-document summaries made at ingest (004 Path B), for the gateway's summary route:
+"""Per-document summaries made at ingest, for the gateway's summary route (global summary questions):
 a concise summary of each section, then a global summary from those (or, for a document
 without sections, from its text). Made through the generator service: the extractive backend
 offline, an LLM where one is configured. A generator failure leaves the document with its
@@ -19,14 +19,14 @@ from services.retriever.ingest.parsed import Section
 
 log = logging.getLogger(__name__)
 
-SECTION_INPUT_CHARS = 5_000  # 004: "max 5K chars input" per section summary
-GLOBAL_INPUT_CHARS = 10_000  # 004: "max 10K chars (combined chapter summaries)"
+SECTION_INPUT_CHARS = 5_000  # input of one section summary
+GLOBAL_INPUT_CHARS = 10_000  # input of the global summary (the section summaries joined)
 SECTION_SUMMARY_CHARS = 700
 GLOBAL_SUMMARY_CHARS = 2_500
 MIN_SECTION_CHARS = 200  # shorter sections are read whole, not summarised
-MAX_SECTIONS = 50  # 004's ToC reads at most 30 chapters and 50 topics
-SECTION_TEMPERATURE = 0.3  # 004: section summaries
-GLOBAL_TEMPERATURE = 0.4  # 004: the book-level summary from the section summaries
+MAX_SECTIONS = 50  # a table of contents reads at most 30 chapters and 50 topics
+SECTION_TEMPERATURE = 0.3  # section summaries
+GLOBAL_TEMPERATURE = 0.4  # the document's summary from the section summaries
 
 INSTRUCTION = (
     "You summarise documents faithfully and concisely. Use only the text you are given, keep "

@@ -13,6 +13,7 @@ finally:
         os.environ["MILVUS_URI"] = _uri
 
 from services.retriever.milvus import sync  # noqa: E402
-from services.retriever.milvus.backend import MilvusBackend, MilvusConfig  # noqa: E402
+from services.retriever.milvus.backend import MilvusBackend  # noqa: E402
+from services.retriever.milvus.connection import MilvusConfig  # noqa: E402
 
 __all__ = ["MilvusBackend", "MilvusConfig", "sync"]

@@ -28,8 +28,8 @@ rootCoord.maxGeneralCapacity (65,536 "collection units"), and collections agains
 quotaAndLimits.limits.maxCollectionNum and maxCollectionNumPerDB (65,536 each). Ours are 1 shard x
 1 partition, so an instance holds up to 65,536 (tenant, collection) pairs; Milvus's maintainers
 advise far fewer (about 1,000 to 10,000): each collection is loaded on its own, with a shard
-delegator, segments and metadata of its own (pymilvus's create_collection with indexes loads it,
-once, at the tenant's first write: about 40 ms in milvus-lite), and every replica lists them
+delegator, segments and metadata of its own (connection.create_table makes and loads it,
+once, at the tenant's first write: about 0.1 s in milvus-lite), and every replica lists them
 every NAMES_TTL_S. Past that, split tenants over Milvus databases (64 by default) or instances.
 The shared collection with the tenant as partition key (num_partitions: 64 by default in Milvus
 2.4's docs, 16 in milvus-lite; so 1,024 ragmesh collections an instance) holds millions of tenants,
@@ -49,22 +49,18 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from pymilvus import MilvusClient
-from pymilvus.client.types import LoadState
 from pymilvus.exceptions import MilvusException
 
-from ragmesh.config import SearchBackendSettings, json_object, redact_uri
-from ragmesh.errors import ConfigError, Unavailable
 from ragmesh.store import Store
 from ragmesh.types import Chunk, SearchFilter, StoredChunk
 from services.retriever.analyzer import Analyzer
 from services.retriever.backend import CollectionOptions, DocKey, Retrieved
 from services.retriever.dense import FLAT, HNSW
 from services.retriever.milvus import expr, held, rows, sync
+from services.retriever.milvus.connection import Connection, MilvusConfig
 
 log = logging.getLogger(__name__)
 
@@ -93,70 +89,18 @@ def _newest(lists: list[list[dict]]) -> dict[tuple[str, str], int]:
     return newest
 
 
-@dataclass(frozen=True)
-class MilvusConfig:
-    uri: str
-    token: str
-    db: str
-    index_type: str
-    index_params: dict
-    search_params: dict
-    consistency: str
-    prefix: str
-
-    @classmethod
-    def from_settings(cls, s: SearchBackendSettings) -> "MilvusConfig":
-        """From settings checked when they were loaded (a bad one stops the retriever with one line)."""
-        return cls(s.milvus_uri, s.milvus_token, s.milvus_db, s.milvus_index_type,
-                   json_object("MILVUS_INDEX_PARAMS", s.milvus_index_params),
-                   json_object("MILVUS_SEARCH_PARAMS", s.milvus_search_params), s.milvus_consistency, s.milvus_prefix)
-
-
-class MilvusBackend:
+class MilvusBackend(Connection):
     follows_store = False  # one shared index: another replica's write is in it already
 
     def __init__(self, config: MilvusConfig, dimensions: int) -> None:
-        self.config = config
+        super().__init__(config)
         self.dimensions = dimensions
         self.store: Store | None = None  # parents and over-long texts are read from it
-        self._client: MilvusClient | None = None
         self._options: dict[str, CollectionOptions] = {}
         self._listed: dict[tuple[str, str], str] = {}  # Milvus collections of ours, listed at _listed_at
         self._held: set[str] = set()  # held.py's collections among them
         self._listed_at = -NAMES_TTL_S
         self._write = threading.Lock()
-
-    # -- connection ------------------------------------------------------------------------
-    @property
-    def client(self) -> MilvusClient:
-        if self._client is None:
-            self.connect()
-        assert self._client is not None
-        return self._client
-
-    def connect(self) -> None:
-        """Raises ConfigError with one clear line when the URI is wrong or nothing answers there."""
-        where = redact_uri(self.config.uri) if "://" in self.config.uri else self.config.uri
-        try:
-            self._client = MilvusClient(uri=self.config.uri, token=self.config.token, db_name=self.config.db,
-                                        timeout=10)
-            listed = self._client.list_collections()
-        except Exception as exc:  # pymilvus raises several kinds for a bad address, database or credential
-            reason = getattr(exc, "message", "") or str(exc) or type(exc).__name__
-            raise ConfigError(f"MILVUS_URI {where}: cannot use Milvus there: {reason.splitlines()[0][:300]}") from None
-        for table in listed:
-            # A Milvus server keeps collections loaded across restarts; a milvus-lite file opened by
-            # another process than the one that wrote it has them all released (no search, no get).
-            if table.startswith(self.config.prefix) and \
-                    self._call(self._client.get_load_state, table)["state"] != LoadState.Loaded:
-                self._call(self._client.load_collection, table)
-
-    def _call(self, fn, *args, **kwargs):
-        """A Milvus call; a failing server is Unavailable (a retriable gRPC status), never INTERNAL."""
-        try:
-            return fn(*args, **kwargs)
-        except MilvusException as exc:
-            raise Unavailable(f"Milvus: {exc.message[:300]}") from exc
 
     # -- collections: one Milvus collection ("table") per tenant and ragmesh collection -----------
     def _table(self, name: str, tenant: str) -> str:
@@ -165,7 +109,7 @@ class MilvusBackend:
     def _tables(self) -> dict[tuple[str, str], str]:
         """(ragmesh collection, tenant key) -> Milvus collection, for every one of ours."""
         if time.monotonic() - self._listed_at > NAMES_TTL_S:
-            listed = self._call(self.client.list_collections)
+            listed = self.call(self.client.list_collections)
             self._listed = {key: table for key, table in
                             ((rows.parse(self.config.prefix, t), t) for t in listed) if key}
             self._held = {t for t in listed if t.startswith(self.config.prefix) and t.endswith(held.SUFFIX)}
@@ -202,17 +146,17 @@ class MilvusBackend:
         (and the collection's record of what Milvus holds, first: a tenant's collection without one is
         of an older layout, see outdated)."""
         table = held.name(self.config.prefix, name)
-        if table not in self._held and not self._call(self.client.has_collection, table):
+        if table not in self._held and not self.call(self.client.has_collection, table):
             held.create(self, table)
         self._held.add(table)
         table = self._table(name, tenant)
-        if not self._call(self.client.has_collection, table):  # else made by another replica meanwhile
-            self._call(self.client.create_collection, table, schema=rows.schema(self.dimensions),
-                       index_params=self._index_params(self.options(name)), consistency_level=self.config.consistency)
+        if not self.call(self.client.has_collection, table):  # else made by another replica meanwhile
+            self.create_table(table, rows.schema(self.dimensions), self._index_params(self.options(name)),
+                              self.config.consistency)
             pairs = self.client.prepare_index_params()
             pairs.add_index("kv", index_type="INVERTED")  # `in` and `equals` filters (Milvus 2.5 indexes arrays)
             try:
-                self.client.create_index(table, pairs)
+                self.client.create_index(table, pairs, sync=False)
             except MilvusException as exc:  # milvus-lite does not: its filters scan
                 log.info("metadata filters unindexed: Milvus refused an index on the pairs",
                          extra={"collection": name, "error": exc.message[:200]})
@@ -225,18 +169,18 @@ class MilvusBackend:
         wanted = [f.name for f in rows.schema(self.dimensions).fields]
         return sorted({name for (name, key), table in self._tables().items()
                        if key == rows.SHARED or self._held_table(name) is None
-                       or [f["name"] for f in self._call(self.client.describe_collection, table)["fields"]] != wanted})
+                       or [f["name"] for f in self.call(self.client.describe_collection, table)["fields"]] != wanted})
 
     def seal(self, name: str) -> None:
         """Seals what was written so far into indexed segments: after a bulk load, not per write
         (Milvus seals growing segments by itself; a search scans a growing one without its index)."""
         for table in self._of(name):
-            self._call(self.client.flush, table)
+            self.call(self.client.flush, table)
 
     def drop(self, name: str) -> None:
         """Every tenant's collection of it."""
         for table in self._of(name) + [t for t in [self._held_table(name)] if t]:
-            self._call(self.client.drop_collection, table)
+            self.call(self.client.drop_collection, table)
         self._listed = {key: table for key, table in self._tables().items() if key[0] != name}
         self._held.discard(held.name(self.config.prefix, name))
 
@@ -247,7 +191,7 @@ class MilvusBackend:
         return sum(self._count(table, "") for table in self._of(name))
 
     def _count(self, table: str, where: str) -> int:
-        found = self._call(self.client.query, table, filter=where, output_fields=["count(*)"],
+        found = self.call(self.client.query, table, filter=where, output_fields=["count(*)"],
                            consistency_level=self.config.consistency)
         return int(found[0]["count(*)"]) if found else 0
 
@@ -330,7 +274,7 @@ class MilvusBackend:
         started = time.perf_counter()
         params = {"metric_type": "IP", "params": self.config.search_params} if field == "dense" \
             else {"metric_type": "BM25"}
-        found = self._call(self.client.search, table, data=data, anns_field=field, limit=depth,
+        found = self.call(self.client.search, table, data=data, anns_field=field, limit=depth,
                            filter=where, output_fields=fields, search_params=params,
                            consistency_level=self.config.consistency)
         return [list(hits) for hits in found], (time.perf_counter() - started) * 1000
@@ -392,7 +336,7 @@ class MilvusBackend:
                     continue
                 ordered = sorted(pks)
                 for start in range(0, len(ordered), held.CALL_KEYS):
-                    self._call(self.client.delete, self._table(collection, tenant),
+                    self.call(self.client.delete, self._table(collection, tenant),
                                ids=ordered[start:start + held.CALL_KEYS])
             narrower = {doc: keys[doc] for doc, old in before.items() if set(old) - set(keys[doc])}
             held.write(self, record, narrower, {**before, **wider})
@@ -414,7 +358,7 @@ class MilvusBackend:
             for table, batch in self._batches(collection, docs):
                 if in_flight is not None:
                     in_flight.result()
-                in_flight = _WRITES.submit(self._call, self.client.upsert, table, batch)
+                in_flight = _WRITES.submit(self.call, self.client.upsert, table, batch)
         finally:  # nothing is left writing once apply() returns or raises
             if in_flight is not None:
                 in_flight.result()
@@ -442,10 +386,10 @@ class MilvusBackend:
     # -- reads for delete-by-filter and field values -----------------------------------------
     def _scan(self, table: str, where: str, fields: list[str]):
         """Every row the expression admits, a batch at a time."""
-        it = self._call(self.client.query_iterator, table, batch_size=READ_BATCH, filter=where,
+        it = self.call(self.client.query_iterator, table, batch_size=READ_BATCH, filter=where,
                         output_fields=fields, consistency_level=self.config.consistency)
         try:
-            while batch := self._call(it.next):
+            while batch := self.call(it.next):
                 yield from batch
         finally:
             it.close()
@@ -460,7 +404,7 @@ class MilvusBackend:
             owner = {pk: doc for doc, pks in named.items() if doc[0] == tenant for pk in pks}
             ids = list(owner)
             for start in range(0, len(ids), held.CALL_KEYS):
-                for r in self._call(self.client.get, self._table(collection, tenant),
+                for r in self.call(self.client.get, self._table(collection, tenant),
                                     ids=ids[start:start + held.CALL_KEYS], output_fields=["pk"]):
                     count[owner[r["pk"]]] = count.get(owner[r["pk"]], 0) + 1
         return count
@@ -486,6 +430,4 @@ class MilvusBackend:
         return sync.reconcile(self, store, version)
 
     def close(self, snapshot_dir: Path, version: int) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self.disconnect()

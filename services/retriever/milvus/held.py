@@ -19,15 +19,11 @@ next write or replay of the document reads and cleans up after.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pymilvus import DataType, MilvusClient
 
 from services.retriever.backend import DocKey
 from services.retriever.milvus import rows
-
-if TYPE_CHECKING:
-    from services.retriever.milvus.backend import MilvusBackend
+from services.retriever.milvus.connection import Connection
 
 SUFFIX = "_m"
 KEY_CHARS = 32
@@ -50,32 +46,31 @@ def _parts(count: int) -> int:
     return -(-count // PER_ROW)
 
 
-def create(backend: "MilvusBackend", table: str) -> None:
+def create(milvus: Connection, table: str) -> None:
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=48)
     schema.add_field("keys", DataType.VARCHAR, max_length=rows.MAX_VARCHAR)
     schema.add_field("count", DataType.INT64)
     schema.add_field("unused", DataType.FLOAT_VECTOR, dim=2)  # Milvus needs a vector field in every collection
-    params = backend.client.prepare_index_params()
+    params = milvus.client.prepare_index_params()
     params.add_index("unused", index_type="FLAT", metric_type="L2")
-    backend._call(backend.client.create_collection, table, schema=schema, index_params=params,
-                  consistency_level="Strong")
+    milvus.create_table(table, schema, params, "Strong")
 
 
-def read(backend: "MilvusBackend", table: str, docs: list[DocKey]) -> Keys:
+def read(milvus: Connection, table: str, docs: list[DocKey]) -> Keys:
     """The keys Milvus may hold of each document (documents it holds nothing of are left out):
     one point read for all of them, one more for the few past PER_ROW keys."""
     if not docs:
         return {}
     by_key = {_key(doc): doc for doc in docs}
-    first = backend._call(backend.client.get, table, ids=list(by_key), output_fields=["key", "keys", "count"])
+    first = milvus.call(milvus.client.get, table, ids=list(by_key), output_fields=["key", "keys", "count"])
     parts = {by_key[row["key"]]: _parts(int(row["count"])) for row in first}
     more = {_key(doc, p): (doc, p) for doc, n in parts.items() for p in range(1, n)}
     texts = {(by_key[row["key"]], 0): row["keys"] for row in first}
     for start in range(0, len(more), CALL_KEYS):
         ids = list(more)[start:start + CALL_KEYS]
         texts |= {more[row["key"]]: row["keys"]
-                  for row in backend._call(backend.client.get, table, ids=ids, output_fields=["key", "keys"])}
+                  for row in milvus.call(milvus.client.get, table, ids=ids, output_fields=["key", "keys"])}
     out: Keys = {}
     for doc, n in parts.items():
         text = "".join(texts[doc, p] for p in range(n))
@@ -83,7 +78,7 @@ def read(backend: "MilvusBackend", table: str, docs: list[DocKey]) -> Keys:
     return out
 
 
-def write(backend: "MilvusBackend", table: str, entries: Keys, before: Keys) -> None:
+def write(milvus: Connection, table: str, entries: Keys, before: Keys) -> None:
     """Sets each document's keys (none: its entry goes); `before` is what read() gave, so rows
     past the new last one are deleted by key."""
     width = PER_ROW * KEY_CHARS
@@ -96,6 +91,6 @@ def write(backend: "MilvusBackend", table: str, entries: Keys, before: Keys) -> 
                      "unused": [0.0, 0.0]} for p in range(n)]
         surplus += [_key(doc, p) for p in range(n, _parts(len(before.get(doc, []))))]
     for start in range(0, len(upserts), WRITE_ROWS):
-        backend._call(backend.client.upsert, table, upserts[start:start + WRITE_ROWS])
+        milvus.call(milvus.client.upsert, table, upserts[start:start + WRITE_ROWS])
     for start in range(0, len(surplus), CALL_KEYS):
-        backend._call(backend.client.delete, table, ids=surplus[start:start + CALL_KEYS])
+        milvus.call(milvus.client.delete, table, ids=surplus[start:start + CALL_KEYS])

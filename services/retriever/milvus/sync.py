@@ -24,17 +24,43 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from itertools import groupby
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pymilvus import DataType, MilvusClient
 
 from ragmesh.store import Store
 from ragmesh.types import StoredChunk
-from services.retriever.backend import DocKey
+from services.retriever.backend import CollectionOptions, DocKey
 from services.retriever.milvus import rows
+from services.retriever.milvus.connection import MilvusConfig
 
-if TYPE_CHECKING:
-    from services.retriever.milvus.backend import MilvusBackend
+class Loadable(Protocol):
+    """What loading Milvus from the store uses of the Milvus backend (which calls this module)."""
+
+    config: MilvusConfig
+    dimensions: int
+
+    @property
+    def client(self) -> MilvusClient: ...
+
+    def call(self, fn, *args, **kwargs): ...
+
+    def create_table(self, table: str, schema, indexes, consistency: str) -> None: ...
+
+    def options(self, name: str) -> CollectionOptions: ...
+
+    def names(self) -> list[str]: ...
+
+    def outdated(self) -> list[str]: ...
+
+    def drop(self, name: str) -> None: ...
+
+    def seal(self, name: str) -> None: ...
+
+    def apply(self, collection: str, changes: list[tuple[DocKey, list[StoredChunk]]]) -> None: ...
+
+    def held(self, collection: str, keys: list[DocKey]) -> dict[DocKey, int]: ...
+
 
 STATE = "_state"  # suffix of the state collection ('_s' is no escape, so no ragmesh collection maps to it)
 WATERMARK = "store_version"
@@ -44,39 +70,39 @@ BATCH_CHUNKS = 2048
 Progress = Callable[[int], None]  # called with the chunks just loaded
 
 
-def _state_name(backend: "MilvusBackend") -> str:
+def _state_name(backend: Loadable) -> str:
     return backend.config.prefix + STATE
 
 
-def _ensure_state(backend: "MilvusBackend") -> str:
+def _ensure_state(backend: Loadable) -> str:
     name = _state_name(backend)
     client = backend.client
-    if not backend._call(client.has_collection, name):
+    if not backend.call(client.has_collection, name):
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=64)
         schema.add_field("value", DataType.INT64)
         schema.add_field("unused", DataType.FLOAT_VECTOR, dim=2)  # Milvus needs a vector field in every collection
         params = client.prepare_index_params()
         params.add_index("unused", index_type="FLAT", metric_type="L2")
-        backend._call(client.create_collection, name, schema=schema, index_params=params, consistency_level="Strong")
+        backend.create_table(name, schema, params, "Strong")
     return name
 
 
-def _get(backend: "MilvusBackend", key: str) -> int | None:
-    found = backend._call(backend.client.get, _ensure_state(backend), ids=[key], output_fields=["value"])
+def _get(backend: Loadable, key: str) -> int | None:
+    found = backend.call(backend.client.get, _ensure_state(backend), ids=[key], output_fields=["value"])
     return int(found[0]["value"]) if found else None
 
 
-def _set(backend: "MilvusBackend", key: str, value: int) -> None:
-    backend._call(backend.client.upsert, _ensure_state(backend), [{"key": key, "value": value, "unused": [0.0, 0.0]}])
+def _set(backend: Loadable, key: str, value: int) -> None:
+    backend.call(backend.client.upsert, _ensure_state(backend), [{"key": key, "value": value, "unused": [0.0, 0.0]}])
 
 
-def watermark(backend: "MilvusBackend") -> int | None:
+def watermark(backend: Loadable) -> int | None:
     """The store version Milvus is known to hold every write of; None for a Milvus never loaded."""
     return _get(backend, WATERMARK)
 
 
-def set_watermark(backend: "MilvusBackend", version: int) -> None:
+def set_watermark(backend: Loadable, version: int) -> None:
     _set(backend, WATERMARK, version)
 
 
@@ -84,18 +110,18 @@ def _rebuilding_prefix(name: str) -> str:
     return f"{REBUILDING}{rows.digest('collection', name)}:"
 
 
-def _rebuilding_key(backend: "MilvusBackend", name: str, dimensions: int) -> str:
+def _rebuilding_key(backend: Loadable, name: str, dimensions: int) -> str:
     """Names the collection and what its rows depend on: a rebuild under other options starts over."""
     options = json.dumps([asdict(backend.options(name)), dimensions], sort_keys=True)
     return _rebuilding_prefix(name) + rows.digest("options", options)[:16]
 
 
-def _forget(backend: "MilvusBackend", names: list[str]) -> None:
+def _forget(backend: Loadable, names: list[str]) -> None:
     for name in names:
-        backend._call(backend.client.delete, _ensure_state(backend), filter=f'key like "{_rebuilding_prefix(name)}%"')
+        backend.call(backend.client.delete, _ensure_state(backend), filter=f'key like "{_rebuilding_prefix(name)}%"')
 
 
-def interrupted(backend: "MilvusBackend", store: Store, names: list[str]) -> dict[str, int]:
+def interrupted(backend: Loadable, store: Store, names: list[str]) -> dict[str, int]:
     """Collections whose rebuild stopped before its end, with the store version it started at."""
     found = {name: _get(backend, _rebuilding_key(backend, name, _dimensions(store, name) or backend.dimensions))
              for name in names}
@@ -112,7 +138,7 @@ def _documents(chunks: Iterable[StoredChunk]) -> Iterator[Document]:
         yield collection, (tenant, doc_id), list(group)
 
 
-def _load(backend: "MilvusBackend", documents: Iterable[Document], progress: Progress | None,
+def _load(backend: Loadable, documents: Iterable[Document], progress: Progress | None,
           resumed: bool = False) -> int:
     """Applies documents BATCH_CHUNKS chunks at a time, whatever documents they are (never splitting
     one: apply() replaces a document whole); the path of a rebuild and of a replay alike.
@@ -147,7 +173,7 @@ def _dimensions(store: Store, collection: str | None) -> int | None:
     return next((len(s.vector) for s in store.iter_chunks(collection) if s.vector is not None), None)
 
 
-def rebuild(backend: "MilvusBackend", store: Store, collections: list[str] | None = None,
+def rebuild(backend: Loadable, store: Store, collections: list[str] | None = None,
             progress: Progress | None = None) -> int:
     """Drops the collections (all the store holds, when None) and reloads them from the store,
     or continues an interrupted rebuild of them; returns the chunks read. A full rebuild also
@@ -179,7 +205,7 @@ def rebuild(backend: "MilvusBackend", store: Store, collections: list[str] | Non
     return total
 
 
-def reconcile(backend: "MilvusBackend", store: Store, version: int) -> str:
+def reconcile(backend: Loadable, store: Store, version: int) -> str:
     """At start: load an empty Milvus whole, else replay the store's changes since the watermark
     (twice: a document another replica rewrote while the first pass ran is read again)."""
     mark = watermark(backend)
@@ -197,7 +223,7 @@ def reconcile(backend: "MilvusBackend", store: Store, version: int) -> str:
     return f"{rebuilt}Milvus level with the store at version {version}: {documents:,} documents replayed since {mark}"
 
 
-def _replay(backend: "MilvusBackend", store: Store, since: int, until: int, collection: str | None = None) -> int:
+def _replay(backend: Loadable, store: Store, since: int, until: int, collection: str | None = None) -> int:
     """Writes each document changed in the store after `since` (up to `until`) to Milvus as the
     store has it now (deleted ones are deleted), in batches as a rebuild loads."""
     changed = dict.fromkeys((c.collection, c.tenant, c.doc_id) for c in store.changes_since(since)

@@ -1,13 +1,13 @@
-"""How the fund-research record kinds become sections (000's collections), whoever sends them:
-the demo loader and a customer's `ragmesh ingest` or `/api/documents` go through this one path.
+"""How the fund-research record kinds (meeting notes, factsheets) become sections, whoever sends
+them: the demo loader and a customer's `ragmesh ingest` or `/api/documents` go through this one path.
 
 Factsheets: three sections, `performance` (the figures with their names and units, and the
 assets under management), `holdings` (the top holdings and the exposure) and `commentary`, each
 opening with the fund and the report date so a chunk says what it is about on its own; the opening
 leads into the section's first sentence rather than standing alone, so no sentence an answer may
 quote says only which factsheet it is. Meeting notes: the notes as `notes_part` chunks (one
-`full_notes` chunk when they fit in one) and the conclusion as a `conclusion` chunk, 000's chunk
-types."""
+`full_notes` chunk when they fit in one) and the conclusion as a `conclusion` chunk, the chunk
+types the fund-research answers cite."""
 from __future__ import annotations
 
 from collections.abc import Callable

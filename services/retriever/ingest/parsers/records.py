@@ -3,11 +3,11 @@
 Text fields become sections (named by the field, also as `section_type`), nested objects and
 lists become rendered sections, numbers a "details" section, and short fields metadata. Meeting
 notes (fund_name, manager, meeting_date), factsheets (fund_name, report_date) and transcripts
-(003 part 1.1 B: raw_text, refined_text, tags) get the titles and fields the rest of the system
+(raw_text, refined_text, tags) get the titles and fields the rest of the system
 expects; meeting notes and factsheets get their kind's sections (fund_records.py) and their
 other fields as any record's. A factsheet, and any record with nested data, keeps its complete
-JSON once, as the parent chunk of its sections (000: "the complete factsheet JSON kept once per
-factsheet"), which the context shows whole."""
+JSON once, as the parent chunk of its sections (the fund-research rule: "the complete factsheet JSON
+kept once per factsheet"), which the context shows whole."""
 from __future__ import annotations
 
 import json
