@@ -122,15 +122,15 @@ class AskPipeline:
         return self.planner.default_model
 
     async def prepare(self, ask: AskInput, caller: Identity) -> Prepared:
-        """Settles who asks (the caller, or a user an admin names), validates, checks usage limits and
-        that a named conversation is the asker's own, all before anything is written; fills defaults.
+        """Settles who asks (the caller, or a user an admin names), checks usage limits and that a
+        named conversation is the asker's own, all before anything is written; fills defaults. `ask`
+        arrives checked by its edge, through AskRequest (the one declaration of an Ask).
 
         A question every route searches for is embedded from here on (once every check but the
         conversation's has passed), while its conversation is read, so one that reuses its scope waits
         for little more than its embedding; only while at most half the planning slots are taken: nearer
         the limit a question let in now may be refused when it asks for its slot a moment later, and
         its embedding would be wasted."""
-        ask.validate()
         who = caller.acting_for(ask.tenant, ask.user_id)
         ask.tenant, ask.user_id, ask.identity = who.tenant, who.user, who
         await self.rate.check(who.tenant, who.user)

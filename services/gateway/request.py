@@ -5,7 +5,7 @@ models and types, so both edges check alike and answer a bad field with INVALID_
 naming it. `AskInput` is the Ask as the gateway's domain carries it through the pipeline."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, \
@@ -180,14 +180,6 @@ class AskInput:
     context_window: str = ""  # one of CONTEXT_WINDOWS, or "" (the question may set one)
     response_format: str = "ragmesh"  # one of RESPONSE_FORMATS; "notes" asks for the notes contract
     identity: Identity | None = None  # who asks, settled by AskPipeline.prepare from the credential
-
-    def validate(self) -> None:
-        """Checked by AskRequest, the declaration both edges share, before anything is searched or
-        written; lists come back without repeats."""
-        sent = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("identity", "response_format")}
-        checked = AskRequest.checked({**sent, "format": self.response_format})
-        self.data_sources, self.selected_funds = checked.data_sources, checked.selected_funds
-        self.document_ids = checked.document_ids
 
     @property
     def notes_contract(self) -> bool:

@@ -1,6 +1,6 @@
 """Gateway gRPC servicer: AskRequest to AskInput, pipeline events to ChatEvents. The caller's
 identity comes from the server interceptor (ragmesh.identity.current). Requests are checked by the
-declarations the HTTP bridge parses with: an Ask by AskRequest (in AskInput.validate), a correction
+declarations the HTTP bridge parses with: an Ask by AskRequest (ask_from_proto), a correction
 and a transcript by their models, a conversation id by the rule of the HTTP path parameter."""
 from __future__ import annotations
 
@@ -28,21 +28,22 @@ from services.gateway.memory import Memory
 from services.gateway.meta import describe
 from services.gateway.notes_contract import notes_answer
 from services.gateway.pipeline import AskPipeline
-from services.gateway.request import AskInput, checked_conversation_id
+from services.gateway.request import AskInput, AskRequest, checked_conversation_id
 from services.gateway.strategy import Strategy, strategy_json
 from services.gateway.transcript_request import TranscriptBody
 from services.gateway.transcripts import Transcripts
 from services.gateway.whole_answer import whole_answer
 
 
-def ask_from_proto(r: gateway_pb2.AskRequest) -> AskInput:
-    return AskInput(
-        question=r.question, data_sources=list(r.data_sources), start_date=r.start_date,
-        end_date=r.end_date, selected_funds=list(r.selected_funds), conversation_id=r.conversation_id,
-        model=r.model, tenant=r.tenant, user_id=r.user_id,
-        top_k=r.top_k if r.HasField("top_k") else None, document_ids=list(r.document_ids), persona=r.persona,
-        context_window=r.context_window,
-    )
+def ask_from_proto(r: gateway_pb2.AskRequest, response_format: str = "") -> AskInput:
+    """The request checked by the declaration the HTTP body is parsed with, as a domain input."""
+    return AskRequest.checked({
+        "question": r.question, "data_sources": list(r.data_sources), "start_date": r.start_date,
+        "end_date": r.end_date, "selected_funds": list(r.selected_funds), "conversation_id": r.conversation_id,
+        "model": r.model, "tenant": r.tenant, "user_id": r.user_id,
+        "top_k": r.top_k if r.HasField("top_k") else None, "document_ids": list(r.document_ids),
+        "persona": r.persona, "context_window": r.context_window, "format": response_format,
+    }).to_input()
 
 
 def event_to_proto(event: Event) -> gateway_pb2.ChatEvent:
@@ -201,8 +202,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                 identity=gateway_pb2.Caller(tenant=who.tenant, user=who.user, role=who.role))
 
     async def AskNotes(self, request: gateway_pb2.AskRequest, context):
-        ask = ask_from_proto(request)
-        ask.response_format = "notes"
+        ask = ask_from_proto(request, "notes")
         n = notes_answer(await whole_answer(self.pipeline, await self.pipeline.prepare(ask, identity.current())))
         r = n.retrieval
         return gateway_pb2.NotesAnswer(

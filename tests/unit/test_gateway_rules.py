@@ -4,7 +4,7 @@ import asyncio
 import pytest
 
 from ragmesh.errors import InvalidArgument
-from services.gateway.request import AskInput
+from services.gateway.request import AskRequest
 from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
 
 
@@ -48,8 +48,7 @@ def test_scope_cache_ttl_and_bound_per_tenant() -> None:
     ({"top_k": 201}, "top_k"),
 ])
 def test_bad_input_names_the_field(fields: dict, field: str) -> None:
-    ask = AskInput(**{"question": "What changed?", **fields})
     with pytest.raises(InvalidArgument) as err:
-        ask.validate()
+        AskRequest.checked({"question": "What changed?", **fields})
     assert err.value.field == field
     assert str(err.value).startswith(f"{field}: ")
