@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import dataclasses
 
+from ragmesh import access
 from ragmesh import types as t
+from ragmesh.access import Access
 from ragmesh.v1 import common_pb2, generator_pb2, retriever_pb2
 
 
 def chunk_to_proto(c: t.Chunk) -> common_pb2.Chunk:
     return common_pb2.Chunk(
         chunk_id=c.chunk_id, doc_id=c.doc_id, collection=c.collection, text=c.text,
-        metadata=c.metadata, date=c.date, tenant=c.tenant,
+        metadata=access.shown(c.metadata), date=c.date, tenant=c.tenant,
         parent_chunk_id=c.parent_chunk_id, chunk_index=c.chunk_index,
     )
 
@@ -72,27 +74,38 @@ def document_to_proto(d: t.Document) -> retriever_pb2.Document:
     return msg
 
 
+def access_to_proto(a: Access) -> common_pb2.Access:
+    return common_pb2.Access(users=a.users, groups=a.groups, tenant=a.tenant, owner=a.owner)
+
+
+def access_from_proto(p: common_pb2.Access, field: str = "access") -> Access:
+    """A checked Access (InvalidArgument naming the field for a name that breaks the identity rule)."""
+    return Access.of(p.owner, p.users, p.groups, p.tenant, field=field)
+
+
 def document_from_proto(p: retriever_pb2.Document) -> t.Document:
     return t.Document(
         doc_id=p.doc_id, collection=p.collection, text=p.text, metadata=dict(p.metadata),
         date=p.date, tenant=p.tenant, title=p.title, content=p.content, filename=p.filename,
         mime_type=p.mime_type, summarize=p.summarize if p.HasField("summarize") else None,
+        access=access_from_proto(p.access) if p.HasField("access") else None,
     )
 
 
 def document_info_to_proto(r: t.DocumentRecord) -> retriever_pb2.DocumentInfo:
     return retriever_pb2.DocumentInfo(
-        doc_id=r.doc_id, collection=r.collection, tenant=r.tenant, title=r.title, metadata=r.metadata,
+        doc_id=r.doc_id, collection=r.collection, tenant=r.tenant, title=r.title, metadata=access.shown(r.metadata),
         date=r.date, chunk_count=r.chunk_count, content_hash=r.content_hash, summary=r.summary,
         sections=[retriever_pb2.SectionOutline(title=s.title, summary=s.summary, page=s.page)
                   for s in r.sections],
+        access=access_to_proto(access.of_metadata(r.metadata)),
     )
 
 
 def document_info_from_proto(p: retriever_pb2.DocumentInfo) -> t.DocumentRecord:
     return t.DocumentRecord(
         doc_id=p.doc_id, collection=p.collection, tenant=p.tenant, content_hash=p.content_hash,
-        title=p.title, metadata=dict(p.metadata), date=p.date, chunk_count=p.chunk_count,
+        title=p.title, metadata=_with_access(dict(p.metadata), p), date=p.date, chunk_count=p.chunk_count,
         summary=p.summary,
         sections=[t.SectionOutline(s.title, s.summary, s.page) for s in p.sections],
     )
@@ -177,3 +190,11 @@ def chunk_context_to_proto(c: t.ChunkContext) -> retriever_pb2.ChunkInfo:
 def chunk_context_from_proto(p: retriever_pb2.ChunkInfo) -> t.ChunkContext:
     return t.ChunkContext(chunk_from_proto(p.chunk), p.parent_text,
                           document_info_from_proto(p.document) if p.HasField("document") else None)
+
+
+def _with_access(metadata: dict[str, str], p: retriever_pb2.DocumentInfo) -> dict[str, str]:
+    """A record's metadata as the retriever keeps it: with its encoded access, so a DocumentRecord
+    says who may read it on both sides of the wire (ragmesh.access.of_metadata)."""
+    if p.HasField("access"):
+        metadata[access.ACCESS_KEY] = access_from_proto(p.access).encode()
+    return metadata

@@ -3,7 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:  # only the type: ragmesh.access checks names with ragmesh.validation, which reads this module
+    from ragmesh.access import Access
 
 # Conversation memory: each message of a conversation, embedded, with its author in metadata
 # (MEMORY_AUTHOR). The collection is personal: its chunks are only ever read for their author, and
@@ -48,6 +53,7 @@ class Document:
     filename: str = ""
     mime_type: str = ""
     summarize: bool | None = None  # None: the retriever's setting decides
+    access: Access | None = None  # who may read it; None: the collection's default
 
 
 @dataclass
@@ -105,6 +111,10 @@ class SearchFilter:
     any_of: dict[str, list[str]] = field(default_factory=dict)
     equals: dict[str, str] = field(default_factory=dict)
     doc_ids: list[str] | None = None  # when set, only these documents' chunks ([] admits none)
+    # Who reads (ragmesh.access.principals): only chunks whose access shares a token with it are
+    # admitted. Set by the retriever from the caller's credential, never from a request; None: the
+    # platform itself, no access condition.
+    readers: frozenset[str] | None = None
 
 
 @dataclass

@@ -13,6 +13,7 @@ from ragmesh.types import MEMORY_COLLECTION
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 _NAME = re.compile(COLLECTION_NAME)
+_PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
 # Python's str.isspace() characters, as a regex class's contents: "blank" is what str.strip() empties,
 # which ECMA's \s is not quite. A text matching NOT_BLANK has a character that is not one of them.
 WHITESPACE = r"\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
@@ -88,6 +89,11 @@ MAX_FILENAME_CHARS = 255
 MAX_MIME_TYPE_CHARS = 255
 MAX_DOC_IDS = 1_000              # doc_ids of one Delete
 RESERVED_PREFIX = "__"           # the retriever's own filter columns (__tenant__, __date__, __doc__)
+
+
+def valid_name(value: object) -> bool:
+    """Whether `value` is one tenant, user or group name (a string, not a list, of the allowed characters)."""
+    return isinstance(value, str) and _PRINCIPAL.fullmatch(value) is not None  # fullmatch: "$" would let "\n" in
 
 
 def check_text(field: str, value: str, max_chars: int, required: bool = False) -> str:

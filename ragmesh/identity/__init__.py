@@ -23,16 +23,19 @@ ROLES = (ADMIN, MEMBER)
 TENANT_HEADER = "x-ragmesh-tenant"
 USER_HEADER = "x-ragmesh-user"
 ROLE_HEADER = "x-ragmesh-role"
+GROUPS_HEADER = "x-ragmesh-groups"  # comma-separated: group names never hold a comma
 
 
 @dataclass(frozen=True)
 class Identity:
-    """Who is calling. `via` says how that was proven: key | jwt | service_token | certificate."""
+    """Who is calling. `via` says how that was proven: key | jwt | service_token | certificate.
+    `groups` come from the credential too (a JWT claim, a key's record), never from a request."""
 
     tenant: str
     user: str
     role: str
     via: str
+    groups: tuple[str, ...] = ()
 
     @property
     def is_admin(self) -> bool:
@@ -72,13 +75,14 @@ class Identity:
         """Metadata a service credential sends so the next hop knows on whose behalf it calls.
         Percent-encoded UTF-8: gRPC metadata values carry printable ASCII only, names may not."""
         return ((TENANT_HEADER, quote(self.tenant, safe="")), (USER_HEADER, quote(self.user, safe="")),
-                (ROLE_HEADER, self.role))
+                (ROLE_HEADER, self.role), (GROUPS_HEADER, ",".join(self.groups)))
 
     @classmethod
     def on_behalf_of(cls, metadata: Mapping[str, str], via: str) -> "Identity":
         """The identity `headers()` sent, read back at the next hop (absent role: the platform itself)."""
+        groups = tuple(g for g in metadata.get(GROUPS_HEADER, "").split(",") if g)
         return cls(unquote(metadata.get(TENANT_HEADER, "")), unquote(metadata.get(USER_HEADER, "")),
-                   metadata.get(ROLE_HEADER, "") or SERVICE, via)
+                   metadata.get(ROLE_HEADER, "") or SERVICE, via, groups)
 
 
 def current() -> Identity:

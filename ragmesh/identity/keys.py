@@ -14,16 +14,10 @@ import secrets
 from ragmesh.errors import InvalidArgument
 from ragmesh.identity import ROLES
 from ragmesh.store.records import ApiKeyRecord
+from ragmesh.validation import valid_name
 
 PREFIX = "rmk"
 _KEY = re.compile(rf"^{PREFIX}_([0-9a-f]{{16}})_([A-Za-z0-9_-]{{43}})$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
-
-
-def valid_name(value: object) -> bool:
-    """Whether `value` is one tenant or user name (a string, not a list, of the allowed characters)."""
-    return isinstance(value, str) and _NAME.fullmatch(value) is not None  # fullmatch: "$" would let "\n" in
-
 
 def check_name(field: str, value: str) -> str:
     """Tenants and users are short printable names: they end up in logs, filters and headers."""

@@ -72,6 +72,18 @@ class Filter(_message.Message):
     doc_ids: StringList
     def __init__(self, tenant: _Optional[str] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., date_field: _Optional[str] = ..., equals: _Optional[_Mapping[str, str]] = ..., doc_ids: _Optional[_Union[StringList, _Mapping]] = ..., **kwargs) -> None: ...
 
+class Access(_message.Message):
+    __slots__ = ("users", "groups", "tenant", "owner")
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    users: _containers.RepeatedScalarFieldContainer[str]
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    tenant: bool
+    owner: str
+    def __init__(self, users: _Optional[_Iterable[str]] = ..., groups: _Optional[_Iterable[str]] = ..., tenant: _Optional[bool] = ..., owner: _Optional[str] = ...) -> None: ...
+
 class Citation(_message.Message):
     __slots__ = ("index", "chunk_id", "doc_id", "collection", "title", "date", "metadata", "url", "snippet", "ref")
     class MetadataEntry(_message.Message):

@@ -126,6 +126,16 @@ class GatewayStub:
                 request_serializer=ragmesh_dot_v1_dot_gateway__pb2.AskRequest.SerializeToString,
                 response_deserializer=ragmesh_dot_v1_dot_gateway__pb2.NotesAnswer.FromString,
                 _registered_method=True)
+        self.SetDocumentAccess = channel.unary_unary(
+                '/ragmesh.v1.Gateway/SetDocumentAccess',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.SetDocumentAccessRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.FromString,
+                _registered_method=True)
+        self.SetCollectionAccess = channel.unary_unary(
+                '/ragmesh.v1.Gateway/SetCollectionAccess',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.CollectionAccess.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.CollectionAccess.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -255,6 +265,20 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetDocumentAccess(self, request, context):
+        """Who may read a document (PUT /api/documents/{collection}/{doc_id}/access): its uploader or an admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetCollectionAccess(self, request, context):
+        """A collection's upload rule and default access in the caller's tenant (PUT /api/collections/{name}/access): admins.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -347,6 +371,16 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.AskNotes,
                     request_deserializer=ragmesh_dot_v1_dot_gateway__pb2.AskRequest.FromString,
                     response_serializer=ragmesh_dot_v1_dot_gateway__pb2.NotesAnswer.SerializeToString,
+            ),
+            'SetDocumentAccess': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetDocumentAccess,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.SetDocumentAccessRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.SerializeToString,
+            ),
+            'SetCollectionAccess': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetCollectionAccess,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.CollectionAccess.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.CollectionAccess.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -836,6 +870,60 @@ class Gateway:
             '/ragmesh.v1.Gateway/AskNotes',
             ragmesh_dot_v1_dot_gateway__pb2.AskRequest.SerializeToString,
             ragmesh_dot_v1_dot_gateway__pb2.NotesAnswer.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetDocumentAccess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/SetDocumentAccess',
+            ragmesh_dot_v1_dot_retriever__pb2.SetDocumentAccessRequest.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetCollectionAccess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Gateway/SetCollectionAccess',
+            ragmesh_dot_v1_dot_retriever__pb2.CollectionAccess.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.CollectionAccess.FromString,
             options,
             channel_credentials,
             insecure,

@@ -141,7 +141,7 @@ class SearchResponse(_message.Message):
     def __init__(self, hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., candidate_count: _Optional[int] = ..., dense_skipped: _Optional[bool] = ..., threshold_layer: _Optional[int] = ...) -> None: ...
 
 class Document(_message.Message):
-    __slots__ = ("doc_id", "collection", "text", "metadata", "date", "tenant", "title", "content", "filename", "mime_type", "summarize")
+    __slots__ = ("doc_id", "collection", "text", "metadata", "date", "tenant", "title", "content", "filename", "mime_type", "summarize", "access")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -160,6 +160,7 @@ class Document(_message.Message):
     FILENAME_FIELD_NUMBER: _ClassVar[int]
     MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
     SUMMARIZE_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_FIELD_NUMBER: _ClassVar[int]
     doc_id: str
     collection: str
     text: str
@@ -171,7 +172,8 @@ class Document(_message.Message):
     filename: str
     mime_type: str
     summarize: bool
-    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., date: _Optional[str] = ..., tenant: _Optional[str] = ..., title: _Optional[str] = ..., content: _Optional[bytes] = ..., filename: _Optional[str] = ..., mime_type: _Optional[str] = ..., summarize: _Optional[bool] = ...) -> None: ...
+    access: _common_pb2.Access
+    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., date: _Optional[str] = ..., tenant: _Optional[str] = ..., title: _Optional[str] = ..., content: _Optional[bytes] = ..., filename: _Optional[str] = ..., mime_type: _Optional[str] = ..., summarize: _Optional[bool] = ..., access: _Optional[_Union[_common_pb2.Access, _Mapping]] = ...) -> None: ...
 
 class IngestProgress(_message.Message):
     __slots__ = ("doc_id", "collection", "stage", "chunks", "error", "filename", "doc_type", "redactions", "sensitivity", "summarized")
@@ -224,20 +226,24 @@ class ListCollectionsRequest(_message.Message):
     def __init__(self, own_tenant: _Optional[bool] = ...) -> None: ...
 
 class CollectionInfo(_message.Message):
-    __slots__ = ("name", "documents", "chunks", "indexed_chunks", "dense_index", "data_source")
+    __slots__ = ("name", "documents", "chunks", "indexed_chunks", "dense_index", "data_source", "members_upload", "default_access")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     INDEXED_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     DENSE_INDEX_FIELD_NUMBER: _ClassVar[int]
     DATA_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_UPLOAD_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_ACCESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     documents: int
     chunks: int
     indexed_chunks: int
     dense_index: str
     data_source: str
-    def __init__(self, name: _Optional[str] = ..., documents: _Optional[int] = ..., chunks: _Optional[int] = ..., indexed_chunks: _Optional[int] = ..., dense_index: _Optional[str] = ..., data_source: _Optional[str] = ...) -> None: ...
+    members_upload: bool
+    default_access: _common_pb2.Access
+    def __init__(self, name: _Optional[str] = ..., documents: _Optional[int] = ..., chunks: _Optional[int] = ..., indexed_chunks: _Optional[int] = ..., dense_index: _Optional[str] = ..., data_source: _Optional[str] = ..., members_upload: _Optional[bool] = ..., default_access: _Optional[_Union[_common_pb2.Access, _Mapping]] = ...) -> None: ...
 
 class ListCollectionsResponse(_message.Message):
     __slots__ = ("collections",)
@@ -318,7 +324,7 @@ class SectionOutline(_message.Message):
     def __init__(self, title: _Optional[str] = ..., summary: _Optional[str] = ..., page: _Optional[int] = ...) -> None: ...
 
 class DocumentInfo(_message.Message):
-    __slots__ = ("doc_id", "collection", "tenant", "title", "metadata", "date", "chunk_count", "content_hash", "summary", "sections")
+    __slots__ = ("doc_id", "collection", "tenant", "title", "metadata", "date", "chunk_count", "content_hash", "summary", "sections", "access")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -336,6 +342,7 @@ class DocumentInfo(_message.Message):
     CONTENT_HASH_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     SECTIONS_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_FIELD_NUMBER: _ClassVar[int]
     doc_id: str
     collection: str
     tenant: str
@@ -346,7 +353,8 @@ class DocumentInfo(_message.Message):
     content_hash: str
     summary: str
     sections: _containers.RepeatedCompositeFieldContainer[SectionOutline]
-    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., tenant: _Optional[str] = ..., title: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., date: _Optional[str] = ..., chunk_count: _Optional[int] = ..., content_hash: _Optional[str] = ..., summary: _Optional[str] = ..., sections: _Optional[_Iterable[_Union[SectionOutline, _Mapping]]] = ...) -> None: ...
+    access: _common_pb2.Access
+    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., tenant: _Optional[str] = ..., title: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., date: _Optional[str] = ..., chunk_count: _Optional[int] = ..., content_hash: _Optional[str] = ..., summary: _Optional[str] = ..., sections: _Optional[_Iterable[_Union[SectionOutline, _Mapping]]] = ..., access: _Optional[_Union[_common_pb2.Access, _Mapping]] = ...) -> None: ...
 
 class ConfigureCollectionRequest(_message.Message):
     __slots__ = ("name", "dense_index", "stemming", "stopwords", "min_token_len")
@@ -405,3 +413,43 @@ class ChunkInfo(_message.Message):
     parent_text: str
     document: DocumentInfo
     def __init__(self, chunk: _Optional[_Union[_common_pb2.Chunk, _Mapping]] = ..., parent_text: _Optional[str] = ..., document: _Optional[_Union[DocumentInfo, _Mapping]] = ...) -> None: ...
+
+class SetDocumentAccessRequest(_message.Message):
+    __slots__ = ("collection", "doc_id", "access")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    doc_id: str
+    access: _common_pb2.Access
+    def __init__(self, collection: _Optional[str] = ..., doc_id: _Optional[str] = ..., access: _Optional[_Union[_common_pb2.Access, _Mapping]] = ...) -> None: ...
+
+class ChunkRef(_message.Message):
+    __slots__ = ("chunk_id", "text_sha256")
+    CHUNK_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_SHA256_FIELD_NUMBER: _ClassVar[int]
+    chunk_id: str
+    text_sha256: str
+    def __init__(self, chunk_id: _Optional[str] = ..., text_sha256: _Optional[str] = ...) -> None: ...
+
+class CheckChunksRequest(_message.Message):
+    __slots__ = ("chunks",)
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    chunks: _containers.RepeatedCompositeFieldContainer[ChunkRef]
+    def __init__(self, chunks: _Optional[_Iterable[_Union[ChunkRef, _Mapping]]] = ...) -> None: ...
+
+class CheckChunksResponse(_message.Message):
+    __slots__ = ("current",)
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    current: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, current: _Optional[_Iterable[bool]] = ...) -> None: ...
+
+class CollectionAccess(_message.Message):
+    __slots__ = ("collection", "members_upload", "default_access")
+    COLLECTION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_UPLOAD_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_ACCESS_FIELD_NUMBER: _ClassVar[int]
+    collection: str
+    members_upload: bool
+    default_access: _common_pb2.Access
+    def __init__(self, collection: _Optional[str] = ..., members_upload: _Optional[bool] = ..., default_access: _Optional[_Union[_common_pb2.Access, _Mapping]] = ...) -> None: ...

@@ -90,6 +90,21 @@ class RetrieverStub:
                 request_serializer=ragmesh_dot_v1_dot_retriever__pb2.GetChunkRequest.SerializeToString,
                 response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.ChunkInfo.FromString,
                 _registered_method=True)
+        self.SetDocumentAccess = channel.unary_unary(
+                '/ragmesh.v1.Retriever/SetDocumentAccess',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.SetDocumentAccessRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.FromString,
+                _registered_method=True)
+        self.CheckChunks = channel.unary_unary(
+                '/ragmesh.v1.Retriever/CheckChunks',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.CheckChunksRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.CheckChunksResponse.FromString,
+                _registered_method=True)
+        self.SetCollectionAccess = channel.unary_unary(
+                '/ragmesh.v1.Retriever/SetCollectionAccess',
+                request_serializer=ragmesh_dot_v1_dot_retriever__pb2.CollectionAccess.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_retriever__pb2.CollectionAccess.FromString,
+                _registered_method=True)
 
 
 class RetrieverServicer:
@@ -169,6 +184,30 @@ class RetrieverServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetDocumentAccess(self, request, context):
+        """Who may read a document: its uploader and the tenant's admins change it; the next search
+        (every replica) sees the change. Nothing is re-embedded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckChunks(self, request, context):
+        """Which of these chunks the caller may still read with the same text (a cached scope is re-checked
+        with it before reuse: a delete, a revoked share or a replaced document is never answered from a cache).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetCollectionAccess(self, request, context):
+        """A collection's access rules in the caller's tenant (admins): whether members may upload into
+        it, and the access a document gets when its upload names none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RetrieverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -226,6 +265,21 @@ def add_RetrieverServicer_to_server(servicer, server):
                     servicer.GetChunk,
                     request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.GetChunkRequest.FromString,
                     response_serializer=ragmesh_dot_v1_dot_retriever__pb2.ChunkInfo.SerializeToString,
+            ),
+            'SetDocumentAccess': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetDocumentAccess,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.SetDocumentAccessRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.SerializeToString,
+            ),
+            'CheckChunks': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckChunks,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.CheckChunksRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.CheckChunksResponse.SerializeToString,
+            ),
+            'SetCollectionAccess': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetCollectionAccess,
+                    request_deserializer=ragmesh_dot_v1_dot_retriever__pb2.CollectionAccess.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_retriever__pb2.CollectionAccess.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -526,6 +580,87 @@ class Retriever:
             '/ragmesh.v1.Retriever/GetChunk',
             ragmesh_dot_v1_dot_retriever__pb2.GetChunkRequest.SerializeToString,
             ragmesh_dot_v1_dot_retriever__pb2.ChunkInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetDocumentAccess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Retriever/SetDocumentAccess',
+            ragmesh_dot_v1_dot_retriever__pb2.SetDocumentAccessRequest.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.DocumentInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckChunks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Retriever/CheckChunks',
+            ragmesh_dot_v1_dot_retriever__pb2.CheckChunksRequest.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.CheckChunksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetCollectionAccess(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Retriever/SetCollectionAccess',
+            ragmesh_dot_v1_dot_retriever__pb2.CollectionAccess.SerializeToString,
+            ragmesh_dot_v1_dot_retriever__pb2.CollectionAccess.FromString,
             options,
             channel_credentials,
             insecure,
