@@ -29,8 +29,11 @@ TENANT = "tenant"
 USER = "user:"
 GROUP = "group:"
 OWNER = "owner:"
-MAX_USERS = 200   # named users a document is shared with
-MAX_GROUPS = 100  # named groups a document is shared with
+# Named users and groups a document is shared with: with the owner, the tenant and a chunk's own
+# metadata (at most 160 pairs) they fit the Milvus backend's 256-pair filter array. Share with
+# more people through a group.
+MAX_USERS = 64
+MAX_GROUPS = 24
 
 
 @dataclass(frozen=True)

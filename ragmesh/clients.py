@@ -19,6 +19,7 @@ import numpy as np
 
 from ragmesh import convert, tls, tracing
 from ragmesh import types as t
+from ragmesh.access import Access
 from ragmesh.config import Settings
 from ragmesh.errors import InvalidArgument, Misconfigured, NotFound, RagmeshError, ResourceExhausted, Unavailable
 from ragmesh.identity.authenticator import service_token
@@ -362,6 +363,30 @@ class RetrieverClient(_Client):
         with _translated("retriever"):
             reply = await self._unary(self.stub.Delete, request)
         return reply.documents, reply.chunks
+
+    async def set_document_access(self, collection: str, doc_id: str, access: Access) -> t.DocumentRecord:
+        """Replaces who may read a document (its uploader or an admin); NotFound for one the caller
+        may not read (an admin may change any), PermissionDenied for one it reads but does not manage."""
+        request = retriever_pb2.SetDocumentAccessRequest(collection=collection, doc_id=doc_id,
+                                                         access=convert.access_to_proto(access))
+        with _translated("retriever"):
+            return convert.document_info_from_proto(await self._unary(self.stub.SetDocumentAccess, request))
+
+    async def check_chunks(self, chunks: Sequence[tuple[str, str]]) -> list[bool]:
+        """For each (chunk_id, hex SHA-256 of the text held), whether the caller may still read that
+        chunk with that text (ragmesh.text.sha256 makes the digest)."""
+        request = retriever_pb2.CheckChunksRequest(
+            chunks=[retriever_pb2.ChunkRef(chunk_id=c, text_sha256=d) for c, d in chunks])
+        with _translated("retriever"):
+            return list((await self._unary(self.stub.CheckChunks, request)).current)
+
+    async def set_collection_access(self, collection: str, members_upload: bool,
+                                    default_access: Access) -> retriever_pb2.CollectionAccess:
+        """A collection's upload rule and default access in the caller's tenant (admins)."""
+        request = retriever_pb2.CollectionAccess(collection=collection, members_upload=members_upload,
+                                                 default_access=convert.access_to_proto(default_access))
+        with _translated("retriever"):
+            return await self._unary(self.stub.SetCollectionAccess, request)
 
 
 class GeneratorClient(_Client):

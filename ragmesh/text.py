@@ -1,6 +1,8 @@
 """Text helpers several services share: sentence splitting and the keyword tokenizer."""
 from __future__ import annotations
 
+import hashlib
+
 import re
 
 # A sentence ends at . ! or ? (and a closing quote or bracket) followed by space and an
@@ -51,3 +53,8 @@ def citation_numbers(text: str) -> list[int]:
 def strip_citations(text: str) -> str:
     """Text without its [n] markers, e.g. an old answer reused where its blocks no longer exist."""
     return _CITATION_WITH_SPACE.sub("", text)
+
+
+def sha256(text: str) -> str:
+    """Hex SHA-256 of a text's UTF-8: how a cached chunk's text is compared with the stored one."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

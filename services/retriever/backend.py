@@ -8,6 +8,12 @@ The store stays the system of record: a backend's index is derived and rebuildab
 
 Tenants are partitions: ids (chunk, document, parent) are keys within a tenant, lexical statistics
 are per tenant, and a search, a parent lookup or a count of one tenant never reads another's.
+
+Inside a tenant, each chunk carries its document's access (ragmesh.access: the metadata value
+ACCESS_KEY; none = written before access lists, the whole tenant's). Every read below that takes a
+`readers` (a SearchFilter's `readers`, or the argument) admits only chunks with
+`ragmesh.access.admits(chunk.metadata.get(ACCESS_KEY), readers)`; None is the platform, admitting all.
+Lexical statistics stay per tenant, not per reader (as Elasticsearch's document-level security).
 """
 from __future__ import annotations
 
@@ -61,9 +67,10 @@ class SearchBackend(Protocol):
     def searchable(self, names: list[str], tenant: str) -> list[str]:
         """Those of the names that may hold chunks of the tenant to search (cheap: asked on every search)."""
 
-    def indexed(self, name: str, tenant: str | None = None) -> int:
-        """Searchable chunks of a collection in one tenant's partition (0 for an unknown one); None
-        counts every tenant's, a platform figure only the service credential is shown."""
+    def indexed(self, name: str, tenant: str | None = None, readers: frozenset[str] | None = None) -> int:
+        """Searchable chunks of a collection in one tenant's partition (0 for an unknown one) that
+        `readers` may read; tenant None counts every tenant's, a platform figure only the service
+        credential is shown."""
 
     def analyzer(self, name: str) -> Analyzer:
         """The collection's BM25 text analysis (boosters match tags with it too)."""
@@ -71,16 +78,18 @@ class SearchBackend(Protocol):
     def search(self, name: str, queries: list[str], vectors: np.ndarray | None, depth: int, f: SearchFilter,
                with_parents: bool = False) -> Retrieved | None:
         """Each query variant's dense (when vectors are given) and lexical top-`depth` under the
-        filter, which always names the tenant; None for a collection with nothing indexed."""
+        filter, which always names the tenant and (f.readers) who reads; `admitted` counts the chunks
+        the whole filter admits, access included; None for a collection with nothing indexed."""
 
     def apply(self, collection: str, changes: list[tuple[DocKey, list[StoredChunk]]]) -> None:
         """Replaces each document's chunks (an empty list deletes it)."""
 
     def matching_doc_ids(self, collection: str, where: SearchFilter) -> list[str]:
-        """Documents with an indexed chunk the filter admits (what delete-by-filter removes)."""
+        """Documents with an indexed chunk the filter (readers included) admits (what delete-by-filter removes)."""
 
-    def field_values(self, field_name: str, collections: list[str], tenant: str) -> list[str]:
-        """Sorted distinct values of a metadata field over the tenant's chunks."""
+    def field_values(self, field_name: str, collections: list[str], tenant: str,
+                     readers: frozenset[str] | None = None) -> list[str]:
+        """Sorted distinct values of a metadata field over the tenant's chunks that `readers` may read."""
 
     def configure(self, name: str, options: CollectionOptions) -> None:
         """Index options for a collection (ValueError for unknown ones); an existing index is rebuilt."""
