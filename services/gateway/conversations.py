@@ -46,10 +46,14 @@ class Conversations:
         return await self.pipeline.stop(conversation_id)
 
     async def delete(self, who: Identity, conversation_id: str) -> None:
-        """The conversation, its messages, summary and corrections, and its messages embedded in the
-        conversation memory: nothing of it stays searchable."""
+        """The conversation, its messages, summary and corrections, its messages embedded in the
+        conversation memory and its cached search results (the scope entry, on every replica): nothing
+        of it stays searchable or reusable. The copies go first and the conversation last, so a copy
+        that cannot be removed now (Unavailable: Redis or the retriever away) leaves the conversation
+        there to be deleted again."""
         await asyncio.to_thread(self.history.require, who, conversation_id)
         with contextlib.suppress(Unavailable):  # an answer on a replica the shared state cannot reach goes on
             await self.pipeline.stop(conversation_id)  # nothing of a running answer is stored after the delete
-        await asyncio.to_thread(self.history.store.delete_conversation, who.tenant, conversation_id)
+        await self.pipeline.cache.forget(who.tenant, conversation_id)
         await self.memory.forget(conversation_id)
+        await asyncio.to_thread(self.history.store.delete_conversation, who.tenant, conversation_id)

@@ -5,6 +5,7 @@ a Plan; once `Planner.plan` returns it, it is only read (the strategy event is a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
@@ -58,6 +59,7 @@ class Plan:
     retrieval_ms: float = 0.0
     embed_ms: float = 0.0  # the question's embedding, request to vector (it may start before retrieval_ms does)
     search_ms: float = 0.0  # of retrieval_ms, waiting for the searches
+    check_ms: float = 0.0  # checking a cached scope's sources, beside the embedding (0: none checked)
     dense_skipped: bool = False
     unavailable: list[str] = field(default_factory=list)  # collections whose search failed or timed out
     threshold_layer: int = 0
@@ -76,6 +78,19 @@ class Plan:
     def searched(self) -> bool:
         """A search was planned (its quality steps ran): not a direct, summary or follow-up route."""
         return bool(self.quality)
+
+
+def _not_reusable(ask: AskInput, s: Plan, cached: ScopeEntry | None) -> str:
+    """Why the cached scope cannot be reused whatever the question's topic, or "" when it may be."""
+    if cached is None:
+        return "no cached scope for this conversation"
+    if cached.key != s.cache_key or cached.collections != s.collections:
+        return f"filters changed ({cached.key} -> {s.cache_key})"
+    if missing := followup.not_in_hits(ask.question, cached.hits):
+        return f"same filters, but {', '.join(missing)} not in the cached hits"
+    if kind := followup.new_kind(ask.question, cached.question):
+        return f"same filters, but it asks for {kind}, the cached search did not"
+    return ""
 
 
 def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
@@ -141,23 +156,24 @@ class Planner:
                                 s.time_window + ("+latest" if s.recency else ""), ask.document_ids)
         started = time.perf_counter()
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
-        with tracing.span("embedding"):
-            vector, s.embed_ms = await (embedding or self._embed_question(ask.question))
-        if cached is None:
-            s.retrieval, why = RAG_NEW_QUERY, "no cached scope for this conversation"
-        elif cached.key != s.cache_key or cached.collections != s.collections:
-            s.retrieval, why = RAG_NEW_QUERY, f"filters changed ({cached.key} -> {s.cache_key})"
-        elif missing := followup.not_in_hits(ask.question, cached.hits):
-            s.retrieval, why = RAG_NEW_QUERY, f"same filters, but {', '.join(missing)} not in the cached hits"
-        elif kind := followup.new_kind(ask.question, cached.question):
-            s.retrieval, why = RAG_NEW_QUERY, f"same filters, but it asks for {kind}, the cached search did not"
-        else:
-            same, note = await self._same_topic(cached, ask, vector, s.model)
-            if same:
-                s.retrieval, s.cache_hit, why = RAG_REUSE, True, f"same filters and topic {note}"
-                s.hits, s.candidate_count = cached.hits, cached.candidate_count
-            else:
-                s.retrieval, why = RAG_NEW_QUERY, f"same filters, different topic {note}"
+        s.retrieval, why = RAG_NEW_QUERY, _not_reusable(ask, s, cached)
+        # A scope that may be reused has its sources checked beside the question's embedding.
+        checking = asyncio.ensure_future(self._changed(ask, cached, s)) if cached and not why else None
+        try:
+            with tracing.span("embedding"):
+                vector, s.embed_ms = await (embedding or self._embed_question(ask.question))
+            if cached is not None and checking is not None:
+                same, note = await self._same_topic(cached, ask, vector, s.model)
+                if not same:
+                    why = f"same filters, different topic {note}"
+                elif changed := await checking:
+                    why = f"same filters and topic {note}, but {changed}: searched again"
+                else:
+                    s.retrieval, s.cache_hit, why = RAG_REUSE, True, f"same filters and topic {note}"
+                    s.hits, s.candidate_count = cached.hits, cached.candidate_count
+        finally:
+            if checking is not None:
+                checking.cancel()
         s.reason = f"{rt.reason}; {why}"
         paused = time.monotonic()
         rewritten = await self.quality.rewrite(ask.question, s.model, s.cache_hit)
@@ -182,8 +198,34 @@ class Planner:
         s.retrieval_ms = (time.perf_counter() - started) * 1000
         log.info("retrieval", extra={"route": s.route, "retrieval": s.retrieval, "chunks": len(s.hits),
                                      "retrieval_ms": round(s.retrieval_ms, 1), "candidates": s.candidate_count,
-                                     "cache_hit": s.cache_hit, "unavailable": s.unavailable})
+                                     "cache_hit": s.cache_hit, "check_ms": round(s.check_ms, 2),
+                                     "unavailable": s.unavailable})
         return s
+
+    async def _changed(self, ask: AskInput, cached: ScopeEntry, s: Plan) -> str:
+        """Why the cached scope may not be answered from, or "" when every text it holds is still there,
+        readable by the asker and unchanged (the retriever's CheckChunks, called as the asker: a
+        revoked share counts as a delete). One that changed is forgotten; one the retriever could not
+        check in the embedding's share of the deadline is not reused (the search has its fallbacks)."""
+        checked = time.perf_counter()
+        sources = cached.sources()
+        if not sources:
+            return ""
+        try:
+            with tracing.span("checking sources", chunks=len(sources)):
+                current = await asyncio.wait_for(self.retriever.check_chunks(sources),
+                                                 self.settings.retrieval_timeout_s * EMBED_SHARE)
+        except (RagmeshError, asyncio.TimeoutError) as exc:
+            log.warning("cached sources not checked", extra={"error": str(exc) or "no answer in time"})
+            return f"the cached sources could not be checked ({str(exc) or 'no answer in time'})"
+        finally:
+            s.check_ms = (time.perf_counter() - checked) * 1000
+        if len(current) == len(sources) and all(current):
+            return ""
+        with contextlib.suppress(RagmeshError):  # left in the shared state, it is checked again before any reuse
+            await self.cache.forget(ask.tenant, ask.conversation_id)
+        gone = len(sources) - sum(current)
+        return f"the cached sources changed ({gone} of {len(sources)} deleted, replaced or no longer readable)"
 
     async def _summary_hits(self, ask: AskInput, s: Plan) -> bool:
         """The summary path: the document's pre-computed summary and section summaries as the context, or

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ragmesh.text import sha256
 from ragmesh.types import Hit
 from services.gateway.context import Context
 
@@ -40,6 +41,17 @@ class ScopeEntry:
     # under another one searches (services/gateway/followup.py).
     asked: str = ""
 
+    def sources(self) -> list[tuple[str, str]]:
+        """(chunk id, SHA-256 of the text held) of every text a reuse would answer from: each hit's and
+        each parent's shown with one (a context is built from these alone), once each. The retriever's
+        CheckChunks says whether the asker may still read each with that text."""
+        held: dict[str, str] = {}
+        for hit in self.hits:
+            held.setdefault(hit.chunk.chunk_id, hit.chunk.text)
+            if hit.parent_text:
+                held.setdefault(hit.chunk.parent_chunk_id, hit.parent_text)
+        return [(chunk_id, sha256(text)) for chunk_id, text in held.items()]
+
 
 class Scopes(Protocol):
     async def get(self, tenant: str, conversation_id: str) -> ScopeEntry | None:
@@ -50,6 +62,11 @@ class Scopes(Protocol):
 
     async def keep_context(self, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
         """Stores `entry.context`, set on an entry `get` or `put` had, without changing its expiry."""
+
+    async def forget(self, tenant: str, conversation_id: str) -> None:
+        """Removes the conversation's entry (a deleted conversation, sources that changed) wherever it is
+        kept, once the writes already under way for it are done; ragmesh.errors.Unavailable when that
+        cannot be done now."""
 
 
 class ScopeCache:
@@ -83,6 +100,9 @@ class ScopeCache:
 
     async def keep_context(self, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
         """Nothing to do: the entry held here is the one changed."""
+
+    async def forget(self, tenant: str, conversation_id: str) -> None:
+        self._tenants.get(tenant, {}).pop(conversation_id, None)
 
     def __len__(self) -> int:
         return sum(len(entries) for entries in self._tenants.values())

@@ -3,7 +3,9 @@
 Keys (all under `ragmesh:`; a tenant is written with its length first, so no two tenants' keys meet):
   run:{conversation}            the replica running an answer there; 15 s, renewed every 5 s
   channels stop, ended          a stop request for a conversation, and an answer that has ended
-  scope:{tenant}:{conversation} a scope entry (codec.py); expires with the scope cache's TTL
+  channel forgotten             a scope entry deleted, so no replica keeps its decoded copy
+  scope:{tenant}:{conversation} a scope entry (codec.py); expires with the scope cache's TTL, deleted
+                                with its conversation
   scopes:{tenant}               the tenant's scope entries by last use, to keep at most SCOPE_CACHE_SIZE
   rate:{tenant}:{user}          the user's requests of the last minute (a sorted set of times)
 Times come from the Redis server's clock, so replicas count one window whatever their own clocks say.
@@ -47,6 +49,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 PREFIX = "ragmesh:"
 STOP_CHANNEL, ENDED_CHANNEL = f"{PREFIX}stop", f"{PREFIX}ended"
+FORGOTTEN_CHANNEL = f"{PREFIX}forgotten"  # a scope entry deleted: every replica drops its decoded copy
 RUN_TTL_MS = 15_000  # a replica that died mid-answer stops claiming it after this
 RUN_RENEW_S = 5.0
 QUIET_AFTER_FAILURE_S = 1.0  # Redis is not tried again for this long after a failure
@@ -299,6 +302,29 @@ class RedisScopes:
 
         self._write(key, write())
 
+    async def forget(self, tenant: str, conversation_id: str) -> None:
+        """Deleted in Redis (the entry and its place in the tenant's index) after the writes of the key
+        this replica has under way, and dropped from the decoded entries of every replica (published;
+        a replica that misses it never reads its copy again: a read goes to Redis first). Unavailable
+        when Redis is away: the entry would outlive what was deleted."""
+        key = _key("scope", tenant, conversation_id)
+        if (seen := _this_request.get()) is not None and seen[0] == key:
+            _this_request.set((key, None))
+        if (writing := self._writing.get(key)) is not None:
+            await asyncio.wait([writing])
+        self._decoded.pop(key, None)
+        pipe = self.link.client.pipeline(transaction=True)
+        pipe.delete(key).zrem(_key("scopes", tenant), conversation_id).publish(FORGOTTEN_CHANNEL, key)
+        try:
+            await self.link.call(pipe.execute)
+        except SharedUnavailable as exc:
+            raise Unavailable(f"the conversation's cached search results could not be removed: {exc}; "
+                              f"try again") from None
+
+    def forgotten(self, key: str) -> None:
+        """Another replica deleted the entry: its decoded copy here goes too."""
+        self._decoded.pop(key, None)
+
     def _write(self, key: str, work: Coroutine[Any, Any, None]) -> None:
         task = self.link.spawn(work, after=self._writing.get(key))
         self._writing[key] = task
@@ -335,7 +361,8 @@ class RedisState(SharedState):
     def __init__(self, settings: Settings) -> None:
         self.link = RedisLink(settings.redis_url, settings.redis_timeout_s)
         self.redis_runs = RedisRuns(self.link)
-        super().__init__(self.redis_runs, RedisScopes(self.link, settings.scope_cache_ttl_s, settings.scope_cache_size),
+        self.redis_scopes = RedisScopes(self.link, settings.scope_cache_ttl_s, settings.scope_cache_size)
+        super().__init__(self.redis_runs, self.redis_scopes,
                          RedisWindows(self.link), where=f"Redis at {self.link.where}")
         self._tasks: list[asyncio.Task] = []
         self._listening = asyncio.Event()
@@ -363,23 +390,25 @@ class RedisState(SharedState):
         await self.link.client.aclose()
 
     async def _listen(self) -> None:
-        """Stop requests for answers running here, and answers ended elsewhere that a stop here awaits;
-        subscribed again after Redis was away."""
+        """Stop requests for answers running here, answers ended elsewhere that a stop here awaits, and
+        scope entries deleted elsewhere; subscribed again after Redis was away."""
         pause = 0.05
         while True:
             pubsub = self.link.client.pubsub()
             try:
-                await pubsub.subscribe(STOP_CHANNEL, ENDED_CHANNEL)
+                await pubsub.subscribe(STOP_CHANNEL, ENDED_CHANNEL, FORGOTTEN_CHANNEL)
                 self._listening.set()
                 pause = 0.05
                 async for message in pubsub.listen():
                     if message["type"] != "message":
                         continue
-                    conversation_id = message["data"].decode()
-                    if message["channel"] == STOP_CHANNEL.encode():
-                        self.redis_runs.stop_requested(conversation_id)
+                    channel, named = message["channel"], message["data"].decode()
+                    if channel == STOP_CHANNEL.encode():
+                        self.redis_runs.stop_requested(named)
+                    elif channel == ENDED_CHANNEL.encode():
+                        self.redis_runs.ended_elsewhere(named)
                     else:
-                        self.redis_runs.ended_elsewhere(conversation_id)
+                        self.redis_scopes.forgotten(named)
             except (RedisError, OSError) as exc:
                 self.link.failed(exc)
             finally:
