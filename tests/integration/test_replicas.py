@@ -1,29 +1,39 @@
 """Two gateway replicas sharing one store and one real Redis (REDIS_URL), calls alternating between
 them: a stop on one ends the answer streaming from the other (during content and before any), a
 follow-up reuses on one the scope the other searched, one rate window counts both, and with Redis
-killed answers still come and say what is degraded."""
+killed answers still come and say what is degraded. A delete or a revoked share reaches every copy
+before the next question: a follow-up on the other replica does not quote the document, and a deleted
+conversation's scope entry is gone from Redis, from every replica and from the in-process cache."""
 from __future__ import annotations
 
 import asyncio
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TypeVar
 
 import httpx
 import pytest
+import redis as redis_client
 
-from ragmesh.types import GenEvent
+from ragmesh import convert
+from ragmesh.access import Access
+from ragmesh.clients import ClientAuth, RetrieverClient
+from ragmesh.types import Document, GenEvent
 from services.gateway.history import STOPPED_MARK
-from services.gateway.shared_state.redis_state import QUIET_AFTER_FAILURE_S
-from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from services.gateway.shared_state.redis_state import QUIET_AFTER_FAILURE_S, _key
+from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc, retriever_pb2
 from tests.auth import bearer, channel, headers
-from tests.conftest import one, sse
+from tests.conftest import answer_of, one, sse
 from tests.redis_server import RedisServer
 from tests.stack import DEMO, Stack
 
+T = TypeVar("T")
 RATE_LIMIT = 4  # a minute per user, on both replicas
 QUESTION = "How did Harborview change its net exposure?"
+KESTREL = "What did Kestrel do with its Brazil exposure?"  # a demo meeting note answers it
+DOCUMENTS, NOTES = ["Documents"], ["Meeting Notes"]
 
 
 class Replica:
@@ -198,3 +208,116 @@ def test_scope_entries_in_redis_expire_with_the_ttl_and_are_bounded_per_tenant(r
             await link.client.aclose()
 
     asyncio.run(scenario())
+
+
+def _as_admin(stack: Stack, work: Callable[[RetrieverClient], Awaitable[T]]) -> T:
+    """`work` done with a retriever client holding the tenant's admin key."""
+    async def go() -> T:
+        client = RetrieverClient(stack.address("retriever"), 30, 120, ClientAuth.key(stack.settings, stack.admin_key))
+        try:
+            return await work(client)
+        finally:
+            await client.close()
+
+    return stack.call(go())
+
+
+def _ingest(stack: Stack, doc_id: str, text: str, access: Access) -> None:
+    """The admin stores a document in `documents`, readable as `access` says."""
+    async def one_document() -> AsyncIterator[retriever_pb2.Document]:
+        message = convert.document_to_proto(Document(doc_id=doc_id, collection="documents", text=text))
+        message.access.CopyFrom(convert.access_to_proto(access))
+        yield message
+
+    async def ingest(client: RetrieverClient) -> list[str]:
+        return [retriever_pb2.IngestStage.Name(p.stage) async for p in client.ingest(one_document())]
+
+    assert _as_admin(stack, ingest)[-1:] == ["INDEXED"]
+
+
+def _ask(url: str, question: str, user: dict[str, str], conversation_id: str = "",
+         sources: list[str] = DOCUMENTS) -> tuple[dict, str]:
+    body = {"question": question, "data_sources": sources} | ({"conversation_id": conversation_id}
+                                                             if conversation_id else {})
+    events = sse(url + "/api/chat/ask/stream", body, user)
+    assert events[-1].get("done"), events
+    return one(events, "strategy"), answer_of(events)
+
+
+def test_a_deleted_document_is_not_quoted_by_a_follow_up_on_the_other_replica(stack: Stack, replicas, user) -> None:
+    a, b = (r.url for r in replicas)
+    _ingest(stack, "replicas-quarry", "Zephyrine quarry memo. The Zephyrine quarry raised its copper reserve "
+            "estimate to 41 million tonnes after the Altamira survey.", Access(tenant=True))
+    first, said = _ask(a, "What did the Altamira survey find at the Zephyrine quarry?", user)
+    assert first["retrieval"] == "RAG_NEW_QUERY" and "41 million" in said, said
+    deleted = httpx.delete(f"{b}/api/documents/documents/replicas-quarry", headers=stack.headers, timeout=30)
+    assert deleted.status_code == 200 and deleted.json()["documents"] == 1, deleted.text
+    strategy, said = _ask(b, "What did the Altamira survey say about the Zephyrine quarry reserve?", user,
+                          first["conversation_id"])
+    assert strategy["retrieval"] != "RAG_REUSE" and not strategy["cache_hit"], strategy["reason"]
+    assert "the cached sources changed" in strategy["reason"], strategy["reason"]
+    assert "41 million" not in said and "Zephyrine quarry raised" not in said, said
+
+
+def test_a_revoked_share_is_not_quoted_by_a_follow_up_on_the_other_replica(stack: Stack, replicas) -> None:
+    a, b = (r.url for r in replicas)
+    user = headers(stack.key(DEMO, "replicas-revoked"))
+    _ingest(stack, "replicas-lagoon", "Marisol lagoon memo. The Marisol lagoon desalination plant will cost 77 "
+            "million euros, the Ostrava consultants estimate.", Access(users=("replicas-revoked",)))
+    first, said = _ask(a, "What will the Marisol lagoon desalination plant cost?", user)
+    assert "77 million" in said, said
+    revoked = Access()  # its owner's (the admin's) alone again
+    _as_admin(stack, lambda client: client.set_document_access("documents", "replicas-lagoon", revoked))
+    strategy, said = _ask(b, "What did the Ostrava consultants estimate the Marisol lagoon desalination plant "
+                             "would cost?", user, first["conversation_id"])
+    assert strategy["retrieval"] != "RAG_REUSE" and "the cached sources changed" in strategy["reason"], \
+        strategy["reason"]
+    assert "77 million" not in said and "Marisol lagoon desalination plant will" not in said, said
+
+
+def test_a_deleted_conversations_scope_entry_is_gone_from_redis_and_every_replica(
+        stack: Stack, replicas, user, redis: RedisServer) -> None:
+    a, b = (r.url for r in replicas)
+    first, _ = _ask(a, KESTREL, user, sources=NOTES)
+    conv, key = first["conversation_id"], _key("scope", DEMO, first["conversation_id"])
+    _ask(b, "What did Kestrel say about the Brazil exposure cut?", user, conv, NOTES)  # B reads (and decodes) it
+    client = redis_client.Redis.from_url(redis.url)
+    try:
+        assert _wait_for(lambda: client.exists(key) == 1), "the scope entry is written beside the answer"
+        assert client.zscore(_key("scopes", DEMO), conv) is not None
+        decoded = [host.app.shared.scopes._decoded for host in (r.host for r in replicas)]
+        assert all(key in d and d[key][1].hits for d in decoded), "each replica holds the entry, hits and all"
+        reply = httpx.delete(f"{b}/api/conversations/{conv}", headers=user, timeout=30)
+        assert reply.status_code == 200, reply.text
+        assert client.exists(key) == 0 and client.zscore(_key("scopes", DEMO), conv) is None, \
+            "gone from Redis when the delete answers"
+        assert not any(k.decode().endswith(conv) for k in client.scan_iter(match="ragmesh:*"))
+        assert _wait_for(lambda: not any(key in d for d in decoded)), "and from every replica's decoded copies"
+    finally:
+        client.close()
+
+
+def test_a_deleted_conversations_scope_entry_is_gone_from_the_in_process_cache(stack: Stack, user) -> None:
+    first, _ = _ask(stack.http_url, KESTREL, user, sources=NOTES)
+    cache, conv = stack.app("gateway").pipeline.cache, first["conversation_id"]
+    assert stack.call(cache.get(DEMO, conv)).hits
+    reply = httpx.delete(f"{stack.http_url}/api/conversations/{conv}", headers=user, timeout=30)
+    assert reply.status_code == 200, reply.text
+    assert stack.call(cache.get(DEMO, conv)) is None
+
+
+def test_a_conversation_is_not_deleted_while_its_scope_entry_cannot_be(
+        stack: Stack, replicas, user, redis: RedisServer) -> None:
+    a, b = (r.url for r in replicas)
+    first, _ = _ask(a, KESTREL, user, sources=NOTES)
+    conv = first["conversation_id"]
+    redis.kill()
+    try:
+        reply = httpx.delete(f"{b}/api/conversations/{conv}", headers=user, timeout=30)
+        assert reply.status_code == 503 and "try again" in reply.json()["error"]["message"], reply.text
+        assert httpx.get(f"{b}/api/conversations/{conv}", headers=user).status_code == 200, "nothing was deleted"
+    finally:
+        redis.start()
+    time.sleep(QUIET_AFTER_FAILURE_S)  # Redis is tried again after this
+    assert httpx.delete(f"{b}/api/conversations/{conv}", headers=user, timeout=30).status_code == 200
+    assert httpx.get(f"{a}/api/conversations/{conv}", headers=user).status_code == 404
