@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 
 import grpc
 import uvicorn
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from ragmesh.access import Principals, principals
 from ragmesh.admission import Admission
 from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient, RetrieverClient
 from ragmesh.config import GatewaySettings
 from ragmesh.errors import RagmeshError
 from ragmesh.identity.authenticator import Authenticator
 from ragmesh.models import default_model
+from ragmesh.request_context import identity_var
 from ragmesh.serving import ServiceApp
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import gateway_pb2_grpc
@@ -38,6 +41,7 @@ from services.gateway.transcripts import Transcripts
 log = logging.getLogger(__name__)
 
 FUNDS_REFRESH_S = 60.0
+FUNDS_KEPT = 1024  # reader sets whose fund names are kept (least recently used out)
 
 
 class GatewayApp(ServiceApp):
@@ -56,7 +60,8 @@ class GatewayApp(ServiceApp):
         self.http_port = settings.http_port
         self._http: uvicorn.Server | None = None
         self._http_task: asyncio.Task | None = None
-        self._funds: dict[str, tuple[float, list[str]]] = {}  # per tenant: (fetched at, names)
+        # per tenant and reader set: (fetched at, names)
+        self._funds: OrderedDict[tuple[str, Principals | None], tuple[float, list[str]]] = OrderedDict()
 
     def register(self, server: grpc.aio.Server) -> None:
         s = self.settings
@@ -97,16 +102,24 @@ class GatewayApp(ServiceApp):
         return {"gateway": "SERVING", **dict(await asyncio.gather(*checks))}
 
     async def known_funds(self, tenant: str) -> list[str]:
-        """Fund names in the tenant's corpus (what a question's fund mentions are matched against),
-        refreshed at most once a minute. Called while serving one of the tenant's users, so the
-        retriever answers for that tenant."""
-        fetched, funds = self._funds.get(tenant, (0.0, []))
+        """Fund names in the documents the caller may read (what a question's fund mentions are matched
+        against, what the fund picker offers), refreshed at most once a minute. Kept per reader set (the
+        tenant, the user, its groups), as the retriever answers them: a fund named only in a document
+        shared with one user never reaches a colleague. Called while serving one of the tenant's users,
+        so the retriever answers for that user."""
+        who = identity_var.get()
+        key = (tenant, None if who is None else principals(who))
+        fetched, funds = self._funds.get(key, (0.0, []))
         if time.monotonic() - fetched > FUNDS_REFRESH_S or not funds:
             try:
                 funds = await self.retriever.field_values("fund_name", list(SOURCE_COLLECTIONS.values()))
-                self._funds[tenant] = (time.monotonic(), funds)
+                self._funds[key] = (time.monotonic(), funds)
             except RagmeshError as exc:
                 log.warning("fund names unavailable", extra={"error": str(exc)})
+        if key in self._funds:
+            self._funds.move_to_end(key)
+            while len(self._funds) > FUNDS_KEPT:
+                self._funds.popitem(last=False)
         return funds
 
     async def warm_up(self) -> None:
