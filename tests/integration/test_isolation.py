@@ -98,9 +98,9 @@ def searched(world: World, stack: Stack, backend: tuple[str, str]) -> Iterator[W
 
 
 def _populated(w: World) -> World:
-    events = sse(w.url + "/api/documents", {"collection": "documents", "documents": [
+    events = sse(w.url + "/api/documents", {"collection": "documents", "access": {"tenant": True}, "documents": [
         {"doc_id": "nightingale", "text": SECRET_TEXT, "metadata": {"fund_name": "Acme Secret Fund"}}]},
-        headers(w.acme_admin))
+        headers(w.acme_admin))  # the whole tenant's: the victim's users read it
     assert _done(events)["documents"] == 1, events
     # alice talks about it, with the memory source on, and corrects an answer
     first = sse(w.url + "/api/chat/ask/stream", {"question": f"What is Project Nightingale? {ALICE_PHRASE}",
@@ -200,13 +200,14 @@ def test_a_revoked_or_expired_key_is_refused_everywhere(world: World, stack: Sta
 
 
 def test_a_member_key_on_an_admin_route_is_refused(world: World) -> None:
-    reply = world.post(world.alice, "/api/documents", {"collection": "documents",
-                                                       "documents": [{"doc_id": "x", "text": "member upload"}]})
+    """A member reads the tenant's document but may not delete it, nor change a collection's rules."""
+    reply = world.delete(world.alice, "/api/documents/documents/nightingale")
     _refused(reply, 403)
     assert reply.json()["error"]["code"] == "PERMISSION_DENIED"
-    _refused(world.delete(world.alice, "/api/documents/documents/nightingale"), 403)
-    _rpc_refused(lambda: world.gateway(world.mallory).Ingest(iter([retriever_pb2.Document(
-        doc_id="x", collection="documents", text="t")])), grpc.StatusCode.PERMISSION_DENIED)
+    _refused(httpx.put(world.url + "/api/collections/documents/access", headers=headers(world.alice), timeout=30,
+                       json={"members_upload": False, "default_access": {"tenant": True}}), 403)
+    _rpc_refused(lambda: world.gateway(world.mallory).SetCollectionAccess(retriever_pb2.CollectionAccess(
+        collection="documents", default_access=common_pb2.Access(tenant=True))), grpc.StatusCode.PERMISSION_DENIED)
 
 
 # -- the HTTP bridge --------------------------------------------------------------------------------
