@@ -91,6 +91,13 @@ def current(store: DocumentStore, who: Identity, refs: list[tuple[str, str]]) ->
             for f, (_, digest) in zip(found, refs)]
 
 
+def require_bulk_writer(who: Identity) -> None:
+    """Upsert writes chunks as they come, with no access list (the whole tenant's, as before access
+    lists): an admin's or the platform's bulk load, never a user's upload relayed by the gateway."""
+    if not access.privileged(who):
+        raise PermissionDenied("Upsert writes documents the whole tenant reads: it needs an admin key")
+
+
 def set_rule(store: DocumentStore, who: Identity, new: CollectionRule) -> CollectionRule:
     if not access.privileged(who):
         raise PermissionDenied("SetCollectionAccess needs an admin key")

@@ -116,6 +116,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         self, request_iterator: AsyncIterator[retriever_pb2.UpsertRequest], context: grpc.aio.ServicerContext
     ) -> retriever_pb2.UpsertResponse:
         tenant, who = _tenant(), identity.current()
+        permissions.require_bulk_writer(who)
 
         async def chunks():
             async for r in request_iterator:
