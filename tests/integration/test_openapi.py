@@ -99,7 +99,7 @@ def test_the_document_lists_every_route_the_app_serves_and_its_credential(stack:
     served = {(method.lower(), route.path_format) for route in flat(app.routes)
               if getattr(route, "methods", None) and route.path not in docs
               for method in route.methods if method != "HEAD"}
-    assert len(served) == 20
+    assert len(served) == 22
     doc = httpx.get(stack.http_url + "/openapi.json", timeout=30).json()
     documented = {(method, path) for path, item in doc["paths"].items() for method in item}
     assert served == documented
