@@ -35,6 +35,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
@@ -60,6 +61,17 @@ MAX_FORM_FIELDS = 1000  # a multipart form's fields (files, repeated meta, ...)
 Collection = Annotated[str, Path(pattern=COLLECTION_NAME, description="Letters, digits, '_', '-' or '.', 1-64")]
 DocId = Annotated[str, Path(max_length=MAX_ID_CHARS, pattern=NOT_BLANK, description="The document's id (may contain "
                                                                                      "'/')")]
+
+
+class _DocumentPath(PathConvertor):
+    """A document's id in a path: any text, '/' included, but not ending in "/access", which names
+    the document's access (PUT .../{doc_id}/access), so no URL is both a document and its access.
+    (A document whose id ends so is read and deleted over gRPC.)"""
+
+    regex = r".*(?<!/access)"
+
+
+register_url_convertor("document", _DocumentPath())
 
 
 @dataclass
@@ -366,7 +378,7 @@ def documents_router(retriever: Callable[[], RetrieverClient], library: Library,
         found = await library.documents(who, collection, limit, offset)
         return {"documents": [document_line(e) for e in found.items], "next_offset": found.next_offset}
 
-    @router.get("/api/documents/{collection}/{doc_id:path}", summary="A document's header, summary, outline and "
+    @router.get("/api/documents/{collection}/{doc_id:document}", summary="A document's header, summary, outline and "
                                                                       "access", **returns(DocumentInfo, 404, 502))
     async def get_document(collection: Collection, doc_id: DocId, who: Identity = Depends(caller)) -> dict:
         return document_json(await library.document(who, collection, doc_id))
@@ -378,7 +390,7 @@ def documents_router(retriever: Callable[[], RetrieverClient], library: Library,
                                   who: Identity = Depends(caller)) -> dict:
         return document_json(await library.set_document_access(who, collection, doc_id, change.to_access()))
 
-    @router.delete("/api/documents/{collection}/{doc_id:path}", summary="Delete a document (its owner or an admin)",
+    @router.delete("/api/documents/{collection}/{doc_id:document}", summary="Delete a document (its owner or an admin)",
                    **returns(DocumentsDeleted, 403, 404, 502))
     async def delete_document(collection: Collection, doc_id: DocId, who: Identity = Depends(caller)) -> dict:
         documents, chunks = await library.delete_document(who, collection, doc_id)
