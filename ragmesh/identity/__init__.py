@@ -61,13 +61,15 @@ class Identity:
             raise PermissionDenied(f"{what} is a platform operation: it needs the service credential")
 
     def acting_for(self, tenant: str, user: str) -> "Identity":
-        """The identity a request acts as when it names a tenant or user: an admin may act for users
-        of its own tenant, a member only as itself, nobody for another tenant."""
+        """The identity a request acts as when it names a tenant or user: a key or JWT, admin or member,
+        only as its own user (a colleague's conversations, corrections and memory are theirs alone), the
+        platform for any user of the tenant it acts in, nobody for another tenant."""
         if tenant and tenant != self.tenant:
             raise PermissionDenied(f"tenant: this credential is for tenant {self.tenant!r}, not {tenant!r}")
         if user and user != self.user:
-            if not (self.is_admin or self.is_service):
-                raise PermissionDenied("user_id: a member key acts only as its own user")
+            if not self.is_service:
+                raise PermissionDenied("user_id: a key acts only as its own user, an admin's too: another "
+                                       "user's conversations are theirs alone")
             return Identity(self.tenant, user, MEMBER, self.via)
         return self
 

@@ -206,7 +206,7 @@ class ConversationInfo(_Exact):
 
 
 class Conversations(_Exact):
-    conversations: list[ConversationInfo] = Field(description="Newest first; an admin key sees its tenant's")
+    conversations: list[ConversationInfo] = Field(description="Newest first; the caller's own, whatever its role")
     next_offset: int | None = Field(description="The offset of the next page; null on the last page")
 
 
