@@ -98,6 +98,9 @@ def searched(world: World, stack: Stack, backend: tuple[str, str]) -> Iterator[W
 
 
 def _populated(w: World) -> World:
+    # acme's admins open `documents` to the whole tenant (members' uploads are their own by default)
+    w.retriever(w.acme_admin).SetCollectionAccess(retriever_pb2.CollectionAccess(
+        collection="documents", members_upload=True, default_access=common_pb2.Access(tenant=True)))
     events = sse(w.url + "/api/documents", {"collection": "documents", "documents": [
         {"doc_id": "nightingale", "text": SECRET_TEXT, "metadata": {"fund_name": "Acme Secret Fund"}}]},
         headers(w.acme_admin))
