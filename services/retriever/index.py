@@ -283,7 +283,7 @@ class IndexRegistry:
     def searchable(self, names: list[str], tenant: str) -> list[str]:
         return [n for n in names if len(self._indexes.get((n, tenant)) or ())]
 
-    def indexed(self, name: str, tenant: str | None = None) -> int:
+    def indexed(self, name: str, tenant: str | None = None, readers: frozenset[str] | None = None) -> int:
         """Live chunks of the tenant's partition, or (None) of every tenant's: a platform figure."""
         if tenant is not None:
             index = self._indexes.get((name, tenant))
@@ -312,7 +312,8 @@ class IndexRegistry:
             mask = index.columns.mask(where, index.alive[: len(index.chunks)])
             return sorted({index.chunk(int(slot)).doc_id for slot in np.flatnonzero(mask)})
 
-    def field_values(self, field_name: str, collections: list[str], tenant: str) -> list[str]:
+    def field_values(self, field_name: str, collections: list[str], tenant: str,
+                     readers: frozenset[str] | None = None) -> list[str]:
         values: set[str] = set()
         for name in collections or self.names():
             index = self.get(name, tenant)
