@@ -26,8 +26,9 @@ USER_HEADER = "x-ragmesh-user"
 ROLE_HEADER = "x-ragmesh-role"
 GROUPS_HEADER = "x-ragmesh-groups"  # comma-separated: group names never hold a comma
 # Groups one credential carries: each is a principal every read filters by, and all of them travel in
-# one header on every hop.
+# one header on every hop, which must fit gRPC's 8 KiB of metadata with the rest of the call's.
 MAX_GROUPS = 100
+MAX_GROUPS_CHARS = 4096  # the header's length: the names and their commas
 
 
 def groups_of(value: object) -> tuple[str, ...]:
@@ -42,7 +43,11 @@ def groups_of(value: object) -> tuple[str, ...]:
         if not valid_name(name):
             raise ValueError(f"group {position} is not one name of 1-128 letters, digits or . _ @ -, starting "
                              f"with a letter or digit")
-    return tuple(sorted(set(value)))
+    groups = tuple(sorted(set(value)))
+    if (length := len(",".join(groups))) > MAX_GROUPS_CHARS:
+        raise ValueError(f"names groups of {length:,} characters in all; a credential carries at most "
+                         f"{MAX_GROUPS_CHARS:,}")
+    return groups
 
 
 @dataclass(frozen=True)

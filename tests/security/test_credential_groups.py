@@ -16,11 +16,13 @@ import httpx
 import jwt
 import pytest
 
+from ragmesh.identity import MAX_GROUPS_CHARS
 from ragmesh.request_context import identity_var
 from ragmesh.serving import ServiceHost
 from ragmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, retriever_pb2, retriever_pb2_grpc
 from tests.auth import bearer, channel, headers
 from tests.stack import Stack
+from tests.unit.test_identity import longest_groups
 
 TENANT = "grp"
 JWT_SECRET = "a-groups-test-secret-of-48-characters-0123456789"
@@ -113,6 +115,16 @@ def test_the_retriever_admits_the_groups_of_a_key_and_of_a_jwt(grp: Grp) -> None
         with pytest.raises(grpc.RpcError) as refused:
             grp.grpc(credential).GetChunk(retriever_pb2.GetChunkRequest(chunk_id=grp.chunk_id))
         assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_the_most_groups_a_credential_may_carry_cross_every_hop(grp: Grp) -> None:
+    """A key's groups travel in one metadata header to each internal service: at their limit they still
+    fit, so the call is answered, not refused for its metadata."""
+    many = ["research", *longest_groups()[1:]]
+    assert len(",".join(sorted(many))) <= MAX_GROUPS_CHARS
+    key = grp.stack.key(TENANT, "many-groups", groups=many)
+    assert grp.get(key, f"/api/chunks/{quote(grp.chunk_id, safe='')}").status_code == 200
+    assert _cites_memo(grp.ask(key, question=f"{ASKED} (many groups)"))
 
 
 def test_an_ask_reaches_the_embedder_and_the_retriever_with_the_callers_groups(

@@ -81,7 +81,7 @@ def test_the_groups_claim_names_the_groups_sorted_once() -> None:
 @pytest.mark.parametrize("value", [
     "research", "research,risk", None, 7, {"research": True}, ["research", 7], [["research"]], [None],
     ["research", "risk/board"], ["admins\nrole=admin"], [""], ["-x"], ["a,b"], ["x" * 129],
-    [f"g{i}" for i in range(101)],
+    [f"g{i}" for i in range(101)], [f"g{i:03d}".ljust(128, "x") for i in range(100)],
 ])
 def test_a_groups_claim_a_key_could_not_carry_is_refused(value: object) -> None:
     """A provider that lets users edit the attribute mapped to groups must not let them name a list

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from ragmesh import config, tls
 from ragmesh.config import Settings
 from ragmesh.errors import ConfigError, InvalidArgument, PermissionDenied, Unauthenticated
-from ragmesh.identity import ADMIN, MAX_GROUPS, MEMBER, SERVICE, Identity, keys
+from ragmesh.identity import ADMIN, MAX_GROUPS, MAX_GROUPS_CHARS, MEMBER, SERVICE, Identity, keys
 from ragmesh.identity.authenticator import Authenticator, bearer, pepper, service_token
 from ragmesh.identity.tokens import JwtVerifier
 from ragmesh.store.lazy import LazyStore
@@ -127,6 +127,22 @@ def test_a_key_carries_its_holders_groups_sorted_once() -> None:
     assert keys.new_key("p", "acme", "alice", MEMBER)[1].groups == (), "no groups unless named"
     assert len(keys.new_key("p", "acme", "alice", MEMBER, groups=[f"g{i}" for i in range(MAX_GROUPS)])[1].groups) \
         == MAX_GROUPS
+
+
+def longest_groups() -> list[str]:
+    """MAX_GROUPS names whose header is MAX_GROUPS_CHARS long: what one hop's metadata must carry."""
+    room = MAX_GROUPS_CHARS - (MAX_GROUPS - 1)  # less the commas
+    return [f"g{i:03d}".ljust(room // MAX_GROUPS + (i < room % MAX_GROUPS), "x") for i in range(MAX_GROUPS)]
+
+
+def test_the_longest_groups_fit_a_hop() -> None:
+    longest = longest_groups()
+    assert len(",".join(longest)) == MAX_GROUPS_CHARS and len(longest) == MAX_GROUPS
+    _, record = keys.new_key("p", "acme", "alice", MEMBER, groups=longest)
+    sent = Identity("acme", "x" * 128, MEMBER, "key", record.groups).headers()
+    assert sum(len(name) + len(value) for name, value in sent) < 4500, "well within gRPC's 8 KiB of metadata"
+    with pytest.raises(InvalidArgument, match="characters in all"):
+        keys.new_key("p", "acme", "alice", MEMBER, groups=[*longest[:-1], longest[-1] + "x"])
 
 
 @pytest.mark.parametrize("bad", [["a b"], ["research", ""], ["ok", "-lead"], ["x" * 129], ["a,b"], ["t\n"], [7],
