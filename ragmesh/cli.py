@@ -243,15 +243,10 @@ def _when(iso: str, empty: str) -> str:
     return iso[:16].replace("T", " ") if iso else empty
 
 
-def _names(raw: str) -> list[str]:
-    """A comma-separated list; nothing at all is an empty list (each name is checked by keys.new_key)."""
-    return [name.strip() for name in raw.split(",")] if raw.strip() else []
-
-
 def _keys_create(args: argparse.Namespace, settings: Settings) -> int:
     # The pepper first: with bad settings, fail before touching the store.
     key, record = keys.new_key(pepper(settings), args.tenant, args.user, args.role,
-                               expires_days=args.expires_days, label=args.label, groups=args.groups)
+                               expires_days=args.expires_days, label=args.label, groups=_listed(args.groups))
     store = open_store(settings)
     try:
         store.add_api_key(record)
@@ -350,8 +345,8 @@ def _parser(more: Sequence[MoreCommands]) -> argparse.ArgumentParser:
     create.add_argument("--user", required=True)
     create.add_argument("--role", choices=ROLES, default=MEMBER,
                         help=f"{ADMIN}: ingest, delete and operate on the tenant; {MEMBER}: chat as itself (default)")
-    create.add_argument("--groups", type=_names, default=[], metavar="G1,G2",
-                        help="the groups the key's holder is in, comma-separated (default: none)")
+    create.add_argument("--groups", action="append", default=[], metavar="G1,G2",
+                        help="the groups the key's holder is in (default: none)")
     create.add_argument("--expires-days", type=float, default=0, metavar="N", help="default: never expires")
     create.add_argument("--label", default="", help="a note for `keys list`, e.g. who holds the key")
     listing = actions.add_parser("list", help="every key (never the key itself)")
