@@ -517,7 +517,7 @@ def test_a_gateway_taking_jwts_refuses_expired_badly_signed_and_unsigned_ones(wo
 
     good = meta(jwt.encode(claims, secret, algorithm="HS256"))
     assert good.status_code == 200 and good.json()["identity"] == {"tenant": "acme", "user": "alice",
-                                                                    "role": "member"}
+                                                                    "role": "member", "groups": []}
     assert "Acme Secret Fund" in good.json()["funds"]
     for token in (jwt.encode({**claims, "exp": now - 120}, secret, algorithm="HS256"),
                   jwt.encode(claims, "another-secret-of-enough-length!", algorithm="HS256"),

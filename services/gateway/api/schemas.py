@@ -185,6 +185,8 @@ class Identity(_Exact):
     tenant: str
     user: str
     role: Literal["admin", "member", "service"]
+    groups: list[str] = Field(description="The groups the credential names (a JWT claim, the key's record), sorted; "
+                                          "documents shared with one of them are readable")
 
 
 class Meta(_Exact):
