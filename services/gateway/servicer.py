@@ -86,8 +86,8 @@ def _proto_fields(strategy: dict) -> dict:
 def access_fields(p: common_pb2.Access) -> dict:
     """An Access message as the access models read it (an owner only when one is named: an upload and a
     collection's default may not name one)."""
-    return {"users": list(p.users), "groups": list(p.groups), "tenant": p.tenant, **({"owner": p.owner} if p.owner
-                                                                                      else {})}
+    fields = {"users": list(p.users), "groups": list(p.groups), "tenant": p.tenant}
+    return fields | {"owner": p.owner} if p.owner else fields
 
 
 def message_to_proto(m: MessageRecord) -> gateway_pb2.Message:

@@ -122,8 +122,9 @@ def test_a_member_uploads_into_documents_and_owns_what_it_uploads(tenant: Tenant
     form = tenant.ana.http.post("/api/documents", data={"collection": DOCS, "access": '{"users": ["ben"]}'},
                                 files={"files": ("plan.txt", b"The otter-finch plan starts in May.", "text/plain")})
     assert done(form)[-2]["doc_id"] == "ana:plan.txt"
-    progress = list(tenant.ana.grpc.Ingest(iter([retriever_pb2.Document(
-        doc_id="grpc-note", collection=DOCS, text="A note sent over gRPC.", access=common_pb2.Access(groups=["risk"]))])))
+    note = retriever_pb2.Document(doc_id="grpc-note", collection=DOCS, text="A note sent over gRPC.",
+                                  access=common_pb2.Access(groups=["risk"]))
+    progress = list(tenant.ana.grpc.Ingest(iter([note])))
     assert (progress[-1].stage, progress[-1].doc_id) == (retriever_pb2.INDEXED, "ana:grpc-note")
     listed = tenant.ana.listed()
     assert (listed["ana:plan.txt"]["access"]["users"], listed["ana:grpc-note"]["access"]["groups"]) == (["ben"],
@@ -218,11 +219,12 @@ def test_collection_rules_are_set_by_admins_on_both_edges(tenant: Tenant) -> Non
     line = tenant.ana.listed("edges_drafts")["ana:draft"]
     assert (line["access"]["groups"], line["owner"]) == (["risk"], "ana")
     listed = {c["name"]: c for c in tenant.boss.http.get("/api/collections").json()["collections"]}
-    assert listed["edges_drafts"]["members_upload"] and listed["edges_drafts"]["default_access"]["groups"] == ["risk"]
-    assert listed[DOCS]["members_upload"] and listed[DOCS]["default_access"] == ONLY_OWNER
-    assert not listed["edges_notes"]["members_upload"] and listed["edges_notes"]["default_access"]["tenant"]
-    over_grpc = {c.name: c for c in tenant.boss.grpc.ListCollections(retriever_pb2.ListCollectionsRequest()).collections}
-    assert over_grpc["edges_drafts"].members_upload and list(over_grpc["edges_drafts"].default_access.groups) == ["risk"]
+    drafts, docs, notes = listed["edges_drafts"], listed[DOCS], listed["edges_notes"]
+    assert drafts["members_upload"] and drafts["default_access"]["groups"] == ["risk"]
+    assert docs["members_upload"] and docs["default_access"] == ONLY_OWNER
+    assert not notes["members_upload"] and notes["default_access"]["tenant"]
+    rpc = {c.name: c for c in tenant.boss.grpc.ListCollections(retriever_pb2.ListCollectionsRequest()).collections}
+    assert rpc["edges_drafts"].members_upload and list(rpc["edges_drafts"].default_access.groups) == ["risk"]
     closed = tenant.boss.grpc.SetCollectionAccess(retriever_pb2.CollectionAccess(
         collection="edges_drafts", members_upload=False, default_access=common_pb2.Access(tenant=True)))
     assert (closed.members_upload, closed.default_access.tenant) == (False, True)

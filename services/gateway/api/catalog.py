@@ -5,15 +5,14 @@ no access."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated
-
-from fastapi import APIRouter, Body, Depends
+from fastapi import APIRouter, Depends
 
 from ragmesh.identity import Identity
 from services.gateway.api.documents import Collection
 from services.gateway.api.schemas import CollectionAccess, Collections, Funds, access_json, returns
 from services.gateway.document_request import CollectionAccessRequest
 from services.gateway.library import CollectionLine, CollectionRules, Library
+
 
 def _line(c: CollectionLine) -> dict:
     return {"name": c.name, "documents": c.documents, "chunks": c.chunks, "data_source": c.data_source,
@@ -35,7 +34,7 @@ def catalog_router(library: Library, caller: Callable[..., Awaitable[Identity]])
 
     @router.put("/api/collections/{collection}/access", summary="A collection's access rules in the tenant (admin "
                                                                 "keys)", **returns(CollectionAccess, 403, 502))
-    async def set_collection_access(collection: Collection, rules: Annotated[CollectionAccessRequest, Body()],
+    async def set_collection_access(collection: Collection, rules: CollectionAccessRequest,
                                     who: Identity = Depends(caller)) -> dict:
         done = await library.set_collection_access(who, CollectionRules(
             collection, rules.members_upload, rules.default_access.to_access()))

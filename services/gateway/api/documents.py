@@ -23,8 +23,9 @@ omitted, the collection's default.
 Events: one per stage of each document ({"doc_id", "filename", "stage", "chunks", ...}, with
 "error" naming the file and the reason when a file fails), then {"done": true, "documents",
 "chunks", "redactions", "errors"}; {"error": {code, message}} if the retriever fails mid-way. A
-request that cannot be read gets HTTP 400 before any event, and one the retriever refuses before
-its first event (a collection not open to members: 403) its status."""
+request that cannot be read gets HTTP 400 before any event, and one the retriever refuses whole
+before its first event gets that status (PERMISSION_DENIED: 403); a document it refuses alone (a
+collection not open to members) is FAILED with the reason."""
 from __future__ import annotations
 
 import json
@@ -33,7 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.datastructures import UploadFile
@@ -289,8 +290,8 @@ async def _documents(batch: _Batch) -> AsyncIterator[retriever_pb2.Document]:
 async def _started(progress: AsyncIterator[retriever_pb2.IngestProgress]
                    ) -> AsyncIterator[retriever_pb2.IngestProgress]:
     """The ingest's progress, started up to its first event: what the retriever refuses the whole
-    upload for (a member uploading into a collection not open to members, or sharing with the whole
-    tenant) raises here, before the response begins, so it is the response's status (403), not an event."""
+    upload for (PERMISSION_DENIED for the call) raises here, before the response begins, so it is the
+    response's status (403), not an event."""
     first = await anext(progress, None)
 
     async def again() -> AsyncIterator[retriever_pb2.IngestProgress]:
@@ -386,7 +387,7 @@ def documents_router(retriever: Callable[[], RetrieverClient], library: Library,
     @router.put("/api/documents/{collection}/{doc_id:path}/access", summary="Change who may read a document (its "
                                                                              "owner or an admin)",
                 **returns(DocumentInfo, 403, 404, 502))
-    async def set_document_access(collection: Collection, doc_id: DocId, change: Annotated[AccessChange, Body()],
+    async def set_document_access(collection: Collection, doc_id: DocId, change: AccessChange,
                                   who: Identity = Depends(caller)) -> dict:
         return document_json(await library.set_document_access(who, collection, doc_id, change.to_access()))
 
