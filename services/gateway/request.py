@@ -75,7 +75,7 @@ class Declared(BaseModel):
     """A request model: strict types (no "5" for 5), and a ValidationError raised as the InvalidArgument
     that names the first field at fault."""
 
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     @classmethod
     def checked(cls, sent: dict[str, Any]) -> Self:
