@@ -6,12 +6,14 @@ on that field: filters fail closed.
 
 Who may read a chunk is a column too (ACCESS_KEY, its document's encoded access), always set: a
 chunk without the key was written before access lists and is coded as the LEGACY value (the whole
-tenant's), never as missing. A caller's readers admit the codes whose tokens they share, kept as a
-lookup table per set of readers and extended as new access values arrive (codes only grow), so a
-search pays one gather over the column, never a loop over a collection's many access values."""
+tenant's), never as missing. Each reader token lists the access codes that hold it, so the codes a
+caller's readers admit are the union of their tokens' lists: a table over codes, kept per set of
+readers and extended by the codes added since (codes only grow). A search pays one gather over
+the column, never a loop over a collection's many access values."""
 from __future__ import annotations
 
 import threading
+from array import array
 
 import numpy as np
 
@@ -36,11 +38,18 @@ class Columns:
         self._derived()
 
     def _derived(self) -> None:
-        """State rebuilt from the vocabulary, never pickled: each access code's reader tokens, and
-        per set of readers a table over access codes (plus a last False entry, which MISSING, -1, reads)."""
-        self._access_tokens = [access.tokens(v) for v in self.vocab.get(ACCESS_KEY, {})]
+        """State rebuilt from the vocabulary, never pickled: per reader token the access codes holding
+        it (ascending), and per set of readers a table over access codes (plus a last False entry,
+        which MISSING, -1, reads)."""
+        self._holding: dict[str, array] = {}
+        for value, code in self.vocab.get(ACCESS_KEY, {}).items():
+            self._index_access(value, code)
         self._admitted: dict[Principals, np.ndarray] = {}
         self._memo_lock = threading.Lock()
+
+    def _index_access(self, value: str, code: int) -> None:
+        for token in access.tokens(value):
+            self._holding.setdefault(token, array("i")).append(code)
 
     def __getstate__(self) -> dict:
         return {"codes": self.codes, "vocab": self.vocab, "capacity": self.capacity}
@@ -61,7 +70,7 @@ class Columns:
         if code is None:
             code = vocab[value] = len(vocab)
             if field == ACCESS_KEY:
-                self._access_tokens.append(access.tokens(value))
+                self._index_access(value, code)
         return code
 
     def reserve(self, capacity: int) -> None:
@@ -105,7 +114,7 @@ class Columns:
         """Per access code, whether `readers` may read it (indexed by the column itself: its last
         entry, False, is what MISSING reads). Readers run side by side under the read lock, while
         the vocabulary stands still: the memo's lock only keeps its bookkeeping whole."""
-        n = len(self._access_tokens)
+        n = len(self.vocab.get(ACCESS_KEY, ()))
         table = self._admitted.get(readers)
         if table is not None and len(table) == n + 1:
             return table
@@ -113,7 +122,11 @@ class Columns:
         grown = np.zeros(n + 1, dtype=bool)
         if known:
             grown[:known] = table[:known]
-        grown[known:n] = [not readers.isdisjoint(t) for t in self._access_tokens[known:n]]
+        for token in readers:
+            holding = self._holding.get(token)
+            if holding is not None:
+                codes = np.array(holding, dtype=np.int32)  # a copy: the array grows under the next write
+                grown[codes[np.searchsorted(codes, known):]] = True
         with self._memo_lock:
             if readers not in self._admitted and len(self._admitted) >= READERS_MEMO:
                 del self._admitted[next(iter(self._admitted))]  # the oldest set of readers
