@@ -140,7 +140,13 @@ def shown(metadata: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in metadata.items() if k != ACCESS_KEY} if ACCESS_KEY in metadata else dict(metadata)
 
 
+def privileged(who: "Identity") -> bool:
+    """The tenant's admins, and the platform itself: the service credential with no user's role. A
+    call the gateway relays for a user carries that user's role, and is judged as that user."""
+    return who.is_admin or (who.is_service and who.role == "service")
+
+
 def may_manage(who: "Identity", access: Access) -> bool:
     """Whether the caller may change the document's access, replace or delete it: its uploader, the
     tenant's admins, and the platform."""
-    return who.is_admin or who.is_service or (bool(access.owner) and access.owner == who.user)
+    return privileged(who) or (bool(access.owner) and access.owner == who.user)

@@ -42,7 +42,8 @@ from tqdm import tqdm
 from ragmesh import convert
 from ragmesh.clients import ClientAuth, call_metadata
 from ragmesh.config import Settings
-from ragmesh.errors import RagmeshError
+from ragmesh.access import Access
+from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.identity import ADMIN, MEMBER, ROLES, keys
 from ragmesh.identity.authenticator import pepper
 from ragmesh.private_files import UMASK
@@ -147,12 +148,27 @@ def _transcripts(args: argparse.Namespace, settings: Settings, auth: ClientAuth)
     return 1 if failed else 0
 
 
+def _access(args: argparse.Namespace) -> Access | None:
+    """Who reads the files: --share-with users and groups, --tenant-wide; neither: the collection's default."""
+    if not (args.users or args.groups or args.tenant_wide):
+        return None
+    try:
+        return Access.of(users=_listed(args.users), groups=_listed(args.groups), tenant=args.tenant_wide)
+    except InvalidArgument as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _listed(values: list[str]) -> list[str]:
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
 def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     if not (args.collection or args.transcript):
         raise UsageError("--collection is required (except with --transcript, where it defaults to documents)")
     auth = _credential(args, settings)
     if args.transcript:
         return _transcripts(args, settings, auth)
+    shared = _access(args)
     files = _files(args.paths)
     tally, started = _Tally(), time.monotonic()
     bar = tqdm(total=len(files), unit="file", file=sys.stderr, disable=None)
@@ -174,6 +190,8 @@ def _ingest(args: argparse.Namespace, settings: Settings) -> int:
             )
             if args.summaries is not None:
                 doc.summarize = args.summaries
+            if shared is not None:
+                doc.access.CopyFrom(convert.access_to_proto(shared))
             yield doc
 
     with _channel(args, settings, auth) as channel:
@@ -292,6 +310,11 @@ def _parser(more: Sequence[MoreCommands]) -> argparse.ArgumentParser:
     ingest.set_defaults(run=_ingest)
     ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     common(ingest, collection_required=False)
+    ingest.add_argument("--users", action="append", default=[], metavar="U1,U2",
+                        help="users who may read the files besides the uploader (default: the collection's rule)")
+    ingest.add_argument("--groups", action="append", default=[], metavar="G1,G2",
+                        help="groups (from credentials) whose members may read the files")
+    ingest.add_argument("--tenant-wide", action="store_true", help="every user of the tenant may read the files")
     ingest.add_argument("--transcript", action="store_true",
                         help="the files are call transcripts (text): tagged and stored through the gateway")
     ingest.add_argument("--tag", dest="tags", action="append", default=[], metavar="TAG",

@@ -82,6 +82,8 @@ class LazyStore:
     document_chunks = _Forward(DocumentStore.document_chunks)
     collection_options = _Forward(DocumentStore.collection_options)
     set_collection_options = _Forward(DocumentStore.set_collection_options)
+    collection_access = _Forward(DocumentStore.collection_access)
+    set_collection_access = _Forward(DocumentStore.set_collection_access)
     # The change log
     version = _Forward(ChangeLog.version)
     changes_since = _Forward(ChangeLog.changes_since)

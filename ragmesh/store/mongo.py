@@ -10,6 +10,7 @@ harmless: before the flip the old version stays visible, and the next start remo
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -26,6 +27,7 @@ from pymongo import ASCENDING, DESCENDING, IndexModel, MongoClient, ReturnDocume
 from pymongo.client_session import ClientSession
 from pymongo.errors import DuplicateKeyError, InvalidURI, OperationFailure, PyMongoError
 
+from ragmesh.access import ACCESS_KEY, TENANT
 from ragmesh.config import redact_uri
 from ragmesh.store.records import (ApiKeyRecord, Change, CollectionStats, ConversationInfo, CorrectionRecord,
                                    MessageRecord, StoreUnavailable)
@@ -88,6 +90,7 @@ class MongoStore:
             db = self._client[db_name]
             self._docs, self._chunks, self._meta = db["documents"], db["chunks"], db["meta"]
             self._changes, self._options = db["changes"], db["collection_options"]
+            self._access = db["collection_access"]
             self._convs, self._msgs = db["conversations"], db["messages"]
             self._summaries, self._corrections, self._usage = db["summaries"], db["corrections"], db["usage"]
             self._keys = db["api_keys"]
@@ -197,7 +200,7 @@ class MongoStore:
         return None if d is None else _document(d)
 
     def documents(self, tenant: str, collection: str | None, limit: int = 50, offset: int = 0, *,
-                  author: str | None = None) -> list[DocumentEntry]:
+                  author: str | None = None, readers: frozenset[str] | None = None) -> list[DocumentEntry]:
         if limit <= 0:
             return []  # pymongo reads limit(0) as "no limit"
         where: dict[str, Any] = {"tenant": tenant} if collection is None else {"tenant": tenant,
@@ -205,6 +208,8 @@ class MongoStore:
         if author is not None:
             mine = [{f"metadata.{MEMORY_AUTHOR}": author}] if author else []
             where["$or"] = [{"collection": {"$ne": MEMORY_COLLECTION}}, *mine]
+        if readers is not None:
+            where = {"$and": [where, _readable(readers)]}
         order = [("updated_at", DESCENDING), ("collection", ASCENDING), ("doc_id", ASCENDING)]
         return [DocumentEntry(_document(d), _iso(d["updated_at"]), bool(d.get("summary")))
                 for d in self._docs.find(where).sort(order).skip(offset).limit(limit)]
@@ -315,6 +320,13 @@ class MongoStore:
     def set_collection_options(self, name: str, options: dict) -> None:
         self._options.replace_one({"_id": name}, {"options": options}, upsert=True)
 
+    def collection_access(self, tenant: str) -> dict[str, dict]:
+        return {d["collection"]: d["rule"] for d in self._access.find({"tenant": tenant})}
+
+    def set_collection_access(self, tenant: str, collection: str, rule: dict) -> None:
+        self._access.replace_one({"_id": f"{tenant}/{collection}"},
+                                 {"tenant": tenant, "collection": collection, "rule": rule}, upsert=True)
+
     def document_chunks(self, tenant: str, collection: str, doc_id: str) -> list[StoredChunk]:
         key = {"tenant": tenant, "collection": collection, "doc_id": doc_id}
         header = self._docs.find_one(key, {"current": 1})
@@ -334,9 +346,12 @@ class MongoStore:
             if current.get((d["tenant"], d["collection"], d["doc_id"])) == d["v"]:
                 yield _stored_chunk(d)
 
-    def collections(self, tenant: str | None = None) -> list[CollectionStats]:
+    def collections(self, tenant: str | None = None, readers: frozenset[str] | None = None) -> list[CollectionStats]:
+        match: dict[str, Any] = {} if tenant is None else {"tenant": tenant}
+        if readers is not None:
+            match = {"$and": [match, _readable(readers)]}
         rows = self._docs.aggregate([
-            {"$match": {} if tenant is None else {"tenant": tenant}},
+            {"$match": match},
             {"$group": {"_id": "$collection", "docs": {"$sum": 1}, "chunks": {"$sum": "$chunk_count"}}},
             {"$sort": {"_id": 1}},
         ])
@@ -515,6 +530,14 @@ def _document(d: dict[str, Any]) -> DocumentRecord:
 
 def _key_record(d: dict[str, Any]) -> ApiKeyRecord:
     return ApiKeyRecord(key_id=d["_id"], **{f.name: d[f.name] for f in fields(ApiKeyRecord) if f.name != "key_id"})
+
+
+def _readable(readers: frozenset[str]) -> dict[str, Any]:
+    """A query over document headers: their access (ragmesh.access; none: the tenant's) names a reader."""
+    field = f"metadata.{ACCESS_KEY}"
+    named = {field: {"$regex": "(^| )(" + "|".join(re.escape(r) for r in sorted(readers)) + ")( |$)"}} \
+        if readers else {"_id": {"$exists": False}}
+    return {"$or": [named, {field: {"$exists": False}}]} if TENANT in readers else named
 
 
 def _iso(when: datetime) -> str:

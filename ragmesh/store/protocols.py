@@ -34,16 +34,18 @@ class DocumentStore(Protocol):
 
     def iter_chunks(self, collection: str | None = None) -> Iterator[StoredChunk]: ...
 
-    def collections(self, tenant: str | None = None) -> list[CollectionStats]:
-        """Counts per collection: every tenant's, or one tenant's with tenant."""
+    def collections(self, tenant: str | None = None, readers: frozenset[str] | None = None) -> list[CollectionStats]:
+        """Counts per collection: every tenant's, or one tenant's with tenant; with `readers`, of the
+        documents they may read only."""
         ...
 
     def documents(self, tenant: str, collection: str | None, limit: int = 50, offset: int = 0, *,
-                  author: str | None = None) -> list[DocumentEntry]:
+                  author: str | None = None, readers: frozenset[str] | None = None) -> list[DocumentEntry]:
         """The tenant's documents (of one collection, or all), most recently written first, then by
         collection and id; `offset` skips that many (paging). With `author`, conversation memory
         (MEMORY_COLLECTION) is personal: only the documents whose MEMORY_AUTHOR is `author` are
-        listed of it ("" lists none of it)."""
+        listed of it ("" lists none of it). With `readers` (ragmesh.access.principals), only the
+        documents whose access names one of them."""
         ...
 
     def chunk(self, tenant: str, chunk_id: str) -> StoredChunk | None:
@@ -60,6 +62,12 @@ class DocumentStore(Protocol):
         ...
 
     def set_collection_options(self, name: str, options: dict) -> None: ...
+
+    def collection_access(self, tenant: str) -> dict[str, dict]:
+        """The tenant's access rules per collection its admins set (services.retriever.permissions)."""
+        ...
+
+    def set_collection_access(self, tenant: str, collection: str, rule: dict) -> None: ...
 
 
 class ChangeLog(Protocol):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ragmesh.access import ACCESS_KEY, TENANT
 from ragmesh.errors import InvalidArgument
 from ragmesh.store.records import (ApiKeyRecord, Change, CollectionStats, ConversationInfo, CorrectionRecord,
                                    MessageRecord)
@@ -39,6 +40,9 @@ CREATE TABLE IF NOT EXISTS changes (
 );
 CREATE INDEX IF NOT EXISTS changes_by_version ON changes (version);
 CREATE TABLE IF NOT EXISTS collection_options (name TEXT PRIMARY KEY, options TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS collection_access (
+  tenant TEXT NOT NULL, collection TEXT NOT NULL, rule TEXT NOT NULL, PRIMARY KEY (tenant, collection)
+);
 CREATE TABLE IF NOT EXISTS conversations (
   conversation_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, user_id TEXT NOT NULL,
   created_at REAL NOT NULL, updated_at REAL NOT NULL
@@ -84,6 +88,14 @@ CREATE INDEX IF NOT EXISTS chunks_by_collection ON chunks (collection);
 """
 _SCHEMA = _SCHEMA.format(chunks=_CHUNKS.format(table="chunks") + _CHUNK_INDEXES)
 _CHUNK_FIELDS = "chunk_id, tenant, collection, doc_id, chunk_index, text, metadata, date, parent_chunk_id, vector"
+
+
+def _readable(readers: frozenset[str]) -> tuple[str, tuple[str, ...]]:
+    """SQL over a `documents d` row: its access (ragmesh.access; none: the tenant's) names a reader."""
+    if not readers:
+        return "0", ()
+    value = f"(' ' || coalesce(json_extract(d.metadata, '$.\"{ACCESS_KEY}\"'), '{TENANT}') || ' ')"
+    return "(" + " OR ".join(f"instr({value}, ?) > 0" for _ in readers) + ")", tuple(f" {r} " for r in sorted(readers))
 
 
 def _iso(ts: float) -> str:
@@ -174,13 +186,16 @@ class SqliteStore:
         return rows[0].document if rows else None
 
     def documents(self, tenant: str, collection: str | None, limit: int = 50, offset: int = 0, *,
-                  author: str | None = None) -> list[DocumentEntry]:
+                  author: str | None = None, readers: frozenset[str] | None = None) -> list[DocumentEntry]:
         args: tuple[str, ...]
         where, args = ("d.tenant = ?", (tenant,)) if collection is None else \
             ("d.tenant = ? AND d.collection = ?", (tenant, collection))
         if author is not None:
             where += f" AND (d.collection != ? OR (? != '' AND json_extract(d.metadata, '$.{MEMORY_AUTHOR}') = ?))"
             args += (MEMORY_COLLECTION, author, author)
+        if readers is not None:
+            condition, more = _readable(readers)
+            where, args = f"{where} AND {condition}", args + more
         return self._documents(f"{where} ORDER BY d.updated_at DESC, d.collection, d.doc_id LIMIT ? OFFSET ?",
                                (*args, limit, offset))
 
@@ -287,6 +302,16 @@ class SqliteStore:
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO collection_options VALUES (?, ?)", (name, json.dumps(options)))
 
+    def collection_access(self, tenant: str) -> dict[str, dict]:
+        with self._lock:
+            rows = self._db.execute("SELECT collection, rule FROM collection_access WHERE tenant = ?",
+                                    (tenant,)).fetchall()
+        return {name: json.loads(rule) for name, rule in rows}
+
+    def set_collection_access(self, tenant: str, collection: str, rule: dict) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO collection_access VALUES (?, ?, ?)", (tenant, collection, json.dumps(rule)))
+
     def document_chunks(self, tenant: str, collection: str, doc_id: str) -> list[StoredChunk]:
         sql = f"{_CHUNK_COLUMNS} WHERE tenant = ? AND collection = ? AND doc_id = ? ORDER BY rowid"
         with self._lock:
@@ -308,11 +333,14 @@ class SqliteStore:
                 return
             last = rows[-1][-1]
 
-    def collections(self, tenant: str | None = None) -> list[CollectionStats]:
+    def collections(self, tenant: str | None = None, readers: frozenset[str] | None = None) -> list[CollectionStats]:
         scope, args = ("WHERE tenant = ?", (tenant,)) if tenant is not None else ("", ())
+        if readers is not None:
+            condition, more = _readable(readers)
+            scope, args = f"{scope} AND {condition}" if scope else f"WHERE {condition}", args + more
         with self._lock:
             rows = self._db.execute(
-                f"SELECT collection, COUNT(*), SUM(chunk_count) FROM documents {scope} "
+                f"SELECT collection, COUNT(*), SUM(chunk_count) FROM documents d {scope} "
                 "GROUP BY collection ORDER BY collection", args
             ).fetchall()
         return [CollectionStats(name=r[0], documents=r[1], chunks=r[2] or 0) for r in rows]

@@ -17,7 +17,7 @@ from ragmesh.types import ChunkContext
 from ragmesh.validation import (MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, check_field_name, check_name, check_names,
                                 check_page, check_text, shown)
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
-from services.retriever import personal
+from services.retriever import permissions, personal
 from services.retriever.fusion import DEFAULT_RRF_K, Boosters
 from services.retriever.ingest.pipeline import Ingestor
 from services.retriever.ingest.upsert import Upserter
@@ -39,6 +39,13 @@ def _reader() -> str:
     return personal.reader(identity.current())
 
 
+def _readable(collection: str, metadata: dict[str, str]) -> bool:
+    return permissions.visible(identity.current(), collection, metadata)
+
+
+MAX_CHECKED_CHUNKS = 1_000  # chunks of one CheckChunks call (a scope cache holds at most top_k 50 a collection)
+
+
 class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     def __init__(self, engine: SearchEngine, ingestor: Ingestor, upserter: Upserter, store: DocumentStore,
                  configure) -> None:
@@ -55,7 +62,8 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         query = SearchQuery(
             query=request.query,
             collections=list(request.collections),
-            filter=dataclasses.replace(convert.filter_from_proto(request.filter), tenant=_tenant()),
+            filter=dataclasses.replace(convert.filter_from_proto(request.filter), tenant=_tenant(),
+                                       readers=permissions.readers(identity.current())),
             top_k=_opt(request, "top_k", 50),
             dense_weight=_opt(request, "dense_weight", None),
             sparse_weight=_opt(request, "sparse_weight", None),
@@ -93,7 +101,10 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
                 doc.tenant = tenant
                 yield convert.document_from_proto(doc)
 
-        async for p in self.ingestor.ingest(documents()):
+        def uploader(doc) -> permissions.Uploader:
+            return permissions.Uploader(who, permissions.rule(self.store, tenant, doc.collection))
+
+        async for p in self.ingestor.ingest(documents(), uploader):
             yield retriever_pb2.IngestProgress(
                 doc_id=p.doc_id, collection=p.collection,
                 stage=retriever_pb2.IngestStage.Value(p.stage), chunks=p.chunks, error=p.error,
@@ -105,6 +116,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         self, request_iterator: AsyncIterator[retriever_pb2.UpsertRequest], context: grpc.aio.ServicerContext
     ) -> retriever_pb2.UpsertResponse:
         tenant, who = _tenant(), identity.current()
+        permissions.require_bulk_writer(who)
 
         async def chunks():
             async for r in request_iterator:
@@ -118,15 +130,16 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
 
     async def Delete(self, request: retriever_pb2.DeleteRequest, context: grpc.aio.ServicerContext):
         where = convert.filter_from_proto(request.filter) if request.HasField("filter") else None
-        personal.require_writer(identity.current(), request.collection)
-        docs, chunks = await self.ingestor.delete(_tenant(), request.collection, list(request.doc_ids), where)
+        who = identity.current()
+        personal.require_writer(who, request.collection)
+        docs, chunks = await self.ingestor.delete(_tenant(), request.collection, list(request.doc_ids), where, who)
         return retriever_pb2.DeleteResponse(documents=docs, chunks=chunks)
 
     async def GetDocument(self, request: retriever_pb2.GetDocumentRequest, context: grpc.aio.ServicerContext):
         check_name("collection", request.collection)
         check_text("doc_id", request.doc_id, MAX_ID_CHARS, required=True)
         record = await asyncio.to_thread(self.store.get_document, _tenant(), request.collection, request.doc_id)
-        if record is None or not personal.readable(record.collection, record.metadata, _reader()):
+        if record is None or not _readable(record.collection, record.metadata):
             raise NotFound(f"document {shown(request.doc_id)} not found in collection {request.collection!r}")
         return convert.document_info_to_proto(record)
 
@@ -136,7 +149,8 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         limit = request.limit or DEFAULT_PAGE
         check_page(limit, request.offset)
         entries = await asyncio.to_thread(self.store.documents, _tenant(), request.collection or None, limit,
-                                          request.offset, author=_reader())
+                                          request.offset, author=_reader(),
+                                          readers=permissions.lister(identity.current()))
         found = page(entries, limit, request.offset)
         return retriever_pb2.ListDocumentsResponse(documents=[convert.document_entry_to_proto(e) for e in found.items],
                                                    next_offset=found.next_offset)
@@ -146,7 +160,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         tenant = _tenant()
         found = await asyncio.to_thread(self.store.chunk, tenant, request.chunk_id)
         # another tenant's, or another user's conversation memory, answers exactly as an unknown id
-        if found is None or not personal.readable(found.chunk.collection, found.chunk.metadata, _reader()):
+        if found is None or not _readable(found.chunk.collection, found.chunk.metadata):
             raise NotFound(f"chunk {shown(request.chunk_id)} not found")
         chunk = found.chunk
         parent = await asyncio.to_thread(self.store.chunk, tenant, chunk.parent_chunk_id) \
@@ -156,24 +170,33 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         document = await asyncio.to_thread(self.store.get_document, tenant, chunk.collection, chunk.doc_id)
         return convert.chunk_context_to_proto(ChunkContext(chunk, parent.chunk.text if parent else "", document))
 
-    def _collections(self, all_configured: bool = False, tenant: str | None = None) -> list[retriever_pb2.CollectionInfo]:
-        """Counts of one tenant's partitions, or (None, the service credential only) of every tenant's."""
+    def _collections(self, all_configured: bool = False, tenant: str | None = None,
+                     readers: frozenset[str] | None = None) -> list[retriever_pb2.CollectionInfo]:
+        """Counts of one tenant's partitions (what `readers` may read), or (None, the service credential
+        only) of every tenant's."""
         infos = []
-        stats = self.store.collections(tenant)
+        stats = self.store.collections(tenant, readers)
         if all_configured:  # a configured collection may hold no documents yet
             named = {c.name for c in stats}
             stats += [CollectionStats(n, 0, 0) for n in self.engine.registry.configured() if n not in named]
         for c in stats:
             infos.append(retriever_pb2.CollectionInfo(
                 name=c.name, documents=c.documents, chunks=c.chunks,
-                indexed_chunks=self.engine.registry.indexed(c.name, tenant),
+                indexed_chunks=self.engine.registry.indexed(c.name, tenant, readers),
                 dense_index=self.engine.registry.options(c.name).dense,
             ))
         return infos
 
     async def ListCollections(self, request: retriever_pb2.ListCollectionsRequest, context: grpc.aio.ServicerContext):
         if request.own_tenant:
-            return retriever_pb2.ListCollectionsResponse(collections=self._collections(tenant=_tenant()))
+            who = identity.current()
+            infos = await asyncio.to_thread(self._collections, tenant=_tenant(), readers=permissions.lister(who))
+            rules = await asyncio.to_thread(permissions.rules, self.store, _tenant())
+            for info in infos:
+                rule = rules.get(info.name) or permissions.built_in(info.name)
+                info.members_upload = rule.members_upload
+                info.default_access.CopyFrom(convert.access_to_proto(rule.default_access))
+            return retriever_pb2.ListCollectionsResponse(collections=infos)
         identity.current().require_service("ListCollections (counts across tenants)")
         return retriever_pb2.ListCollectionsResponse(collections=self._collections())
 
@@ -188,9 +211,32 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         check_field_name("field", request.field)
         collections = personal.listable(check_names("collections", list(request.collections))
                                         or self.engine.registry.names())
-        values = await asyncio.to_thread(self.engine.registry.field_values, request.field, collections, _tenant()) \
-            if collections else []
+        values = await asyncio.to_thread(self.engine.registry.field_values, request.field, collections, _tenant(),
+                                         permissions.readers(identity.current())) if collections else []
         return retriever_pb2.FieldValuesResponse(values=values)
+
+    async def SetDocumentAccess(self, request: retriever_pb2.SetDocumentAccessRequest, context):
+        who = identity.current()
+        personal.require_writer(who, request.collection)
+        record = await self.ingestor.set_access(who, request.collection, request.doc_id,
+                                                convert.access_from_proto(request.access))
+        return convert.document_info_to_proto(record)
+
+    async def CheckChunks(self, request: retriever_pb2.CheckChunksRequest, context):
+        if len(request.chunks) > MAX_CHECKED_CHUNKS:
+            raise InvalidArgument("chunks", f"has {len(request.chunks):,} chunks; the limit is {MAX_CHECKED_CHUNKS:,}")
+        refs = [(r.chunk_id, r.text_sha256) for r in request.chunks]
+        for i, (chunk_id, _) in enumerate(refs):
+            check_text(f"chunks[{i}].chunk_id", chunk_id, MAX_CHUNK_ID_CHARS, required=True)
+        current = await asyncio.to_thread(permissions.current, self.store, identity.current(), refs)
+        return retriever_pb2.CheckChunksResponse(current=current)
+
+    async def SetCollectionAccess(self, request: retriever_pb2.CollectionAccess, context):
+        check_name("collection", request.collection)
+        rule = permissions.CollectionRule(request.collection, request.members_upload,
+                                          convert.access_from_proto(request.default_access, "default_access"))
+        await asyncio.to_thread(permissions.set_rule, self.store, identity.current(), rule)
+        return request
 
     async def ConfigureCollection(self, request: retriever_pb2.ConfigureCollectionRequest, context):
         identity.current().require_service("ConfigureCollection (collections are shared by every tenant)")

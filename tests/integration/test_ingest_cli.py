@@ -132,3 +132,20 @@ def test_documents_belong_to_the_keys_tenant(stack: Stack, tmp_path: Path) -> No
     deleted = ragmesh(stack, "delete", "--collection", collection, "--doc-id", "quince.md")
     assert deleted.stdout.startswith("deleted 1 documents"), deleted.stderr
     assert doc_ids(stack, collection=collection, query="quince ledger") == set()
+
+
+def test_ingest_names_who_reads_the_files(stack: Stack, tmp_path: Path) -> None:
+    """Into `documents` an admin's files are its own unless shared: --users and --tenant-wide share them."""
+    (tmp_path / "pelican.md").write_text("# Pelican\n\nThe pelican-marmot ledger closes in June.")
+    (tmp_path / "heron.md").write_text("# Heron\n\nThe heron-marmot ledger closes in July.")
+    shared = ragmesh(stack, "ingest", str(tmp_path / "pelican.md"), "--collection", "documents", "--users", "cli-bob")
+    assert shared.returncode == 0, shared.stderr
+    everyone = ragmesh(stack, "ingest", str(tmp_path / "heron.md"), "--collection", "documents", "--tenant-wide")
+    assert everyone.returncode == 0, everyone.stderr
+    bob = stack.key("demo", "cli-bob", "admin")
+    carol = stack.key("demo", "cli-carol", "admin")
+    assert doc_ids(stack, bob, "documents", "marmot ledger closes") >= {"pelican.md", "heron.md"}
+    assert "pelican.md" not in doc_ids(stack, carol, "documents", "marmot ledger closes")
+    assert "heron.md" in doc_ids(stack, carol, "documents", "marmot ledger closes")
+    bad = ragmesh(stack, "ingest", str(tmp_path / "heron.md"), "--collection", "documents", "--users", "bad name")
+    assert bad.returncode == 2 and "access.users" in bad.stderr, bad.stderr

@@ -34,7 +34,9 @@ import pytest
 from mongomock.store import ServerStore
 from pymongo import MongoClient
 
+from ragmesh.access import ACCESS_KEY, Access, principals
 from ragmesh.config import Settings
+from ragmesh.identity import Identity
 from ragmesh.identity.keys import ApiKeyRecord, new_key
 from ragmesh.store import (AccountStore, ChangeLog, ConversationStore, CorpusStore, CorrectionRecord, DocumentStore,
                            InlineReads, Store, StoreUnavailable, open_store, quick_read)
@@ -754,6 +756,35 @@ def test_conversation_memory_is_listed_for_its_author_only(backend: Backend) -> 
     assert listed(None, "bob") == ["d1", "msg-bob"]
     assert listed(None, "") == listed(MEMORY_COLLECTION, "") + ["d1"] == ["d1"]
     assert listed(None, None) == ["d1", "msg-alice", "msg-bob"], "internal reads see every document"
+
+
+def test_document_lists_and_counts_show_only_what_the_readers_may_read(backend: Backend) -> None:
+    """Access lists (ragmesh.access) narrow lists and counts in the store itself, so a page of a list
+    is full of readable documents; a document written without one (before access lists) is the tenant's."""
+    store = backend.open()
+    shares = {"private": Access(owner="alice"), "grouped": Access(owner="alice", groups=("risk",)),
+              "open": Access(owner="boss", tenant=True), "legacy": None}
+    for doc_id, shared in shares.items():
+        record, chunks = doc(doc_id, n=2, tenant="acme")
+        if shared is not None:
+            record.metadata[ACCESS_KEY] = shared.encode()
+        store.replace_document(record, chunks)
+    listed = lambda who: sorted(e.document.doc_id for e in store.documents(  # noqa: E731
+        "acme", None, readers=principals(Identity("acme", who[0], "member", "key", who[1:]))))
+    assert listed(("alice",)) == ["grouped", "legacy", "open", "private"]
+    assert listed(("bob",)) == ["legacy", "open"]
+    assert listed(("carol", "risk")) == ["grouped", "legacy", "open"]
+    assert [(c.documents, c.chunks) for c in store.collections("acme", frozenset({"tenant", "user:bob"}))] == [(2, 4)]
+    assert [(c.documents, c.chunks) for c in store.collections("acme")] == [(4, 8)]
+    assert store.documents("acme", None, limit=1, readers=frozenset({"user:nobody"})) == []
+
+
+def test_collection_access_rules_are_per_tenant(backend: Backend) -> None:
+    store = backend.open()
+    store.set_collection_access("acme", "drafts", {"members_upload": True, "default_access": "group:risk"})
+    store.set_collection_access("acme", "drafts", {"members_upload": False, "default_access": "tenant"})
+    assert store.collection_access("acme") == {"drafts": {"members_upload": False, "default_access": "tenant"}}
+    assert store.collection_access("umbra") == {}
 
 
 def test_an_old_sqlite_file_gets_its_chunk_ids_keyed_by_tenant(tmp_path: Path) -> None:

@@ -13,21 +13,23 @@ import dataclasses
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 
-from ragmesh import metrics
-from ragmesh.errors import InvalidArgument, RagmeshError
+from ragmesh import access, metrics
+from ragmesh.access import Access
+from ragmesh.errors import InvalidArgument, NotFound, PermissionDenied, RagmeshError
+from ragmesh.identity import SERVICE, Identity
 from ragmesh.store import CorpusStore
 from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, SectionOutline, StoredChunk
 from ragmesh.validation import (
     MAX_DOC_IDS, MAX_FILENAME_CHARS, MAX_ID_CHARS, MAX_MIME_TYPE_CHARS, MAX_TITLE_CHARS, RESERVED_PREFIX, check_date,
-    check_list, check_metadata, check_name, check_text,
+    check_list, check_metadata, check_name, check_text, shown,
 )
-from services.retriever import filters
+from services.retriever import filters, permissions
 from services.retriever.backend import SearchBackend
 from services.retriever.ingest import batch
 from services.retriever.ingest.batch import CommitBatch, Ready
@@ -38,6 +40,7 @@ from services.retriever.ingest.sanitize import is_redacted
 from services.retriever.ingest.strategies import Chunked, Sizes, chunk_document
 from services.retriever.ingest.summaries import Summarizer, table_of_contents
 from services.retriever.ingest.workers import ParsePool, shared_pool
+from services.retriever.permissions import Uploader
 from services.retriever.search import EmbedFn
 
 log = logging.getLogger(__name__)
@@ -232,7 +235,8 @@ class Ingestor:
         self.summaries = summaries
         self.commit_rows, self.commit_bytes = commit_rows, commit_bytes
 
-    async def ingest(self, documents: AsyncIterator[Document]) -> AsyncIterator[Progress]:
+    async def ingest(self, documents: AsyncIterator[Document],
+                     uploader: Callable[[Document], Uploader] | None = None) -> AsyncIterator[Progress]:
         """Documents in the order they arrive, read ahead only while what is read makes one
         embedding call (`_Group`: up to the embedder's batch of texts, and never past a document
         that is not at hand yet), so a stream holds a call's worth of documents besides those
@@ -242,7 +246,9 @@ class Ingestor:
         more is answered. When the caller goes away (its gRPC call is cancelled) the task running
         this is cancelled at its next await: the documents in hand stop where they are (a commit
         under way completes, whole; a parse under way is killed), those not committed are not
-        stored, and no more are read."""
+        stored, and no more are read. `uploader` gives each document's rules (who uploads, into which
+        collection: services.retriever.permissions); None is the platform, uploading for nobody."""
+        uploader = uploader or self._platform
         commits: CommitBatch[Progress] = CommitBatch(self.committer, self.commit_rows, self.commit_bytes)
         group = _Group(self.embedder.batch_size)
         source = aiter(documents)
@@ -263,7 +269,7 @@ class Ingestor:
                 doc, following = following.result(), None
                 if doc is None:
                     break
-                async for progress in self._ingest_one(doc, group, commits):
+                async for progress in self._ingest_one(doc, uploader, group, commits):
                     yield _counted(progress)
                 for progress in await commits.turn():
                     yield _counted(progress)
@@ -277,11 +283,17 @@ class Ingestor:
             group.cancel()
             await commits.close()
 
-    async def _ingest_one(self, doc: Document, group: "_Group",
+    def _platform(self, doc: Document) -> Uploader:
+        return Uploader(Identity(doc.tenant, "", SERVICE, "service_token"),
+                        permissions.rule(self.store, doc.tenant, doc.collection))
+
+    async def _ingest_one(self, doc: Document, uploader: Callable[[Document], Uploader], group: "_Group",
                           commits: CommitBatch[Progress]) -> AsyncIterator[Progress]:
         doc = dataclasses.replace(doc, doc_id=doc.doc_id or doc.filename)
         try:
             _validate(doc)
+            rules = await asyncio.to_thread(uploader, doc)
+            rules.check(doc.access)
             parsed = await self.parsing.parse(doc, self.max_bytes)
         except RagmeshError as exc:
             doc_id, filename = doc.doc_id[:MAX_ID_CHARS], doc.filename[:MAX_FILENAME_CHARS]  # not echoed whole
@@ -296,15 +308,16 @@ class Ingestor:
                 yield Progress(f"{doc.doc_id}#{number}", doc.collection, "FAILED", error=error, filename=doc.filename)
                 continue
             async for progress in self._prepare(doc, p, label if len(parsed) == 1 else f"{label} ({p.doc_id})",
-                                                group, commits):
+                                                rules, group, commits):
                 yield progress
             if group.full:
                 async for progress in self._embed(group, commits):
                     yield progress
 
-    async def _prepare(self, doc: Document, p: Parsed, label: str, group: "_Group",
+    async def _prepare(self, doc: Document, p: Parsed, label: str, rules: Uploader, group: "_Group",
                        commits: CommitBatch[Progress]) -> AsyncIterator[Progress]:
         """A record up to its chunks, which join the group to embed (or UNCHANGED, or FAILED)."""
+        p.doc_id = rules.doc_id(p.doc_id)
         step = _Steps(doc, p.doc_id)
         try:
             check_text("doc_id", p.doc_id, MAX_ID_CHARS)  # a record's own id
@@ -319,10 +332,17 @@ class Ingestor:
                 for progress in await commits.settle():
                     yield progress
             existing = await asyncio.to_thread(self.store.get_document, doc.tenant, doc.collection, p.doc_id)
+            if existing is not None and not rules.may_replace(existing):
+                raise PermissionDenied(f"doc_id {shown(p.doc_id)} is another user's document: only its uploader or "
+                                       "an admin may replace it")
+            readers = rules.access(doc.access, existing)
             if existing is not None and existing.content_hash == digest and not (doc.summarize and not existing.summary):
+                if access.of_metadata(existing.metadata) != readers:  # same content, new readers: nothing embedded
+                    await asyncio.to_thread(self._restamp, existing, readers)
                 yield step("UNCHANGED", existing.chunk_count, summarized=bool(existing.summary),
                            doc_type=existing.metadata.get("doc_type", ""))
                 return
+            metadata[access.ACCESS_KEY] = readers.encode()  # after the hash: who reads is not content
             yield step("PARSED")
             chunked = await asyncio.to_thread(chunk_document, p, self.sizes)
             step.chunked = chunked
@@ -404,15 +424,41 @@ class Ingestor:
             ))
         return out
 
+    def _restamp(self, record: DocumentRecord, readers: Access) -> None:
+        chunks = self.store.document_chunks(record.tenant, record.collection, record.doc_id)
+        self.committer.replace([permissions.restamped(record, chunks, readers)])
+
+    async def set_access(self, who: Identity, collection: str, doc_id: str, new: Access) -> DocumentRecord:
+        """Replaces who may read a document (its uploader or an admin); the next search on every replica
+        sees it (the store's change log carries it). Its chunks keep their vectors: nothing is embedded."""
+        check_name("collection", collection)
+        check_text("doc_id", doc_id, MAX_ID_CHARS, required=True)
+        tenant = who.require_tenant()
+        record = await asyncio.to_thread(self.store.get_document, tenant, collection, doc_id)
+        current = permissions.require_manager(who, record, doc_id, collection)
+        permissions.checked_change(who, current, new)
+        assert record is not None  # require_manager raised otherwise
+        readers = new.with_owner(new.owner or current.owner)
+        if readers != current:
+            await asyncio.to_thread(self._restamp, record, readers)
+        return dataclasses.replace(record, metadata={**record.metadata, access.ACCESS_KEY: readers.encode()})
+
     async def delete(
         self, tenant: str, collection: str, doc_ids: list[str], where: SearchFilter | None = None,
+        who: Identity | None = None,
     ) -> tuple[int, int]:
         """Deletes the named documents, or those with a chunk the filter admits; returns
-        (documents, chunks) removed."""
+        (documents, chunks) removed. With `who`, only what it manages: a named document it may not
+        read is skipped as an unknown one, one it reads but does not own is PermissionDenied, and
+        deleting by filter takes an admin."""
         check_name("collection", collection)
         doc_ids = check_list("doc_ids", doc_ids, MAX_DOC_IDS, MAX_ID_CHARS)
         if "" in doc_ids:
             raise InvalidArgument(f"doc_ids[{doc_ids.index('')}]", "must not be empty")
+        if who is not None and where is not None and not access.privileged(who):
+            raise PermissionDenied("deleting by filter needs an admin key")
+        if who is not None and doc_ids:
+            doc_ids = await asyncio.to_thread(self._managed, who, tenant, collection, doc_ids)
         if where is not None:
             if doc_ids:
                 raise InvalidArgument("filter", "give doc_ids or a filter, not both")
@@ -422,4 +468,15 @@ class Ingestor:
             doc_ids = await asyncio.to_thread(self.registry.matching_doc_ids, collection,
                                               dataclasses.replace(where, tenant=tenant))
         return await asyncio.to_thread(self.committer.delete, tenant, collection, doc_ids)
+
+    def _managed(self, who: Identity, tenant: str, collection: str, doc_ids: list[str]) -> list[str]:
+        managed = []
+        for doc_id in doc_ids:
+            try:
+                permissions.require_manager(who, self.store.get_document(tenant, collection, doc_id), doc_id,
+                                            collection)
+            except NotFound:
+                continue  # unknown, or not the caller's to see: deleting it removes nothing
+            managed.append(doc_id)
+        return managed
 

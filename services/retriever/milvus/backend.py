@@ -184,7 +184,7 @@ class MilvusBackend(Connection):
         self._listed = {key: table for key, table in self._tables().items() if key[0] != name}
         self._held.discard(held.name(self.config.prefix, name))
 
-    def indexed(self, name: str, tenant: str | None = None) -> int:
+    def indexed(self, name: str, tenant: str | None = None, readers: frozenset[str] | None = None) -> int:
         """The tenant's searchable chunks of the collection (None: every tenant's)."""
         if tenant is not None:
             return self._count(self._table(name, tenant), "") if self._holds(name, tenant) else 0
@@ -415,7 +415,8 @@ class MilvusBackend(Connection):
         table = self._table(collection, where.tenant)
         return sorted({r["doc_id"] for r in self._scan(table, expr.expression(where), ["doc_id"])})
 
-    def field_values(self, field_name: str, collections: list[str], tenant: str) -> list[str]:
+    def field_values(self, field_name: str, collections: list[str], tenant: str,
+                     readers: frozenset[str] | None = None) -> list[str]:
         key = rows.hexed(field_name)
         values: set[str] = set()
         for name in self.searchable(collections or self.names(), tenant):
