@@ -27,8 +27,9 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
            DIRECT): time to the strategy and first content events, the gateway's own share (bench/pipeline_bench.py)
   replicas two gateway replicas on one Redis: stop across replicas p50/p99, time to the strategy event with
            Redis against in process (target <= 1.15), answers/s on one and two replicas (bench/replicas_bench.py)
-  access   hybrid search with access lists (1,000 users, 50 groups; callers reading about 10% and 90% of 100k
-           chunks) against the same searches without, memory engine (target <= 1.2) and milvus-lite (bench/access_bench.py)
+  access   hybrid search with access lists (1,000 users, 50 groups; callers reading about 10% and 90% of
+           100k chunks) against the same searches without, memory engine (target <= 1.2) and milvus-lite
+           (bench/access_bench.py)
 
 `--quick` is a smoke run of every part at small sizes (for tests); its figures are not
 comparable to the targets, which are only applied at the sizes the issue names.

@@ -302,7 +302,8 @@ class IndexRegistry:
         return [n for n in names if len(self._indexes.get((n, tenant)) or ())]
 
     def indexed(self, name: str, tenant: str | None = None, readers: frozenset[str] | None = None) -> int:
-        """Live chunks `readers` may read in the tenant's partition, or (None) in every tenant's: a platform figure."""
+        """Live chunks `readers` may read in the tenant's partition, or (tenant None) in every
+        tenant's: a platform figure."""
         if tenant is not None:
             index = self._indexes.get((name, tenant))
             return index.readable(readers) if index else 0
