@@ -199,7 +199,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         m = await describe(who, self.pipeline.models.configured, self.pipeline.default_model, self.library)
         return gateway_pb2.Meta(models=m.models, default_model=m.default_model, web_search_models=m.web_search_models,
                                 data_sources=m.data_sources, funds=m.funds,
-                                identity=gateway_pb2.Caller(tenant=who.tenant, user=who.user, role=who.role))
+                                identity=gateway_pb2.Caller(tenant=who.tenant, user=who.user, role=who.role,
+                                                            groups=who.groups))
 
     async def AskNotes(self, request: gateway_pb2.AskRequest, context):
         ask = ask_from_proto(request, "notes")

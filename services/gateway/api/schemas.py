@@ -185,6 +185,8 @@ class Identity(_Exact):
     tenant: str
     user: str
     role: Literal["admin", "member", "service"]
+    groups: list[str] = Field(description="The groups the credential names (a JWT claim, the key's record), sorted; "
+                                          "documents shared with one of them are readable")
 
 
 class Meta(_Exact):
@@ -206,7 +208,7 @@ class ConversationInfo(_Exact):
 
 
 class Conversations(_Exact):
-    conversations: list[ConversationInfo] = Field(description="Newest first; an admin key sees its tenant's")
+    conversations: list[ConversationInfo] = Field(description="Newest first; the caller's own, whatever its role")
     next_offset: int | None = Field(description="The offset of the next page; null on the last page")
 
 
