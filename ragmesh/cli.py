@@ -309,7 +309,7 @@ def _parser(more: Sequence[MoreCommands]) -> argparse.ArgumentParser:
                          help="the retriever (default: RETRIEVER_ADDR, else this host and RETRIEVER_PORT)")
         sub.add_argument("--timeout", type=float, default=0.0, metavar="SECONDS")
 
-    ingest = commands.add_parser("ingest", help="ingest files and folders (recursively)")
+    ingest = commands.add_parser("ingest", help="ingest files and folders (recursively)", allow_abbrev=False)
     ingest.set_defaults(run=_ingest)
     ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     common(ingest, collection_required=False)
