@@ -95,14 +95,17 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
         tenant, who = _tenant(), identity.current()
 
+        def uploader(doc) -> permissions.Uploader:
+            return permissions.Uploader(who, permissions.rule(self.store, tenant, doc.collection))
+
         async def documents():
             async for doc in request_iterator:
                 personal.require_writer(who, doc.collection)
                 doc.tenant = tenant
-                yield convert.document_from_proto(doc)
-
-        def uploader(doc) -> permissions.Uploader:
-            return permissions.Uploader(who, permissions.rule(self.store, tenant, doc.collection))
+                document = convert.document_from_proto(doc)
+                # the caller may not upload here at all: the call is refused (PERMISSION_DENIED), as for memory
+                (await asyncio.to_thread(uploader, document)).check(document.access)
+                yield document
 
         async for p in self.ingestor.ingest(documents(), uploader):
             yield retriever_pb2.IngestProgress(

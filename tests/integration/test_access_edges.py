@@ -232,8 +232,6 @@ def test_collection_rules_are_set_by_admins_on_both_edges(tenant: Tenant) -> Non
     assert memory.status_code == 400 and memory.json()["error"]["message"].startswith("collection")
 
 
-@pytest.mark.xfail(strict=True, reason="the retriever reports these as a FAILED document, not PERMISSION_DENIED "
-                                       "for the call (services/retriever/ingest/pipeline.py, Uploader.check)")
 def test_an_upload_the_retriever_refuses_is_403(tenant: Tenant) -> None:
     notes = tenant.ana.upload({"collection": "meeting_notes", "documents": [{"doc_id": "n", "text": "My notes."}]})
     assert notes.status_code == 403 and "admins only" in notes.json()["error"]["message"], notes.text
