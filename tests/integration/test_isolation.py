@@ -238,7 +238,7 @@ def test_the_fund_list_is_the_callers_tenants(searched: World) -> None:
     assert "Acme Secret Fund" in searched.get(searched.alice, "/api/meta").json()["funds"]
     meta = searched.get(searched.mallory, "/api/meta").json()
     assert "Acme Secret Fund" not in meta["funds"]
-    assert meta["identity"] == {"tenant": searched.umbra, "user": "mallory", "role": "member"}
+    assert meta["identity"] == {"tenant": searched.umbra, "user": "mallory", "role": "member", "groups": []}
     # a question naming the fund does not tell mallory it exists (no detected fund)
     events = sse(searched.url + "/api/chat/ask/stream", {"question": "What does Acme Secret Fund hold?"},
                  headers(searched.mallory))
