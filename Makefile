@@ -44,8 +44,9 @@ test: $(STAMP) chromium prometheus redis
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m 'not slow'
 
+# `make bench ONLY=access` (or any parts, space-separated) runs those parts only.
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(if $(ONLY),--only $(ONLY))
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

@@ -27,6 +27,9 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
            DIRECT): time to the strategy and first content events, the gateway's own share (bench/pipeline_bench.py)
   replicas two gateway replicas on one Redis: stop across replicas p50/p99, time to the strategy event with
            Redis against in process (target <= 1.15), answers/s on one and two replicas (bench/replicas_bench.py)
+  access   hybrid search with access lists (1,000 users, 50 groups; callers reading about 10% and 90% of
+           100k chunks) against the same searches without, memory engine (target <= 1.2) and milvus-lite
+           (bench/access_bench.py)
 
 `--quick` is a smoke run of every part at small sizes (for tests); its figures are not
 comparable to the targets, which are only applied at the sizes the issue names.
@@ -50,6 +53,7 @@ from pathlib import Path
 import faiss
 
 from bench import scifact_eval
+from bench.access_bench import run_access
 from bench.auth_bench import run_auth
 from bench.backends_bench import run_backends
 from bench.conversations_bench import run_conversations
@@ -60,16 +64,18 @@ from bench.metrics_bench import run_metrics
 from bench.peers_bench import run_peers
 from bench.pipeline_bench import run_pipeline
 from bench.replicas_bench import run_replicas
-from bench.search_bench import Section, failed_targets, machine_load, log, render, run_bm25, run_hnsw, run_search
+from bench.search_bench import (
+    Section, cpu_model, failed_targets, log, machine_load, render, run_bm25, run_hnsw, run_search,
+)
 from services.retriever.dense import IVF
 
 DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quality (issue 3), "
                "the cost of authentication (issue 10), the whole stack under load (issue 11), what metrics "
                "cost a search (issue 12), the search backends side by side (issue 17), the approximate dense "
-               "option at 1M chunks, the whole path from question to first token (issue 15) and fairness between "
-               "tenants (issue 23).")
+               "option at 1M chunks, the whole path from question to first token (issue 15), fairness between "
+               "tenants (issue 23) and what access lists cost a search (issue 33).")
 PARTS = ("search", "bm25", "hnsw", "approx", "scifact", "embed", "auth", "backends", "load", "metrics", "peers",
-         "pipeline", "fairness", "conversations", "replicas")
+         "pipeline", "fairness", "conversations", "replicas", "access")
 METRICS_SIZE = {False: 100_000, True: 5_000}
 DEFAULT_SIZES = [100_000, 1_000_000]
 APPROX_SIZE = 1_000_000  # the size issue 15's approximate target is for
@@ -135,15 +141,15 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("conversations", partial(run_conversations, quick)))
     if "replicas" in args.only:
         steps.append(("replicas", partial(run_replicas, quick)))
+    if "access" in args.only:
+        steps.append(("access", partial(run_access, size, args.queries, quick)))
     return steps
 
 
 def header() -> str:
     """Where the figures were measured: they mean little without the machine and its load."""
-    with open("/proc/cpuinfo") as fh:
-        cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "?")
     return (f"## ragmesh benchmarks ({time.strftime('%Y-%m-%d %H:%M')})\n\n"
-            f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, faiss {faiss.__version__}; "
+            f"{os.cpu_count()} CPUs ({cpu_model()}), Python {platform.python_version()}, faiss {faiss.__version__}; "
             f"at the start: {machine_load()}.\n")
 
 

@@ -188,6 +188,11 @@ def machine_load() -> str:
         return load
 
 
+def cpu_model() -> str:
+    with open("/proc/cpuinfo") as fh:
+        return next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), "?")
+
+
 def log(message: str) -> None:
     """Progress goes to stderr, so stdout ends with nothing but the report."""
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

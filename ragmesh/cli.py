@@ -6,7 +6,7 @@ caller needs. The `ragmesh` command (services.cli) is these and the services' ow
     ragmesh ingest PATH... --collection NAME [--meta KEY=VALUE]... [--key KEY] [--retriever ADDR]
     ragmesh ingest --transcript FILE... [--collection NAME] [--tag TAG]... [--key KEY] [--gateway ADDR]
     ragmesh delete --collection NAME (--doc-id ID... | --where KEY=VALUE...) [--key KEY]
-    ragmesh keys create --tenant T --user U [--role admin|member] [--expires-days N] [--label TEXT]
+    ragmesh keys create --tenant T --user U [--role admin|member] [--groups G1,G2] [--expires-days N] [--label TEXT]
     ragmesh keys list [--tenant T]
     ragmesh keys revoke ID
 
@@ -21,6 +21,8 @@ default: documents), and each line printed names the document and its tags, or w
 keys works on the store directly (SQLite under DATA_DIR, or MONGODB_URI), with the services'
 pepper (API_KEY_PEPPER, or the one under DATA_DIR/secrets): run it where the services' settings
 are. `keys create` prints the key once, alone on the last line of stdout; only its hash is kept.
+A key's --groups are the groups its holder is in (documents are shared with groups); they are
+fixed when the key is made: to change them, make a new key and revoke the old one.
 
 Exit status: 0 when everything was done, 1 when some documents failed (each is named with its
 reason) or there is no live key to revoke, 2 when nothing could be done (bad arguments, missing or
@@ -244,7 +246,7 @@ def _when(iso: str, empty: str) -> str:
 def _keys_create(args: argparse.Namespace, settings: Settings) -> int:
     # The pepper first: with bad settings, fail before touching the store.
     key, record = keys.new_key(pepper(settings), args.tenant, args.user, args.role,
-                               expires_days=args.expires_days, label=args.label)
+                               expires_days=args.expires_days, label=args.label, groups=_listed(args.groups))
     store = open_store(settings)
     try:
         store.add_api_key(record)
@@ -252,7 +254,8 @@ def _keys_create(args: argparse.Namespace, settings: Settings) -> int:
         store.close()
     # The description on stderr, the key alone on stdout: `KEY=$(ragmesh keys create ...)` works.
     print(f"created key {record.key_id}: tenant {record.tenant}, user {record.user_id}, role {record.role}, "
-          f"expires {_when(record.expires_at, 'never')}. It is shown only now: keep it safe.", file=sys.stderr)
+          f"groups {','.join(record.groups) or 'none'}, expires {_when(record.expires_at, 'never')}. "
+          f"It is shown only now: keep it safe.", file=sys.stderr)
     print(key)
     return 0
 
@@ -264,11 +267,11 @@ def _keys_list(args: argparse.Namespace, settings: Settings) -> int:
         records = store.api_keys(args.tenant)
     finally:
         store.close()
-    rows = [("ID", "TENANT", "USER", "ROLE", "CREATED (UTC)", "EXPIRES (UTC)", "STATUS", "LABEL")]
+    rows = [("ID", "TENANT", "USER", "ROLE", "GROUPS", "CREATED (UTC)", "EXPIRES (UTC)", "STATUS", "LABEL")]
     for r in records:
         status = "revoked" if r.revoked_at else "expired" if r.expired() else "live"
-        rows.append((r.key_id, r.tenant, r.user_id, r.role, _when(r.created_at, ""), _when(r.expires_at, "never"),
-                     status, r.label))
+        rows.append((r.key_id, r.tenant, r.user_id, r.role, ",".join(r.groups) or "-", _when(r.created_at, ""),
+                     _when(r.expires_at, "never"), status, r.label))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
@@ -306,7 +309,7 @@ def _parser(more: Sequence[MoreCommands]) -> argparse.ArgumentParser:
                          help="the retriever (default: RETRIEVER_ADDR, else this host and RETRIEVER_PORT)")
         sub.add_argument("--timeout", type=float, default=0.0, metavar="SECONDS")
 
-    ingest = commands.add_parser("ingest", help="ingest files and folders (recursively)")
+    ingest = commands.add_parser("ingest", help="ingest files and folders (recursively)", allow_abbrev=False)
     ingest.set_defaults(run=_ingest)
     ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     common(ingest, collection_required=False)
@@ -342,6 +345,8 @@ def _parser(more: Sequence[MoreCommands]) -> argparse.ArgumentParser:
     create.add_argument("--user", required=True)
     create.add_argument("--role", choices=ROLES, default=MEMBER,
                         help=f"{ADMIN}: ingest, delete and operate on the tenant; {MEMBER}: chat as itself (default)")
+    create.add_argument("--groups", action="append", default=[], metavar="G1,G2",
+                        help="the groups the key's holder is in (default: none)")
     create.add_argument("--expires-days", type=float, default=0, metavar="N", help="default: never expires")
     create.add_argument("--label", default="", help="a note for `keys list`, e.g. who holds the key")
     listing = actions.add_parser("list", help="every key (never the key itself)")

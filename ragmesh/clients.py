@@ -21,7 +21,8 @@ from ragmesh import convert, tls, tracing
 from ragmesh import types as t
 from ragmesh.access import Access
 from ragmesh.config import Settings
-from ragmesh.errors import InvalidArgument, Misconfigured, NotFound, RagmeshError, ResourceExhausted, Unavailable
+from ragmesh.errors import (InvalidArgument, Misconfigured, NotFound, PermissionDenied, RagmeshError, ResourceExhausted,
+                            Unavailable)
 from ragmesh.identity.authenticator import service_token
 from ragmesh.request_context import REQUEST_ID_HEADER, clean_request_id, deadline_var, identity_var, request_id_var
 from ragmesh.retry import RETRY_FOR_S, Attempts, Replay, lost_send
@@ -144,11 +145,16 @@ _ERRORS: dict[grpc.StatusCode, type[RagmeshError]] = {
 
 
 @contextmanager
-def _translated(service: str) -> Iterator[None]:
+def _translated(service: str, for_the_user: bool = False) -> Iterator[None]:
+    """The service's status as our error. `for_the_user`: a call whose PERMISSION_DENIED is the
+    service's answer about the user the gateway acts for (its role may not change or delete this
+    document, upload into that collection), not a refusal of the gateway's own credential."""
     try:
         yield
     except grpc.aio.AioRpcError as exc:
         code, detail = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.PERMISSION_DENIED and for_the_user:
+            raise PermissionDenied(detail) from exc
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             field, _, message = detail.partition(": ")
             raise InvalidArgument(field, message or detail) from exc
@@ -303,7 +309,7 @@ class RetrieverClient(_Client):
             call = self.stub.Ingest(sent.attempt(lambda: call.cancel()), timeout=timeout, metadata=opts["metadata"])
             return call
 
-        with _translated("retriever"):
+        with _translated("retriever", for_the_user=True):
             try:
                 async with aclosing(self._stream(start, opts, lambda: sent.replayable)) as progresses:
                     async for progress in progresses:
@@ -360,7 +366,7 @@ class RetrieverClient(_Client):
         request = retriever_pb2.DeleteRequest(collection=collection, doc_ids=doc_ids or [])
         if where is not None:
             request.filter.CopyFrom(convert.filter_to_proto(where))
-        with _translated("retriever"):
+        with _translated("retriever", for_the_user=True):
             reply = await self._unary(self.stub.Delete, request)
         return reply.documents, reply.chunks
 
@@ -369,7 +375,7 @@ class RetrieverClient(_Client):
         may not read (an admin may change any), PermissionDenied for one it reads but does not manage."""
         request = retriever_pb2.SetDocumentAccessRequest(collection=collection, doc_id=doc_id,
                                                          access=convert.access_to_proto(access))
-        with _translated("retriever"):
+        with _translated("retriever", for_the_user=True):
             return convert.document_info_from_proto(await self._unary(self.stub.SetDocumentAccess, request))
 
     async def check_chunks(self, chunks: Sequence[tuple[str, str]]) -> list[bool]:
@@ -385,7 +391,7 @@ class RetrieverClient(_Client):
         """A collection's upload rule and default access in the caller's tenant (admins)."""
         request = retriever_pb2.CollectionAccess(collection=collection, members_upload=members_upload,
                                                  default_access=convert.access_to_proto(default_access))
-        with _translated("retriever"):
+        with _translated("retriever", for_the_user=True):
             return await self._unary(self.stub.SetCollectionAccess, request)
 
 

@@ -258,6 +258,9 @@ class IdentitySettings(Section):
     jwt_tenant_claim: str = env("JWT_TENANT_CLAIM", "tenant", _JWT_CLAIMS)
     jwt_user_claim: str = env("JWT_USER_CLAIM", "sub", _JWT_CLAIMS)
     jwt_role_claim: str = env("JWT_ROLE_CLAIM", "role", _JWT_CLAIMS)
+    jwt_groups_claim: str = env("JWT_GROUPS_CLAIM", "groups",
+                                "Claim that lists the user's groups (names as for users; absent = none), which "
+                                "documents can be shared with.")
     auth_failures_per_minute: Int = env("AUTH_FAILURES_PER_MINUTE", 20,
                                         "Failed credentials per client address per minute; past it the address is "
                                         "refused (HTTP 429 / RESOURCE_EXHAUSTED) before its credential is checked, "

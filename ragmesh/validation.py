@@ -13,7 +13,8 @@ from ragmesh.types import MEMORY_COLLECTION
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 COLLECTION_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
 _NAME = re.compile(COLLECTION_NAME)
-_PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+PRINCIPAL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$"  # a tenant, user or group name
+_PRINCIPAL = re.compile(PRINCIPAL_NAME)
 # Python's str.isspace() characters, as a regex class's contents: "blank" is what str.strip() empties,
 # which ECMA's \s is not quite. A text matching NOT_BLANK has a character that is not one of them.
 WHITESPACE = r"\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
@@ -22,6 +23,7 @@ NOT_BLANK = f"[^{WHITESPACE}]"
 PATTERN_MEANINGS: dict[str, str] = {
     COLLECTION_NAME: "1-64 letters, digits, '_', '-' or '.'",
     NOT_BLANK: "not blank",
+    PRINCIPAL_NAME: "1-128 letters, digits or . _ @ -, starting with a letter or digit",
 }
 MAX_TOP_K = 200
 

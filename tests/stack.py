@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,9 +53,11 @@ class Stack:
         self.admin_key = self.key(DEMO, "admin", "admin")
         return self
 
-    def key(self, tenant: str, user: str, role: str = "member", expires_days: float = 0) -> str:
+    def key(self, tenant: str, user: str, role: str = "member", expires_days: float = 0,
+            groups: Sequence[str] = ()) -> str:
         """A new API key, stored as `ragmesh keys create` stores it."""
-        key, record = keys.new_key(pepper(self.settings), tenant, user, role, expires_days=expires_days)
+        key, record = keys.new_key(pepper(self.settings), tenant, user, role, expires_days=expires_days,
+                                   groups=groups)
         store = SqliteStore(self.settings.sqlite_path) if not self.settings.mongodb_uri else None
         assert store is not None, "the test stack makes keys in its SQLite store"
         try:

@@ -13,6 +13,7 @@ from urllib.parse import quote, unquote
 
 from ragmesh.errors import PermissionDenied
 from ragmesh.request_context import identity_var
+from ragmesh.validation import valid_name
 
 ADMIN = "admin"
 MEMBER = "member"
@@ -24,6 +25,29 @@ TENANT_HEADER = "x-ragmesh-tenant"
 USER_HEADER = "x-ragmesh-user"
 ROLE_HEADER = "x-ragmesh-role"
 GROUPS_HEADER = "x-ragmesh-groups"  # comma-separated: group names never hold a comma
+# Groups one credential carries: each is a principal every read filters by, and all of them travel in
+# one header on every hop, which must fit gRPC's 8 KiB of metadata with the rest of the call's.
+MAX_GROUPS = 100
+MAX_GROUPS_CHARS = 4096  # the header's length: the names and their commas
+
+
+def groups_of(value: object) -> tuple[str, ...]:
+    """A credential's groups, sorted without repeats, from a list of names that pass the tenant and
+    user rule. ValueError says what is wrong in words that echo none of the value (a token's claims
+    are the caller's to choose)."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError("must be a list of group names")
+    if len(value) > MAX_GROUPS:
+        raise ValueError(f"names {len(value):,} groups; a credential carries at most {MAX_GROUPS}")
+    for position, name in enumerate(value, 1):
+        if not valid_name(name):
+            raise ValueError(f"group {position} is not one name of 1-128 letters, digits or . _ @ -, starting "
+                             f"with a letter or digit")
+    groups = tuple(sorted(set(value)))
+    if (length := len(",".join(groups))) > MAX_GROUPS_CHARS:
+        raise ValueError(f"names groups of {length:,} characters in all; a credential carries at most "
+                         f"{MAX_GROUPS_CHARS:,}")
+    return groups
 
 
 @dataclass(frozen=True)
@@ -61,13 +85,15 @@ class Identity:
             raise PermissionDenied(f"{what} is a platform operation: it needs the service credential")
 
     def acting_for(self, tenant: str, user: str) -> "Identity":
-        """The identity a request acts as when it names a tenant or user: an admin may act for users
-        of its own tenant, a member only as itself, nobody for another tenant."""
+        """The identity a request acts as when it names a tenant or user: a key or JWT, admin or member,
+        only as its own user (a colleague's conversations, corrections and memory are theirs alone), the
+        platform for any user of the tenant it acts in, nobody for another tenant."""
         if tenant and tenant != self.tenant:
             raise PermissionDenied(f"tenant: this credential is for tenant {self.tenant!r}, not {tenant!r}")
         if user and user != self.user:
-            if not (self.is_admin or self.is_service):
-                raise PermissionDenied("user_id: a member key acts only as its own user")
+            if not self.is_service:
+                raise PermissionDenied("user_id: a key acts only as its own user, an admin's too: another "
+                                       "user's conversations are theirs alone")
             return Identity(self.tenant, user, MEMBER, self.via)
         return self
 

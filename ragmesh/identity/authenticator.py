@@ -98,5 +98,5 @@ class Authenticator:
         if (record is None or record.revoked_at or record.expired()
                 or not hmac.compare_digest(record.secret_hash, keys.hash_secret(self.pepper, parsed[1]))):
             raise Unauthenticated("invalid API key (unknown, revoked or expired)")
-        return Identity(record.tenant, record.user_id, record.role, "key")
+        return Identity(record.tenant, record.user_id, record.role, "key", record.groups)
 

@@ -10,9 +10,10 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Sequence
 
 from ragmesh.errors import InvalidArgument
-from ragmesh.identity import ROLES
+from ragmesh.identity import ROLES, groups_of
 from ragmesh.store.records import ApiKeyRecord
 from ragmesh.validation import valid_name
 
@@ -32,19 +33,23 @@ def hash_secret(pepper: str, secret: str) -> str:
 
 
 def new_key(pepper: str, tenant: str, user_id: str, role: str, *, expires_days: float = 0,
-            label: str = "") -> tuple[str, ApiKeyRecord]:
-    """(the key to show once, the record to store)."""
+            label: str = "", groups: Sequence[str] = ()) -> tuple[str, ApiKeyRecord]:
+    """(the key to show once, the record to store). `groups`: the groups the key's holder is in."""
     check_name("tenant", tenant)
     check_name("user", user_id)
     if role not in ROLES:
         raise InvalidArgument("role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+    try:
+        groups = groups_of(groups)
+    except ValueError as exc:
+        raise InvalidArgument("groups", str(exc)) from None
     if expires_days < 0:
         raise InvalidArgument("expires_days", "must not be negative")
     key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
     now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     expires = (now + dt.timedelta(days=expires_days)).isoformat() if expires_days else ""
     record = ApiKeyRecord(key_id, tenant, user_id, role, hash_secret(pepper, secret),
-                          created_at=now.isoformat(), expires_at=expires, label=label)
+                          created_at=now.isoformat(), expires_at=expires, label=label, groups=groups)
     return f"{PREFIX}_{key_id}_{secret}", record
 
 

@@ -1,5 +1,5 @@
 """Bearer JWTs from an identity provider, verified with a shared secret (HS256), a public key
-(RS256/ES256) or the provider's JWKS, and mapped to tenant, user and role by configured claims."""
+(RS256/ES256) or the provider's JWKS, and mapped to tenant, user, role and groups by configured claims."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +8,7 @@ import jwt
 
 from ragmesh.config import Settings
 from ragmesh.errors import Unauthenticated
-from ragmesh.identity import MEMBER, ROLES, Identity
+from ragmesh.identity import MEMBER, ROLES, Identity, groups_of
 from ragmesh.identity.keys import valid_name
 
 _ASYMMETRIC = ["RS256", "RS384", "RS512", "ES256", "ES384", "PS256"]
@@ -60,7 +60,11 @@ class JwtVerifier:
                                       f"starting with a letter or digit (it names the tenant or the user)")
         if role not in ROLES:
             raise Unauthenticated(f"token: claim {s.jwt_role_claim!r} must be {' or '.join(ROLES)}")
-        return Identity(tenant, user, role, "jwt")
+        try:
+            groups = groups_of(claims.get(s.jwt_groups_claim, []))
+        except ValueError as exc:
+            raise Unauthenticated(f"token: claim {s.jwt_groups_claim!r} {exc}") from None
+        return Identity(tenant, user, role, "jwt", groups)
 
 
 def _refusal(exc: jwt.PyJWTError) -> str:

@@ -529,7 +529,8 @@ def _document(d: dict[str, Any]) -> DocumentRecord:
 
 
 def _key_record(d: dict[str, Any]) -> ApiKeyRecord:
-    return ApiKeyRecord(key_id=d["_id"], **{f.name: d[f.name] for f in fields(ApiKeyRecord) if f.name != "key_id"})
+    kept = {f.name: d[f.name] for f in fields(ApiKeyRecord) if f.name not in ("key_id", "groups")}
+    return ApiKeyRecord(key_id=d["_id"], groups=tuple(d.get("groups", ())), **kept)  # keys made before groups: none
 
 
 def _readable(readers: frozenset[str]) -> dict[str, Any]:

@@ -81,6 +81,7 @@ class ApiKeyRecord:
     expires_at: str = ""  # ISO 8601 UTC; empty = never
     revoked_at: str = ""  # empty = live
     label: str = ""
+    groups: tuple[str, ...] = ()  # the holder's groups, sorted (ragmesh.identity.groups_of)
 
     def expired(self, now: dt.datetime | None = None) -> bool:
         if not self.expires_at:

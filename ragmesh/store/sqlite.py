@@ -64,7 +64,7 @@ CREATE INDEX IF NOT EXISTS corrections_by_user ON corrections (tenant, user_id, 
 CREATE TABLE IF NOT EXISTS api_keys (
   key_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, user_id TEXT NOT NULL, role TEXT NOT NULL,
   secret_hash TEXT NOT NULL, created_at TEXT NOT NULL, expires_at TEXT NOT NULL, revoked_at TEXT NOT NULL,
-  label TEXT NOT NULL
+  label TEXT NOT NULL, {key_groups}
 );
 CREATE INDEX IF NOT EXISTS conversations_by_owner ON conversations (tenant, user_id, updated_at);
 CREATE TABLE IF NOT EXISTS usage (
@@ -86,7 +86,9 @@ _CHUNK_INDEXES = """
 CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (tenant, collection, doc_id);
 CREATE INDEX IF NOT EXISTS chunks_by_collection ON chunks (collection);
 """
-_SCHEMA = _SCHEMA.format(chunks=_CHUNKS.format(table="chunks") + _CHUNK_INDEXES)
+# A key's groups, a JSON list. Files written before keys had groups lack the column: _migrate_key_groups.
+_KEY_GROUPS = "group_names TEXT NOT NULL DEFAULT '[]'"
+_SCHEMA = _SCHEMA.format(chunks=_CHUNKS.format(table="chunks") + _CHUNK_INDEXES, key_groups=_KEY_GROUPS)
 _CHUNK_FIELDS = "chunk_id, tenant, collection, doc_id, chunk_index, text, metadata, date, parent_chunk_id, vector"
 
 
@@ -108,11 +110,16 @@ _CHUNK_COLUMNS = (
 )
 
 
-_KEY_COLUMNS = "key_id, tenant, user_id, role, secret_hash, created_at, expires_at, revoked_at, label"
+_KEY_COLUMNS = "key_id, tenant, user_id, role, secret_hash, created_at, expires_at, revoked_at, label, group_names"
 
 
 def _key_row(r: ApiKeyRecord) -> tuple:
-    return (r.key_id, r.tenant, r.user_id, r.role, r.secret_hash, r.created_at, r.expires_at, r.revoked_at, r.label)
+    return (r.key_id, r.tenant, r.user_id, r.role, r.secret_hash, r.created_at, r.expires_at, r.revoked_at, r.label,
+            json.dumps(list(r.groups)))
+
+
+def _key_record(row: tuple) -> ApiKeyRecord:
+    return ApiKeyRecord(*row[:-1], groups=tuple(json.loads(row[-1])))
 
 
 def _stored_chunk(r: tuple) -> StoredChunk:
@@ -138,6 +145,7 @@ class SqliteStore:
             self._db.executescript(_SCHEMA)
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('version', '0')")
             self._migrate_chunk_keys()
+            self._migrate_key_groups()
 
     def __repr__(self) -> str:
         return f"sqlite:{self.path}"
@@ -166,6 +174,18 @@ class SqliteStore:
             db.execute("ALTER TABLE chunks_keyed RENAME TO chunks")
             for statement in filter(str.strip, _CHUNK_INDEXES.split(";")):
                 db.execute(statement)
+
+    def _migrate_key_groups(self) -> None:
+        """A file whose keys had no groups gets the column; its keys keep working, with no groups."""
+        if self._key_groups_column(self._db):
+            return
+        with self._tx() as db:
+            if not self._key_groups_column(db):  # another process opening the file may have added it
+                db.execute(f"ALTER TABLE api_keys ADD COLUMN {_KEY_GROUPS}")
+
+    @staticmethod
+    def _key_groups_column(db: sqlite3.Connection) -> bool:
+        return any(row[1] == "group_names" for row in db.execute("PRAGMA table_info(api_keys)"))
 
     @staticmethod
     def _chunks_keyed(db: sqlite3.Connection) -> bool:
@@ -508,19 +528,19 @@ class SqliteStore:
 
     def add_api_key(self, record: ApiKeyRecord) -> None:
         with self._tx() as db:
-            db.execute("INSERT INTO api_keys VALUES (?,?,?,?,?,?,?,?,?)", _key_row(record))
+            db.execute(f"INSERT INTO api_keys ({_KEY_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", _key_row(record))
 
     def api_key(self, key_id: str) -> ApiKeyRecord | None:
         with self._lock:
             row = self._db.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,)).fetchone()
-        return ApiKeyRecord(*row) if row else None
+        return _key_record(row) if row else None
 
     def api_keys(self, tenant: str | None = None) -> list[ApiKeyRecord]:
         scope, args = ("WHERE tenant = ?", (tenant,)) if tenant is not None else ("", ())
         with self._lock:
             rows = self._db.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys {scope} ORDER BY created_at, rowid",
                                     args).fetchall()
-        return [ApiKeyRecord(*r) for r in rows]
+        return [_key_record(r) for r in rows]
 
     def revoke_api_key(self, key_id: str) -> bool:
         with self._tx() as db:

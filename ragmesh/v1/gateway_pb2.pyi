@@ -404,14 +404,16 @@ class GetMetaRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Caller(_message.Message):
-    __slots__ = ("tenant", "user", "role")
+    __slots__ = ("tenant", "user", "role", "groups")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     user: str
     role: str
-    def __init__(self, tenant: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Meta(_message.Message):
     __slots__ = ("models", "default_model", "web_search_models", "data_sources", "funds", "identity")

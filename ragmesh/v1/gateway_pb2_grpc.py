@@ -161,7 +161,7 @@ class GatewayServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListConversations(self, request, context):
-        """The caller's conversations (an admin key: every user's in its tenant), newest first.
+        """The caller's own conversations (an admin key's too: never a colleague's), newest first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -36,7 +36,7 @@ class CorrectionBody(Declared):
     correction: str = Field(max_length=CORRECTION_LIMITS["correction"], pattern=NOT_BLANK,
                             description="What the right answer is")
     tenant: Name = Field("", description="Empty or the credential's own tenant (403 otherwise)")
-    user_id: Name = Field("", description="Empty or the caller; an admin key may name another user of its tenant")
+    user_id: Name = Field("", description="Empty or the caller's own user (403 otherwise, for an admin key too)")
     conversation_id: MaybeConversationId = Field("", description=(
         "One of the caller's own conversations (404 otherwise); needed with message_id"))
     message_id: str = _text(MAX_NAME_CHARS, "The wrong answer's message in conversation_id (404 when there is none)")

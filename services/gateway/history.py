@@ -155,20 +155,18 @@ class History:
     def messages(self, conversation_id: str) -> list[MessageRecord]:
         return self.store.messages(conversation_id)
 
-    def require(self, who: Identity, conversation_id: str, *, owner_only: bool = False) -> None:
-        """Raises NotFound unless the conversation is the caller's (or, without owner_only, in an admin's
-        tenant). Unknown and not-yours raise the same error, so ids cannot be probed."""
+    def require(self, who: Identity, conversation_id: str) -> None:
+        """Raises NotFound unless the conversation is the caller's own: whatever the role, another user's
+        answers as an unknown id does (same words), so ids cannot be probed and no admin reads a colleague's."""
         owner = self.store.conversation_owner(conversation_id)
-        mine = owner is not None and owner[0] == who.tenant and (
-            owner[1] == who.user or (who.is_admin and not owner_only))
-        if not mine:
+        if owner != (who.tenant, who.user):  # None: no such conversation
             raise NotFound(f"conversation {shown(conversation_id)} not found")
 
     def own_recent(self, who: Identity, conversation_id: str, keep: int) -> Recent:
         """`recent` of a conversation that must be the caller's own: `require` and the read in one trip."""
-        self.require(who, conversation_id, owner_only=True)
+        self.require(who, conversation_id)
         return self.recent(conversation_id, keep)
 
     def conversations(self, who: Identity, limit: int = 50, offset: int = 0) -> list[ConversationInfo]:
-        """The caller's conversations; an admin's are every user's in its tenant."""
-        return self.store.conversations(who.tenant, None if who.is_admin else who.user, limit, offset)
+        """The caller's own conversations, whatever its role."""
+        return self.store.conversations(who.tenant, who.user, limit, offset)

@@ -1,10 +1,13 @@
 """What a caller may see of its tenant's library, for both edges (the HTTP routes and the Gateway RPCs
 say the same thing in their own shapes): documents (a page of one collection or of all, one header,
-delete), a cited chunk, the collections a picker offers, the fund names.
+who may read it, delete), a cited chunk, the collections a picker offers with their access rules, the
+fund names.
 
-Any key of the tenant reads; deleting needs an admin. The conversation memory is personal (its
-messages reach only their author, through Ask): it is never listed, read or deleted here, and its ids
-answer exactly as unknown ones."""
+The retriever decides who reads, changes and deletes what (ragmesh.access: a document's readers, its
+owner or an admin to change or delete it), from the caller's credential: a document the caller may
+not read answers exactly as an unknown one. A collection's rules are an admin's. The conversation
+memory is personal (its messages reach only their author, through Ask): it is never listed, read,
+changed or deleted here, and its ids answer exactly as unknown ones."""
 from __future__ import annotations
 
 import asyncio
@@ -14,12 +17,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
 
+from ragmesh import convert
+from ragmesh.access import Access
 from ragmesh.clients import RetrieverClient
 from ragmesh.errors import NotFound
 from ragmesh.identity import Identity
 from ragmesh.paging import Page, page
 from ragmesh.types import MEMORY_COLLECTION, ChunkContext, DocumentEntry, DocumentRecord
-from ragmesh.validation import MAX_PAGE, check_name, check_page, shown
+from ragmesh.validation import MAX_PAGE, check_name, check_page, check_writable, shown
 from services.gateway.request import SOURCE_COLLECTIONS
 
 
@@ -31,6 +36,17 @@ class CollectionLine:
     documents: int
     chunks: int
     data_source: str
+    members_upload: bool  # members may upload into it
+    default_access: Access  # a document's when its upload names none
+
+
+@dataclass(frozen=True)
+class CollectionRules:
+    """Who may upload into a collection of a tenant, and who reads a document whose upload names no access."""
+
+    collection: str
+    members_upload: bool
+    default_access: Access
 
 
 class Library:
@@ -56,9 +72,16 @@ class Library:
         with _unknown_as_one(collection, doc_id):
             return await self.retriever().get_document(collection, doc_id)
 
+    async def set_document_access(self, who: Identity, collection: str, doc_id: str, access: Access) -> DocumentRecord:
+        """Replaces who may read a document (its owner or an admin; an owner in `access` re-assigns it,
+        admins only); the document's header as it is now."""
+        check_name("collection", collection)
+        with _unknown_as_one(collection, doc_id):
+            return await self.retriever().set_document_access(collection, doc_id, access)
+
     async def delete_document(self, who: Identity, collection: str, doc_id: str) -> tuple[int, int]:
-        """(documents, chunks) removed; another tenant's id answers exactly as an unknown one."""
-        who.require_admin("deleting documents")
+        """(documents, chunks) removed, by its owner or an admin; another tenant's id, or one the caller
+        may not read, answers exactly as an unknown one."""
         check_name("collection", collection)
         with _unknown_as_one(collection, doc_id):
             documents, chunks = await self.retriever().delete(collection, [doc_id])
@@ -79,8 +102,17 @@ class Library:
 
     async def collections(self, who: Identity) -> list[CollectionLine]:
         sources = {collection: source for source, collection in SOURCE_COLLECTIONS.items()}
-        return [CollectionLine(c.name, c.documents, c.chunks, sources.get(c.name, ""))
+        return [CollectionLine(c.name, c.documents, c.chunks, sources.get(c.name, ""), c.members_upload,
+                               convert.access_from_proto(c.default_access))
                 for c in await self.retriever().own_collections() if c.name != MEMORY_COLLECTION]
+
+    async def set_collection_access(self, who: Identity, rules: CollectionRules) -> CollectionRules:
+        """A collection's rules in the caller's tenant (admins); the conversation memory has none to change."""
+        who.require_admin("changing a collection's access")
+        check_writable("collection", rules.collection)
+        done = await self.retriever().set_collection_access(rules.collection, rules.members_upload,
+                                                            rules.default_access)
+        return CollectionRules(done.collection, done.members_upload, convert.access_from_proto(done.default_access))
 
     async def funds(self, who: Identity) -> list[str]:
         return await self.known_funds(who.tenant)

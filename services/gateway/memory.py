@@ -177,7 +177,7 @@ class Memory:
         if message_id and not record.conversation_id:
             raise InvalidArgument("conversation_id", "is needed with message_id")
         if record.conversation_id:
-            History(self.store).require(who, record.conversation_id, owner_only=True)
+            History(self.store).require(who, record.conversation_id)
         if message_id:
             messages = self.store.messages(record.conversation_id)
             found = [i for i, m in enumerate(messages) if m.message_id == message_id and m.role == "assistant"]

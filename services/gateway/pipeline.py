@@ -122,8 +122,8 @@ class AskPipeline:
         return self.planner.default_model
 
     async def prepare(self, ask: AskInput, caller: Identity) -> Prepared:
-        """Settles who asks (the caller, or a user an admin names), checks usage limits and that a
-        named conversation is the asker's own, all before anything is written; fills defaults. `ask`
+        """Settles who asks (the caller itself: naming another user is refused), checks usage limits
+        and that a named conversation is the asker's own, all before anything is written; fills defaults. `ask`
         arrives checked by its edge, through AskRequest (the one declaration of an Ask).
 
         A question every route searches for is embedded from here on (once every check but the

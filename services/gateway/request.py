@@ -75,7 +75,7 @@ class Declared(BaseModel):
     """A request model: strict types (no "5" for 5), and a ValidationError raised as the InvalidArgument
     that names the first field at fault."""
 
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     @classmethod
     def checked(cls, sent: dict[str, Any]) -> Self:
@@ -114,8 +114,7 @@ class AskRequest(Declared):
         "and done events"))
     model: Name | None = Field("", description="Empty or null: the default model")
     tenant: Name = Field("", description="Empty or the credential's own tenant (403 otherwise)")
-    user_id: Name = Field("", description="Empty or the caller; an admin key may name another user of its tenant "
-                                          "(403 for a member key)")
+    user_id: Name = Field("", description="Empty or the caller's own user (403 otherwise, for an admin key too)")
     top_k: Annotated[int | None, BeforeValidator(_whole)] = Field(None, ge=1, le=MAX_TOP_K, description=(
         "Passages to retrieve; null: the strategy decides"))
     document_ids: Annotated[list[Annotated[str, Field(max_length=MAX_DOCUMENT_ID_CHARS, pattern=DOCUMENT_REF)]],

@@ -1,7 +1,8 @@
 """Gateway gRPC servicer: AskRequest to AskInput, pipeline events to ChatEvents. The caller's
 identity comes from the server interceptor (ragmesh.identity.current). Requests are checked by the
 declarations the HTTP bridge parses with: an Ask by AskRequest (ask_from_proto), a correction
-and a transcript by their models, a conversation id by the rule of the HTTP path parameter."""
+and a transcript by their models, a conversation id by the rule of the HTTP path parameter, who may
+read a document and a collection's rules by the access models (document_request.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +23,9 @@ from ragmesh.types import Citation
 from ragmesh.validation import check_writable
 from services.gateway.conversations import Conversations
 from services.gateway.correction_request import CorrectionBody
+from services.gateway.document_request import AccessChange, AccessRequest, CollectionAccessRequest
 from services.gateway.events import Event
-from services.gateway.library import Library
+from services.gateway.library import CollectionRules, Library
 from services.gateway.memory import Memory
 from services.gateway.meta import describe
 from services.gateway.notes_contract import notes_answer
@@ -79,6 +81,13 @@ def _proto_fields(strategy: dict) -> dict:
     return {**strategy, "filter": {"tenant": f.get("tenant", ""), "start_date": f.get("start_date", ""),
                                    "end_date": f.get("end_date", ""),
                                    "in": {k: {"values": v} for k, v in (f.get("in") or {}).items()}}}
+
+
+def access_fields(p: common_pb2.Access) -> dict:
+    """An Access message as the access models read it (an owner only when one is named: an upload and a
+    collection's default may not name one)."""
+    fields = {"users": list(p.users), "groups": list(p.groups), "tenant": p.tenant}
+    return fields | {"owner": p.owner} if p.owner else fields
 
 
 def message_to_proto(m: MessageRecord) -> gateway_pb2.Message:
@@ -142,8 +151,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def Ingest(
         self, request_iterator: AsyncIterator[retriever_pb2.Document], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
-        who = identity.current()
-        who.require_admin("ingesting documents")  # into the caller's tenant, whatever a document says
+        who = identity.current()  # the retriever decides where it may upload, into its own tenant
         await self.pipeline.rate.check(who.tenant, who.user)  # an upload counts with the user's asks
         async for progress in self.retriever.ingest(_writable(request_iterator)):
             yield progress
@@ -182,13 +190,28 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         documents, chunks = await self.library.delete_document(identity.current(), request.collection, request.doc_id)
         return retriever_pb2.DeleteResponse(documents=documents, chunks=chunks)
 
+    async def SetDocumentAccess(self, request: retriever_pb2.SetDocumentAccessRequest, context):
+        change = AccessChange.checked_at("access", access_fields(request.access))
+        return convert.document_info_to_proto(await self.library.set_document_access(
+            identity.current(), request.collection, request.doc_id, change.to_access()))
+
+    async def SetCollectionAccess(self, request: retriever_pb2.CollectionAccess, context):
+        sent = CollectionAccessRequest.checked({"members_upload": request.members_upload,
+                                                "default_access": access_fields(request.default_access)})
+        done = await self.library.set_collection_access(identity.current(), CollectionRules(
+            request.collection, sent.members_upload, sent.default_access.to_access()))
+        return retriever_pb2.CollectionAccess(collection=done.collection, members_upload=done.members_upload,
+                                              default_access=convert.access_to_proto(done.default_access))
+
     async def GetChunk(self, request: retriever_pb2.GetChunkRequest, context):
         return convert.chunk_context_to_proto(await self.library.chunk(identity.current(), request.chunk_id))
 
     async def ListCollections(self, request: retriever_pb2.ListCollectionsRequest, context):
         lines = await self.library.collections(identity.current())
         return retriever_pb2.ListCollectionsResponse(collections=[
-            retriever_pb2.CollectionInfo(name=c.name, documents=c.documents, chunks=c.chunks, data_source=c.data_source)
+            retriever_pb2.CollectionInfo(name=c.name, documents=c.documents, chunks=c.chunks, data_source=c.data_source,
+                                         members_upload=c.members_upload,
+                                         default_access=convert.access_to_proto(c.default_access))
             for c in lines])
 
     async def ListFunds(self, request: gateway_pb2.ListFundsRequest, context):
@@ -199,7 +222,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         m = await describe(who, self.pipeline.models.configured, self.pipeline.default_model, self.library)
         return gateway_pb2.Meta(models=m.models, default_model=m.default_model, web_search_models=m.web_search_models,
                                 data_sources=m.data_sources, funds=m.funds,
-                                identity=gateway_pb2.Caller(tenant=who.tenant, user=who.user, role=who.role))
+                                identity=gateway_pb2.Caller(tenant=who.tenant, user=who.user, role=who.role,
+                                                            groups=who.groups))
 
     async def AskNotes(self, request: gateway_pb2.AskRequest, context):
         ask = ask_from_proto(request, "notes")
@@ -213,7 +237,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
 
 async def _writable(documents: AsyncIterator[retriever_pb2.Document]) -> AsyncIterator[retriever_pb2.Document]:
-    """The client's documents, refusing (and so ending the stream at) one for a collection it may not write."""
+    """The client's documents, refusing (and so ending the stream at) one for a collection it may not write
+    or whose access the upload's declaration refuses (the retriever decides who may share how)."""
     async for doc in documents:
         check_writable("collection", doc.collection)
+        if doc.HasField("access"):
+            AccessRequest.checked_at("access", access_fields(doc.access))
         yield doc

@@ -11,6 +11,11 @@ Writes never rebuild: a replaced document's old slots are tombstoned and its new
 chunks appended, all under the collection's write lock, so a search (under the read
 lock) sees a document before or after a write, never half of it. When tombstones pile
 up the collection is rebuilt compactly off to the side and swapped in.
+
+Inside a partition, who reads (a filter's `readers`) is one more filter column (columns.py): it
+narrows the same mask the dense and BM25 lists, the admitted count and delete-by-filter read, and
+the counts and field values a caller is shown; a parent is shown only beside an admitted child of
+its own document, and only if its own access admits the readers too.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from typing import BinaryIO
 import faiss
 import numpy as np
 
+from ragmesh import access
 from ragmesh.store import DocumentStore, Store
 from ragmesh.types import Chunk, SearchFilter, StoredChunk
 from services.retriever.analyzer import ANALYSIS, Analyzer
@@ -49,7 +55,8 @@ COMPACT_MIN_DEAD = 1000
 COMPACT_DEAD_SHARE = 0.25
 # Bumped whenever the pickled classes change shape: a snapshot in another format is rebuilt
 # from the store, never unpickled into objects the code no longer matches.
-SNAPSHOT_FORMAT = 6  # 6: one index per (collection, tenant), files named by a hash of both
+# 6: one index per (collection, tenant), files named by a hash of both; 7: an access column on every slot
+SNAPSHOT_FORMAT = 7
 _SNAPSHOT_BLOCK = 8192  # chunks per pickle block
 _IVF_SUFFIX = ".ivf.faiss"  # an ivf partition's trained IVF, beside its exact vectors
 _SNAPSHOT_SUFFIXES = (".pkl", ".faiss")  # a partition's files (the IVF's ends in .faiss too)
@@ -107,6 +114,16 @@ class CollectionIndex:
     @property
     def live(self) -> int:
         return int(self.alive[: len(self.chunks)].sum())
+
+    def _readable(self, readers: frozenset[str] | None) -> np.ndarray:
+        """Live slots `readers` may read (call under the read lock)."""
+        alive = self.alive[: len(self.chunks)]
+        return alive if readers is None else alive & self.columns.readable(readers, len(alive))
+
+    def readable(self, readers: frozenset[str] | None) -> int:
+        """Live chunks `readers` may read."""
+        with self.lock.read():
+            return int(self._readable(readers).sum())
 
     def _reserve(self, slots: int) -> None:
         if slots > len(self.alive):
@@ -198,16 +215,17 @@ class CollectionIndex:
             if vectors is not None and len(slots):
                 out.similarity = dict(zip(slots.tolist(), (self.dense.vectors()[slots] @ vectors[0]).tolist()))
             if with_parents:
-                out.parents = self._parents(out.chunks.values())
+                out.parents = self._parents(out.chunks.values(), f.readers)
             return out
 
-    def _parents(self, children: Iterable[Chunk]) -> dict[str, str]:
-        """Parent id -> text for these children: a parent of the child's own document only (this
-        partition is one tenant's), whatever a stored chunk names."""
+    def _parents(self, children: Iterable[Chunk], readers: frozenset[str] | None) -> dict[str, str]:
+        """Parent id -> text for these (admitted) children: a parent of the child's own document only
+        (this partition is one tenant's), whatever a stored chunk names, and one the readers may
+        read (it carries its document's access, as the child does)."""
         found = {}
         for c in children:
             parent = self.parents.get(c.parent_chunk_id) if c.parent_chunk_id else None
-            if parent is not None and parent.doc_id == c.doc_id:
+            if parent is not None and parent.doc_id == c.doc_id and access.readable(parent.metadata, readers):
                 found[c.parent_chunk_id] = parent.text
         return found
 
@@ -216,10 +234,10 @@ class CollectionIndex:
         assert chunk is not None, f"slot {slot} of {self.name} is dead"
         return chunk
 
-    def values(self, field_name: str, tenant: str) -> set[str]:
+    def values(self, field_name: str, readers: frozenset[str] | None = None) -> set[str]:
+        """Distinct values of a metadata field over the live chunks `readers` may read."""
         with self.lock.read():
-            return {c.metadata[field_name] for c in self.chunks
-                    if c is not None and c.tenant == tenant and field_name in c.metadata}
+            return self.columns.values(field_name, self._readable(readers))
 
     # -- snapshots: pickled state, read back only when it matches the store's version --------
     # The FAISS index is written apart (faiss.write_index) so a snapshot never holds a second copy in memory.
@@ -284,11 +302,12 @@ class IndexRegistry:
         return [n for n in names if len(self._indexes.get((n, tenant)) or ())]
 
     def indexed(self, name: str, tenant: str | None = None, readers: frozenset[str] | None = None) -> int:
-        """Live chunks of the tenant's partition, or (None) of every tenant's: a platform figure."""
+        """Live chunks `readers` may read in the tenant's partition, or (tenant None) in every
+        tenant's: a platform figure."""
         if tenant is not None:
             index = self._indexes.get((name, tenant))
-            return index.live if index else 0
-        return sum(index.live for index in self.partitions(name))
+            return index.readable(readers) if index else 0
+        return sum(index.readable(readers) for index in self.partitions(name))
 
     def analyzer(self, name: str) -> Analyzer:
         analyzer = self._analyzers.get(name)
@@ -318,7 +337,7 @@ class IndexRegistry:
         for name in collections or self.names():
             index = self.get(name, tenant)
             if index is not None:
-                values |= index.values(field_name, tenant)
+                values |= index.values(field_name, readers)
         return sorted(values)
 
     def warm_up(self, store: Store, snapshot_dir: Path, version: int) -> str:

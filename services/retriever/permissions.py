@@ -132,7 +132,8 @@ class Uploader:
 
     @property
     def id_prefix(self) -> str:
-        return "" if self.manages_all else f"{self.who.user}:"
+        """Conversation memory's ids are the platform's own (personal.py keeps it its author's)."""
+        return "" if self.manages_all or self.rule.collection == MEMORY_COLLECTION else f"{self.who.user}:"
 
     def doc_id(self, doc_id: str) -> str:
         """A member's ids live under its own name: `<user>:<doc_id>`."""

@@ -14,8 +14,8 @@ from ragmesh.errors import InvalidArgument, NotFound
 from ragmesh.paging import DEFAULT_PAGE, page
 from ragmesh.store import CollectionStats, DocumentStore
 from ragmesh.types import ChunkContext
-from ragmesh.validation import (MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, check_field_name, check_name, check_names,
-                                check_page, check_text, shown)
+from ragmesh.validation import (MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, RESERVED_PREFIX, check_field_name, check_name,
+                                check_names, check_page, check_text, shown)
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
 from services.retriever import permissions, personal
 from services.retriever.fusion import DEFAULT_RRF_K, Boosters
@@ -95,14 +95,17 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
         tenant, who = _tenant(), identity.current()
 
+        def uploader(doc) -> permissions.Uploader:
+            return permissions.Uploader(who, permissions.rule(self.store, tenant, doc.collection))
+
         async def documents():
             async for doc in request_iterator:
                 personal.require_writer(who, doc.collection)
                 doc.tenant = tenant
-                yield convert.document_from_proto(doc)
-
-        def uploader(doc) -> permissions.Uploader:
-            return permissions.Uploader(who, permissions.rule(self.store, tenant, doc.collection))
+                document = convert.document_from_proto(doc)
+                # the caller may not upload here at all: the call is refused (PERMISSION_DENIED), as for memory
+                (await asyncio.to_thread(uploader, document)).check(document.access)
+                yield document
 
         async for p in self.ingestor.ingest(documents(), uploader):
             yield retriever_pb2.IngestProgress(
@@ -209,6 +212,8 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
 
     async def FieldValues(self, request: retriever_pb2.FieldValuesRequest, context: grpc.aio.ServicerContext):
         check_field_name("field", request.field)
+        if request.field.startswith(RESERVED_PREFIX):  # the engine's own columns: tenants, documents, access
+            raise InvalidArgument("field", f"fields starting with {RESERVED_PREFIX!r} are reserved")
         collections = personal.listable(check_names("collections", list(request.collections))
                                         or self.engine.registry.names())
         values = await asyncio.to_thread(self.engine.registry.field_values, request.field, collections, _tenant(),

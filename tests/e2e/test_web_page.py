@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ragmesh.store.sqlite import SqliteStore
@@ -236,3 +237,42 @@ def test_the_pages_run_under_their_content_security_policy(browser, stack: Stack
     finally:
         page.close()
     assert not refused, refused
+
+
+def test_a_member_uploads_a_document_only_it_sees_and_shares_it(browser, page, stack: Stack) -> None:
+    """The upload panel sets who sees a file (everyone in the tenant is offered to admins only); the
+    documents list shows each document's access and owner, and its owner changes who sees it."""
+    admins = page.evaluate("() => document.querySelector('#upload-access option[value=tenant]').hidden")
+    assert admins is False, "an admin may share with the whole tenant"
+    key = stack.key("demo", "web-sharer")
+    member = opened(browser, stack.http_url, key)
+    try:
+        member.click("#upload-box summary")
+        assert member.evaluate("() => document.querySelector('#upload-access option[value=tenant]').hidden")
+        member.set_input_files("#upload-files", files=[{"name": "web-memo.txt", "mimeType": "text/plain",
+                                                        "buffer": b"The lynx-heron budget is 31 thousand."}])
+        member.select_option("#upload-access .access-mode", "me")
+        member.click("#upload-send")
+        member.wait_for_selector("#upload-results li[data-state=done]", timeout=60_000)
+        member.click("#documents-box summary")
+        row = member.locator('#documents .doc[data-doc="documents/web-sharer:web-memo.txt"]')
+        row.wait_for(timeout=15_000)
+        assert row.locator(".da").inner_text() == "Only me" and row.locator(".do").inner_text() == "owner: me"
+        row.locator(".access-edit").click()
+        row.locator(".access-mode").select_option("named")
+        row.locator(".access-users").fill("ben, cy")
+        row.locator(".access-save").click()
+        member.wait_for_function("() => { const r = document.querySelector("
+                                 "'#documents .doc[data-doc=\"documents/web-sharer:web-memo.txt\"] .da');"
+                                 " return r && r.textContent === 'Shared with ben, cy'; }", timeout=15_000)
+        read = httpx.get(f"{stack.http_url}/api/documents/documents/web-sharer:web-memo.txt",
+                         headers={"authorization": f"Bearer {key}"}, timeout=30).json()
+        assert (read["access"]["users"], read["owner"]) == (["ben", "cy"], "web-sharer")
+        # a bad name is the server's refusal, shown beside the form
+        row.locator(".access-edit").click()
+        row.locator(".access-users").fill("ben, -bad")
+        row.locator(".access-save").click()
+        member.wait_for_selector("#documents .access-error:not([hidden])", timeout=15_000)
+        assert "users[1]" in row.locator(".access-error").inner_text()
+    finally:
+        member.close()

@@ -14,7 +14,7 @@ import pytest
 
 from ragmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, retriever_pb2, retriever_pb2_grpc
 from services.gateway.history import STOPPED_MARK
-from tests.auth import channel
+from tests.auth import bearer, channel
 from tests.conftest import answer_of, one, sse
 from tests.stack import DEMO, Stack
 
@@ -225,12 +225,12 @@ def test_retriever_rejects_bad_searches(stack: Stack, request_kwargs: dict, fiel
 
 
 def test_grpc_correct_records_a_correction(stack: Stack) -> None:
-    with channel(stack.address("gateway"), stack.metadata) as ch:
+    with channel(stack.address("gateway"), bearer(stack.key(DEMO, "grpc-user"))) as ch:
         stub = gateway_pb2_grpc.GatewayStub(ch)
         reply = stub.Correct(gateway_pb2.CorrectionRequest(
             user_id="grpc-user", question="Who runs Meridian?", correction="Dr. Hannah Okafor runs Meridian."), timeout=5)
         assert reply.correction_id
         with pytest.raises(grpc.RpcError) as err:
-            stub.Correct(gateway_pb2.CorrectionRequest(user_id="grpc-user", correction=""), timeout=5)
+            stub.Correct(gateway_pb2.CorrectionRequest(correction=""), timeout=5)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert stack.app("gateway").store.corrections(DEMO, "grpc-user")[0].correction.startswith("Dr. Hannah Okafor")

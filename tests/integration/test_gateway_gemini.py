@@ -10,10 +10,10 @@ import httpx
 
 from ragmesh.prompts import NOT_ENOUGH
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.auth import channel
+from tests.auth import channel, headers
 from tests.conftest import QUALITY_OFF, answer_of, one, sse
 from tests.fakes.gemini import FakeGemini, chunk, grounding, text, usage
-from tests.stack import Stack
+from tests.stack import DEMO, Stack
 
 
 def sent_prompt(fake: FakeGemini) -> tuple[str, str]:
@@ -26,13 +26,13 @@ def sent_prompt(fake: FakeGemini) -> tuple[str, str]:
 
 def test_corrections_go_into_the_system_prompt(gemini_gateway, stack: Stack) -> None:
     url, fake, _ = gemini_gateway
+    analyst = headers(stack.key(DEMO, "analyst-7"))
     reply = httpx.post(url + "/api/corrections", json={
-        "user_id": "analyst-7", "question": "Who manages Kestrel?", "wrong_answer": "Ana Souza",
-        "correction": "Kestrel's lead PM is Tomás Herrera."}, headers=stack.headers)
+        "question": "Who manages Kestrel?", "wrong_answer": "Ana Souza",
+        "correction": "Kestrel's lead PM is Tomás Herrera."}, headers=analyst)
     assert reply.status_code == 200
     fake.stream(text("Tomás Herrera runs Kestrel [1]."), chunk({"text": ""}, finish_reason="STOP", usage=usage(100, 8)))
-    events = sse(url + "/api/chat/ask/stream", {"question": "Who manages the Kestrel fund?", "user_id": "analyst-7"},
-                 stack.headers)
+    events = sse(url + "/api/chat/ask/stream", {"question": "Who manages the Kestrel fund?"}, analyst)
     assert one(events, "strategy")["corrections"] == 1
     system, _ = sent_prompt(fake)
     assert "Kestrel's lead PM is Tomás Herrera." in system and "Ana Souza" in system

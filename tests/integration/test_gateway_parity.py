@@ -144,11 +144,14 @@ def test_another_tenant_and_the_memory_answer_as_unknown_ids(member: Caller, out
         collection="conversations", doc_id=cited.conversation_id)), NOT_FOUND)
 
 
-def test_a_member_may_read_but_not_delete(member: Caller, admin: Caller) -> None:
+def test_a_member_may_read_but_not_delete_an_admins_document(member: Caller, admin: Caller) -> None:
     admin.http.post("/api/documents", json={"collection": "parity_docs", "documents": [
         {"doc_id": "p-1", "text": "The parity fund holds 12 bonds."}]}).read()
     delete = gateway_pb2.DeleteDocumentRequest(collection="parity_docs", doc_id="p-1")
-    assert "admin" in refused(lambda: member.grpc.DeleteDocument(delete), grpc.StatusCode.PERMISSION_DENIED)
+    http = member.http.delete("/api/documents/parity_docs/p-1")
+    assert http.status_code == 403, http.text
+    assert refused(lambda: member.grpc.DeleteDocument(delete), grpc.StatusCode.PERMISSION_DENIED) == \
+        http.json()["error"]["message"]
     assert member.grpc.GetDocument(retriever_pb2.GetDocumentRequest(collection="parity_docs", doc_id="p-1"))
     assert admin.grpc.DeleteDocument(delete).documents == 1
     refused(lambda: admin.grpc.DeleteDocument(delete), NOT_FOUND)
@@ -267,6 +270,8 @@ COUNTERPARTS = {
     ("GET", "/api/documents"): "ListDocuments",
     ("GET", "/api/documents/{collection}/{doc_id}"): "GetDocument",
     ("DELETE", "/api/documents/{collection}/{doc_id}"): "DeleteDocument",
+    ("PUT", "/api/documents/{collection}/{doc_id}/access"): "SetDocumentAccess",
+    ("PUT", "/api/collections/{collection}/access"): "SetCollectionAccess",
     ("GET", "/api/chunks/{chunk_id}"): "GetChunk",
     ("GET", "/api/collections"): "ListCollections",
     ("GET", "/api/funds"): "ListFunds",

@@ -1,8 +1,8 @@
 """Issue 6 through the SSE endpoint with all four services on loopback and the offline
 extractive generator: routes, scope cache, question analysis, context budget, memory,
 corrections, usage limits and fallbacks. Each decision is read from the strategy event. Calls carry the
-stack's admin key (tenant DEMO), which may ask for other users of DEMO by `user_id`; documents the tests
-add go into DEMO through the retriever with that key."""
+stack's admin key (tenant DEMO), or a member key of DEMO where a test needs a user of its own; documents the
+tests add go into DEMO through the retriever with the admin key."""
 from __future__ import annotations
 
 import asyncio
@@ -12,15 +12,17 @@ import pytest
 
 from ragmesh.v1 import common_pb2, retriever_pb2, retriever_pb2_grpc
 from services.gateway.pipeline import NO_MATCH
-from tests.auth import channel
+from tests.auth import channel, headers
 from tests.conftest import answer_of, one, sse
 from tests.stack import DEMO, Stack
 
 KESTREL = "Kestrel Emerging Markets"
 
 
-def ask(stack: Stack, question: str, **extra) -> list[dict]:
-    return sse(stack.http_url + "/api/chat/ask/stream", {"question": question, **extra}, stack.headers)
+def ask(stack: Stack, question: str, key: str = "", **extra) -> list[dict]:
+    """Asks with `key`, or the stack's admin key."""
+    return sse(stack.http_url + "/api/chat/ask/stream", {"question": question, **extra},
+               headers(key) if key else stack.headers)
 
 
 def retriever(stack: Stack) -> retriever_pb2_grpc.RetrieverStub:
@@ -139,11 +141,12 @@ def test_background_summary_and_memory_embedding(stack: Stack) -> None:
     gw = gateway(stack)
     saved = gw.memory.history_char_budget
     user = "user-memory"
+    key = stack.key(DEMO, user)
     try:
         gw.memory.history_char_budget = 10  # turn 1 stops fitting once turn 2 is in
-        conv = one(ask(stack, "What did Kestrel do with its Brazil exposure?", user_id=user),
+        conv = one(ask(stack, "What did Kestrel do with its Brazil exposure?", key),
                    "strategy")["conversation_id"]
-        ask(stack, "Who joined Harborview as head of short research?", conversation_id=conv, user_id=user)
+        ask(stack, "Who joined Harborview as head of short research?", key, conversation_id=conv)
         stack.call(gw.memory.idle())
     finally:
         gw.memory.history_char_budget = saved
@@ -154,49 +157,49 @@ def test_background_summary_and_memory_embedding(stack: Stack) -> None:
     mine = as_user.Search(retriever_pb2.SearchRequest(query="Brazil exposure", collections=["conversations"],
                                                       filter=common_pb2.Filter(equals={"user_id": user})), timeout=10)
     assert {h.chunk.metadata["role"] for h in mine.hits} == {"user", "assistant"}
-    events = ask(stack, "What did I ask about Brazil?", data_sources=["Conversation memory"], user_id=user)
+    events = ask(stack, "What did I ask about Brazil?", key, data_sources=["Conversation memory"])
     assert one(events, "strategy")["collections"] == ["conversations"]
     citations = one(events, "citations")
     assert citations and all(c["collection"] == "conversations" and c["metadata"]["user_id"] == user
                              for c in citations)
-    other = one(ask(stack, "What did I ask about Brazil?", data_sources=["Conversation memory"], user_id="someone"),
-                "strategy")
+    other = one(ask(stack, "What did I ask about Brazil?", stack.key(DEMO, "someone"),
+                    data_sources=["Conversation memory"]), "strategy")
     assert other["chunks"] == 0, "memory is per user"
 
 
 def test_corrections_are_recorded_and_used(stack: Stack) -> None:
     user = "user-corrections"
-    events = ask(stack, "Who is Kestrel's lead portfolio manager?", user_id=user)
+    key = stack.key(DEMO, user)
+    events = ask(stack, "Who is Kestrel's lead portfolio manager?", key)
     done = events[-1]
     assert done["done"] is True
     conv, message_id = done["conversation_id"], done["message_id"]
     reply = httpx.post(stack.http_url + "/api/corrections", json={
-        "user_id": user, "conversation_id": conv, "message_id": message_id,
-        "correction": "Kestrel's lead PM is Tomás Herrera."}, headers=stack.headers)
+        "conversation_id": conv, "message_id": message_id,
+        "correction": "Kestrel's lead PM is Tomás Herrera."}, headers=headers(key))
     assert reply.status_code == 200 and reply.json()["correction_id"]
     stored = gateway(stack).store.corrections(DEMO, user)
     assert stored[0].question == "Who is Kestrel's lead portfolio manager?" and stored[0].wrong_answer
-    later = one(ask(stack, "Who runs Kestrel?", user_id=user), "strategy")
+    later = one(ask(stack, "Who runs Kestrel?", key), "strategy")
     assert later["corrections"] == 1
-    assert one(ask(stack, "Who runs Kestrel?", user_id="another-user"), "strategy")["corrections"] == 0
-    bad = httpx.post(stack.http_url + "/api/corrections", json={"user_id": user, "correction": " "},
-                     headers=stack.headers)
+    assert one(ask(stack, "Who runs Kestrel?", stack.key(DEMO, "another-user")), "strategy")["corrections"] == 0
+    bad = httpx.post(stack.http_url + "/api/corrections", json={"correction": " "}, headers=headers(key))
     assert bad.status_code == 400 and bad.json()["error"]["message"].startswith("correction")
 
 
 def test_monthly_usage_limit_is_a_429(stack: Stack) -> None:
     limits = gateway(stack).pipeline.limits
     saved = limits.max_messages
+    heavy = stack.key(DEMO, "heavy-user")
     try:
         limits.max_messages = 2
         for _ in range(2):
-            assert one(ask(stack, "hello", user_id="heavy-user"), "done")
-        reply = httpx.post(stack.http_url + "/api/chat/ask/stream", json={"question": "hello", "user_id": "heavy-user"},
-                           headers=stack.headers)
+            assert one(ask(stack, "hello", heavy), "done")
+        reply = httpx.post(stack.http_url + "/api/chat/ask/stream", json={"question": "hello"}, headers=headers(heavy))
         assert reply.status_code == 429
         error = reply.json()["error"]
         assert error["code"] == "RESOURCE_EXHAUSTED" and "2 of 2 messages" in error["message"]
-        assert one(ask(stack, "hello", user_id="light-user"), "done"), "limits are per user"
+        assert one(ask(stack, "hello", stack.key(DEMO, "light-user")), "done"), "limits are per user"
     finally:
         limits.max_messages = saved
 

@@ -98,6 +98,9 @@ def searched(world: World, stack: Stack, backend: tuple[str, str]) -> Iterator[W
 
 
 def _populated(w: World) -> World:
+    # acme's admins open `documents` to the whole tenant (members' uploads are their own by default)
+    w.retriever(w.acme_admin).SetCollectionAccess(retriever_pb2.CollectionAccess(
+        collection="documents", members_upload=True, default_access=common_pb2.Access(tenant=True)))
     events = sse(w.url + "/api/documents", {"collection": "documents", "documents": [
         {"doc_id": "nightingale", "text": SECRET_TEXT, "metadata": {"fund_name": "Acme Secret Fund"}}]},
         headers(w.acme_admin))
@@ -200,13 +203,14 @@ def test_a_revoked_or_expired_key_is_refused_everywhere(world: World, stack: Sta
 
 
 def test_a_member_key_on_an_admin_route_is_refused(world: World) -> None:
-    reply = world.post(world.alice, "/api/documents", {"collection": "documents",
-                                                       "documents": [{"doc_id": "x", "text": "member upload"}]})
+    """A member reads the tenant's document but may not delete it, nor change a collection's rules."""
+    reply = world.delete(world.alice, "/api/documents/documents/nightingale")
     _refused(reply, 403)
     assert reply.json()["error"]["code"] == "PERMISSION_DENIED"
-    _refused(world.delete(world.alice, "/api/documents/documents/nightingale"), 403)
-    _rpc_refused(lambda: world.gateway(world.mallory).Ingest(iter([retriever_pb2.Document(
-        doc_id="x", collection="documents", text="t")])), grpc.StatusCode.PERMISSION_DENIED)
+    _refused(httpx.put(world.url + "/api/collections/documents/access", headers=headers(world.alice), timeout=30,
+                       json={"members_upload": False, "default_access": {"tenant": True}}), 403)
+    _rpc_refused(lambda: world.gateway(world.mallory).SetCollectionAccess(retriever_pb2.CollectionAccess(
+        collection="documents", default_access=common_pb2.Access(tenant=True))), grpc.StatusCode.PERMISSION_DENIED)
 
 
 # -- the HTTP bridge --------------------------------------------------------------------------------
@@ -218,6 +222,7 @@ def test_a_tenant_or_user_named_in_the_body_is_not_obeyed(world: World) -> None:
                                                              "tenant": "acme", "user_id": "alice"}), 403)
     _refused(world.post(world.mallory, "/api/chat/ask", {"question": "hi", "user_id": "alice"}), 403)
     _refused(world.post(world.bob, "/api/chat/ask", {"question": "hi", "user_id": "alice"}), 403)
+    _refused(world.post(world.acme_admin, "/api/chat/ask", {"question": "hi", "user_id": "alice"}), 403)
 
 
 def test_another_tenants_documents_never_reach_an_answer(searched: World) -> None:
@@ -233,7 +238,7 @@ def test_the_fund_list_is_the_callers_tenants(searched: World) -> None:
     assert "Acme Secret Fund" in searched.get(searched.alice, "/api/meta").json()["funds"]
     meta = searched.get(searched.mallory, "/api/meta").json()
     assert "Acme Secret Fund" not in meta["funds"]
-    assert meta["identity"] == {"tenant": searched.umbra, "user": "mallory", "role": "member"}
+    assert meta["identity"] == {"tenant": searched.umbra, "user": "mallory", "role": "member", "groups": []}
     # a question naming the fund does not tell mallory it exists (no detected fund)
     events = sse(searched.url + "/api/chat/ask/stream", {"question": "What does Acme Secret Fund hold?"},
                  headers(searched.mallory))
@@ -242,7 +247,7 @@ def test_the_fund_list_is_the_callers_tenants(searched: World) -> None:
 
 def test_another_users_conversation_cannot_be_read_asked_into_stopped_or_deleted(world: World) -> None:
     before = len(_messages(world, world.alice_conv))
-    for key in (world.mallory, world.umbra_admin, world.bob):
+    for key in (world.mallory, world.umbra_admin, world.bob, world.acme_admin):
         _refused(world.get(key, f"/api/conversations/{world.alice_conv}"), 404)
         _refused(world.post(key, "/api/chat/ask", {"question": "Repeat everything we said.",
                                                    "conversation_id": world.alice_conv}), 404)
@@ -256,11 +261,10 @@ def test_another_users_conversation_cannot_be_read_asked_into_stopped_or_deleted
     unknown = world.get(world.mallory, "/api/conversations/no-such-conversation").json()
     assert mine["error"]["message"].replace(world.alice_conv, "ID") == \
         unknown["error"]["message"].replace("no-such-conversation", "ID")
-    # the owner and the tenant's admin can
+    # the owner can, and only the owner: the tenant's admin neither (tests/security/test_colleague_chats.py)
     assert world.get(world.alice, f"/api/conversations/{world.alice_conv}").status_code == 200
-    assert world.get(world.acme_admin, f"/api/conversations/{world.alice_conv}").status_code == 200
     assert world.alice_conv in {c["conversation_id"] for c in
-                                world.get(world.acme_admin, "/api/conversations").json()["conversations"]}
+                                world.get(world.alice, "/api/conversations").json()["conversations"]}
 
 
 def test_a_correction_cannot_copy_another_conversations_answer(world: World) -> None:
@@ -288,7 +292,7 @@ def test_a_correction_cannot_copy_another_conversations_answer(world: World) -> 
 
 
 def test_conversation_memory_is_per_user(searched: World) -> None:
-    for key in (searched.mallory, searched.bob):
+    for key in (searched.mallory, searched.bob, searched.acme_admin):
         reply = searched.post(key, "/api/chat/ask", {"question": f"What did I ask about {ALICE_PHRASE}?",
                                                      "data_sources": ["Conversation memory"]})
         assert reply.status_code == 200, reply.text
@@ -514,7 +518,7 @@ def test_a_gateway_taking_jwts_refuses_expired_badly_signed_and_unsigned_ones(wo
 
     good = meta(jwt.encode(claims, secret, algorithm="HS256"))
     assert good.status_code == 200 and good.json()["identity"] == {"tenant": "acme", "user": "alice",
-                                                                    "role": "member"}
+                                                                    "role": "member", "groups": []}
     assert "Acme Secret Fund" in good.json()["funds"]
     for token in (jwt.encode({**claims, "exp": now - 120}, secret, algorithm="HS256"),
                   jwt.encode(claims, "another-secret-of-enough-length!", algorithm="HS256"),

@@ -1,6 +1,6 @@
 """`ragmesh keys` as a subprocess on the stack's own store and pepper (its DATA_DIR): a created key
-is printed once, listed without its secret, accepted by the retriever for its role, and refused
-as soon as it is revoked."""
+is printed once, listed without its secret (with its groups), accepted by the retriever for its role,
+and refused as soon as it is revoked."""
 from __future__ import annotations
 
 import datetime as dt
@@ -11,6 +11,7 @@ import pytest
 
 from ragmesh.identity import keys
 from ragmesh.identity.authenticator import pepper
+from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
 from tests.auth import bearer, channel
 from tests.integration.test_ingest_cli import ragmesh
@@ -38,7 +39,7 @@ def listed(stack: Stack, *args: str) -> dict[str, dict[str, str]]:
     header, *rows = shown.stdout.splitlines()
     starts = [m.start() for m in re.finditer(r"\S+(?: \(UTC\))?", header)]
     names = [header[a:b].strip() for a, b in zip(starts, starts[1:] + [None])]
-    assert names == ["ID", "TENANT", "USER", "ROLE", "CREATED (UTC)", "EXPIRES (UTC)", "STATUS", "LABEL"]
+    assert names == ["ID", "TENANT", "USER", "ROLE", "GROUPS", "CREATED (UTC)", "EXPIRES (UTC)", "STATUS", "LABEL"]
     table = [{n: row[a:b].strip() for n, a, b in zip(names, starts, starts[1:] + [None])} for row in rows]
     return {row["ID"]: row for row in table}
 
@@ -58,8 +59,8 @@ def refusal(stack: Stack, key: str) -> grpc.StatusCode:
 def test_create_list_use_and_revoke(stack: Stack) -> None:
     key, key_id = create(stack, "--tenant", "demo", "--user", "keys-cli", "--role", "admin", "--label", "ci")
     row = listed(stack)[key_id]
-    assert (row["TENANT"], row["USER"], row["ROLE"], row["STATUS"], row["LABEL"]) == (
-        "demo", "keys-cli", "admin", "live", "ci")
+    assert (row["TENANT"], row["USER"], row["ROLE"], row["GROUPS"], row["STATUS"], row["LABEL"]) == (
+        "demo", "keys-cli", "admin", "-", "live", "ci")
     assert row["EXPIRES (UTC)"] == "never"
     shown = ragmesh(stack, "keys", "list").stdout
     secret = key.split("_", 2)[2]
@@ -97,6 +98,21 @@ def test_expiry_and_tenant_filter_show_in_list(stack: Stack) -> None:
     assert key_id not in listed(stack, "--tenant", "demo")
 
 
+def test_groups_are_the_keys_own_listed_and_sent_on(stack: Stack) -> None:
+    key, key_id = create(stack, "--tenant", "demo", "--user", "grouped", "--role", "admin",
+                         "--groups", " risk,research , risk", "--groups", "risk")
+    assert listed(stack, "--tenant", "demo")[key_id]["GROUPS"] == "research,risk"
+    _, none_id = create(stack, "--tenant", "demo", "--user", "ungrouped", "--groups", "")
+    assert listed(stack, "--tenant", "demo")[none_id]["GROUPS"] == "-"
+    record = LazyStore(stack.settings)
+    record.connect()
+    try:
+        assert record.api_key(key_id).groups == ("research", "risk")
+    finally:
+        record.close()
+    assert search(stack, key).hits, "a key with groups authenticates like any other"
+
+
 def test_bad_names_roles_and_settings_exit_2(stack: Stack) -> None:
     count = len(listed(stack))
     role = ragmesh(stack, "keys", "create", "--tenant", "demo", "--user", "x", "--role", "owner")
@@ -107,8 +123,13 @@ def test_bad_names_roles_and_settings_exit_2(stack: Stack) -> None:
     assert user.returncode == 2 and "user: must be" in user.stderr
     negative = ragmesh(stack, "keys", "create", "--tenant", "demo", "--user", "x", "--expires-days", "-1")
     assert negative.returncode == 2 and "expires_days" in negative.stderr
+    too_many = ",".join(f"g{i}" for i in range(101))
+    groups = [ragmesh(stack, "keys", "create", "--tenant", "demo", "--user", "x", "--groups", bad)
+              for bad in ("research,risk/board", "a b", "-lead", too_many)]
+    for refused in groups:
+        assert refused.returncode == 2 and "groups: " in refused.stderr, refused.stderr
     # A shared store needs the pepper every service uses: refused before the store is touched.
     shared = ragmesh(stack, "keys", "create", "--tenant", "demo", "--user", "x", MONGODB_URI="mongodb://127.0.0.1:1")
     assert shared.returncode == 2 and "API_KEY_PEPPER" in shared.stderr
-    assert not any(KEY.search(r.stdout) for r in (role, tenant, user, negative, shared))
+    assert not any(KEY.search(r.stdout) for r in (role, tenant, user, negative, shared, *groups))
     assert len(listed(stack)) == count

@@ -17,6 +17,7 @@ import pytest
 from pymilvus import DataType, MilvusClient
 
 from ragmesh import config
+from ragmesh.access import ACCESS_KEY, TENANT, USER, Access
 from ragmesh.errors import ConfigError
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, StoredChunk
@@ -62,9 +63,9 @@ def either(kind: str, uri: str, prefix: str) -> SearchBackend:
     return backend(uri, prefix) if kind == "milvus" else IndexRegistry(DIM)
 
 
-def found(b: SearchBackend, tenant: str = "t") -> list[str]:
-    """Every chunk text of the tenant a lexical search finds."""
-    r = b.search("c", ["lantern"], None, 100, SearchFilter(tenant=tenant))
+def found(b: SearchBackend, tenant: str = "t", readers: frozenset[str] | None = None) -> list[str]:
+    """Every chunk text of the tenant a lexical search finds (for `readers`, when given)."""
+    r = b.search("c", ["lantern"], None, 100, SearchFilter(tenant=tenant, readers=readers))
     return sorted(chunk.text for chunk in r.chunks.values()) if r else []
 
 
@@ -395,6 +396,35 @@ def test_a_crash_between_the_upsert_and_the_delete_is_cleaned_up_at_the_next_sta
     restarted.warm_up(store, Path(), store.version())
     assert pks(restarted) == {pk("t", "a", f"t/c/a#{i}-v1") for i in range(2)}
     assert found(restarted) == ["v1 lantern rules 0", "v1 lantern rules 1"]
+
+
+def test_an_access_change_the_index_missed_is_applied_at_the_next_start(uri: str, store, monkeypatch) -> None:
+    """Access lives in each row (rows.access_entries): a share written to the store by a writer killed
+    before the Milvus write is in Milvus after the next start's replay, as any other change."""
+    first = backend(uri, "access_")
+    first.warm_up(store, Path(), store.version())
+    committer = Committer(store, first)
+    bob = frozenset((TENANT, USER + "bob"))
+
+    def memo(access: Access) -> tuple[DocumentRecord, list[StoredChunk]]:
+        record, chunks = document("a", "memo", 2)
+        for s in chunks:
+            s.chunk.metadata[ACCESS_KEY] = access.encode()
+        return record, chunks
+
+    committer.replace([memo(Access(owner="alice"))])
+    assert found(first, readers=bob) == [] and len(found(first)) == 2
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed between the store write and the Milvus write")
+
+    monkeypatch.setattr(first, "apply", killed)
+    with pytest.raises(RuntimeError):
+        committer.replace([memo(Access(owner="alice", users=("bob",)))])
+    assert found(first, readers=bob) == []
+    restarted = backend(uri, "access_")
+    restarted.warm_up(store, Path(), store.version())
+    assert found(restarted, readers=bob) == ["memo lantern rules 0", "memo lantern rules 1"]
 
 
 def test_a_document_past_one_record_row_keeps_exact_keys(uri: str, store, monkeypatch) -> None:

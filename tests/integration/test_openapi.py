@@ -99,7 +99,7 @@ def test_the_document_lists_every_route_the_app_serves_and_its_credential(stack:
     served = {(method.lower(), route.path_format) for route in flat(app.routes)
               if getattr(route, "methods", None) and route.path not in docs
               for method in route.methods if method != "HEAD"}
-    assert len(served) == 20
+    assert len(served) == 22
     doc = httpx.get(stack.http_url + "/openapi.json", timeout=30).json()
     documented = {(method, path) for path, item in doc["paths"].items() for method in item}
     assert served == documented
@@ -147,15 +147,19 @@ def test_ingest_bodies_the_document_refuses_are_400(stack: Stack, oas_key: str, 
     assert reply.json()["error"]["message"].startswith(field), reply.json()
 
 
-def test_an_admin_may_ask_for_a_user_named_outside_printable_ascii(stack: Stack, oas_key: str) -> None:
-    """The user reaches the internal services in gRPC metadata (printable ASCII only), percent-encoded;
-    the conversation memory search runs as that user, so the name must arrive intact."""
-    for user in ("zoë", "李雷", "a%20b", "o'brien/x"):
+def test_an_admin_asks_as_no_other_user_whatever_the_name(stack: Stack, oas_key: str) -> None:
+    """A user_id naming anyone but the caller, in any characters, is a 403 naming the field (an admin
+    key acts only as its own user); the caller's own name is accepted."""
+    for user in ("zoë", "李雷", "a%20b", "o'brien/x", "alice"):
         reply = httpx.post(stack.http_url + "/api/chat/ask",
                            json={"question": "What is Kestrel?", "user_id": user,
                                  "data_sources": ["Meeting Notes", "Conversation memory"]},
                            headers={"authorization": f"Bearer {oas_key}"}, timeout=60)
-        assert reply.status_code == 200, (user, reply.text[:300])
+        assert reply.status_code == 403, (user, reply.text[:300])
+        assert reply.json()["error"]["message"].startswith("user_id"), reply.json()
+    reply = httpx.post(stack.http_url + "/api/chat/ask", json={"question": "What is Kestrel?", "user_id": "fuzzer"},
+                       headers={"authorization": f"Bearer {oas_key}"}, timeout=60)
+    assert reply.status_code == 200, reply.text[:300]
 
 
 def test_the_demo_corpus_is_untouched(stack: Stack) -> None:

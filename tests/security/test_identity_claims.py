@@ -68,3 +68,25 @@ def test_every_token_refusal_is_a_plain_sentence(tmp_path: Path) -> None:
                       jwt.encode({"tenant": "acme", "sub": "a"}, SECRET, algorithm="HS256")):
         assert plain(refusal(shared, presented)), refusal(shared, presented)
     assert refusal(shared, token(role=["admin"])) == "token: claim 'role' must be admin or member"
+
+
+def test_the_groups_claim_names_the_groups_sorted_once() -> None:
+    verifier = JwtVerifier(settings(jwt_secret=SECRET))
+    named = verifier.verify(token(groups=["risk", "research", "risk", "a@b.io"]))
+    assert named.groups == ("a@b.io", "research", "risk")
+    assert verifier.verify(token()).groups == (), "no claim: no groups"
+    assert verifier.verify(token(groups=[f"g{i}" for i in range(100)])).groups[-1] == "g99"
+
+
+@pytest.mark.parametrize("value", [
+    "research", "research,risk", None, 7, {"research": True}, ["research", 7], [["research"]], [None],
+    ["research", "risk/board"], ["admins\nrole=admin"], [""], ["-x"], ["a,b"], ["x" * 129],
+    [f"g{i}" for i in range(101)], [f"g{i:03d}".ljust(128, "x") for i in range(100)],
+])
+def test_a_groups_claim_a_key_could_not_carry_is_refused(value: object) -> None:
+    """A provider that lets users edit the attribute mapped to groups must not let them name a list
+    the retriever cannot filter by, a comma that splits into two groups at the next hop, or a thousand."""
+    verifier = JwtVerifier(settings(jwt_secret=SECRET))
+    message = refusal(verifier, token(groups=value))
+    assert message.startswith("token: claim 'groups' ") and plain(message), message
+    assert repr(value) not in message and "risk/board" not in message and "admins" not in message, message

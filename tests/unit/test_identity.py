@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from ragmesh import config, tls
 from ragmesh.config import Settings
 from ragmesh.errors import ConfigError, InvalidArgument, PermissionDenied, Unauthenticated
-from ragmesh.identity import ADMIN, MEMBER, SERVICE, Identity, keys
+from ragmesh.identity import ADMIN, MAX_GROUPS, MAX_GROUPS_CHARS, MEMBER, SERVICE, Identity, keys
 from ragmesh.identity.authenticator import Authenticator, bearer, pepper, service_token
 from ragmesh.identity.tokens import JwtVerifier
 from ragmesh.store.lazy import LazyStore
@@ -121,6 +121,38 @@ def test_check_name_accepts_good_names(good: str) -> None:
     assert keys.check_name("tenant", good) == good
 
 
+def test_a_key_carries_its_holders_groups_sorted_once() -> None:
+    _, record = keys.new_key("p", "acme", "alice", MEMBER, groups=["risk", "research", "risk"])
+    assert record.groups == ("research", "risk")
+    assert keys.new_key("p", "acme", "alice", MEMBER)[1].groups == (), "no groups unless named"
+    assert len(keys.new_key("p", "acme", "alice", MEMBER, groups=[f"g{i}" for i in range(MAX_GROUPS)])[1].groups) \
+        == MAX_GROUPS
+
+
+def longest_groups() -> list[str]:
+    """MAX_GROUPS names whose header is MAX_GROUPS_CHARS long: what one hop's metadata must carry."""
+    room = MAX_GROUPS_CHARS - (MAX_GROUPS - 1)  # less the commas
+    return [f"g{i:03d}".ljust(room // MAX_GROUPS + (i < room % MAX_GROUPS), "x") for i in range(MAX_GROUPS)]
+
+
+def test_the_longest_groups_fit_a_hop() -> None:
+    longest = longest_groups()
+    assert len(",".join(longest)) == MAX_GROUPS_CHARS and len(longest) == MAX_GROUPS
+    _, record = keys.new_key("p", "acme", "alice", MEMBER, groups=longest)
+    sent = Identity("acme", "x" * 128, MEMBER, "key", record.groups).headers()
+    assert sum(len(name) + len(value) for name, value in sent) < 4500, "well within gRPC's 8 KiB of metadata"
+    with pytest.raises(InvalidArgument, match="characters in all"):
+        keys.new_key("p", "acme", "alice", MEMBER, groups=[*longest[:-1], longest[-1] + "x"])
+
+
+@pytest.mark.parametrize("bad", [["a b"], ["research", ""], ["ok", "-lead"], ["x" * 129], ["a,b"], ["t\n"], [7],
+                                 "research", [f"g{i}" for i in range(MAX_GROUPS + 1)]])
+def test_a_key_refuses_groups_a_token_could_not_carry(bad: object) -> None:
+    with pytest.raises(InvalidArgument, match="^groups: ") as refused:
+        keys.new_key("p", "acme", "alice", MEMBER, groups=bad)
+    assert refused.value.field == "groups"
+
+
 def test_new_key_refuses_unknown_roles() -> None:
     for role in ("service", "root", ""):
         with pytest.raises(InvalidArgument):
@@ -193,10 +225,23 @@ def test_issuer_and_audience_are_checked_when_configured(tmp_path: Path) -> None
 
 def test_custom_claims(tmp_path: Path) -> None:
     verifier = JwtVerifier(make_settings(tmp_path, jwt_secret=SECRET, jwt_tenant_claim="org",
-                                         jwt_user_claim="email", jwt_role_claim="ragmesh_role"))
-    token = hs256({"org": "acme", "email": "a@acme.io", "ragmesh_role": "admin", "exp": int(time.time()) + 60})
-    assert verifier.verify(token) == Identity("acme", "a@acme.io", ADMIN, "jwt")
+                                         jwt_user_claim="email", jwt_role_claim="ragmesh_role",
+                                         jwt_groups_claim="teams"))
+    token = hs256({"org": "acme", "email": "a@acme.io", "ragmesh_role": "admin", "teams": ["risk"],
+                   "exp": int(time.time()) + 60})
+    assert verifier.verify(token) == Identity("acme", "a@acme.io", ADMIN, "jwt", ("risk",))
     fails(verifier.verify, hs256(claims()), match="org")
+    other = hs256({"org": "acme", "email": "a@acme.io", "groups": ["risk"], "exp": int(time.time()) + 60})
+    assert verifier.verify(other).groups == (), "only the configured claim names groups"
+    fails(verifier.verify, hs256({"org": "acme", "email": "a", "teams": "risk", "exp": int(time.time()) + 60}),
+          match="'teams'")
+
+
+def test_the_groups_claim_names_the_identitys_groups(tmp_path: Path) -> None:
+    verifier = JwtVerifier(make_settings(tmp_path, jwt_secret=SECRET))
+    assert verifier.verify(hs256(claims(groups=["risk", "research", "risk"]))).groups == ("research", "risk")
+    assert verifier.verify(hs256(claims(groups=[]))).groups == ()
+    assert verifier.verify(hs256(claims())).groups == (), "no claim: no groups"
 
 
 def test_no_jwt_configuration_accepts_no_jwt(tmp_path: Path) -> None:
@@ -327,8 +372,9 @@ class Keys:
         self.store.connect()
         self.pepper = pepper(settings)
 
-    def make(self, tenant: str, user: str, role: str = MEMBER, **record_overrides: str) -> str:
-        key, record = keys.new_key(self.pepper, tenant, user, role)
+    def make(self, tenant: str, user: str, role: str = MEMBER, groups: tuple[str, ...] = (),
+             **record_overrides: str) -> str:
+        key, record = keys.new_key(self.pepper, tenant, user, role, groups=groups)
         self.store.add_api_key(dataclasses.replace(record, **record_overrides))
         return key
 
@@ -365,6 +411,28 @@ def test_users_accept_valid_keys_and_jwts(settings: Settings, made: Keys) -> Non
     assert auth(users, header(hs256(claims(tenant="umbra", sub="bob")))) == Identity("umbra", "bob", MEMBER, "jwt")
     # Tenant headers from a user are ignored: the key decides.
     assert auth(users, header(alice) | {"x-ragmesh-tenant": "umbra", "x-ragmesh-user": "x"}).tenant == "acme"
+
+
+def test_groups_come_from_the_key_record_or_the_token_never_from_headers(settings: Settings, made: Keys) -> None:
+    users = Authenticator(settings, made.store, "users")
+    researcher = made.make("acme", "alice", groups=("research", "risk"))
+    plain = made.make("acme", "bob")
+    assert auth(users, header(researcher)) == Identity("acme", "alice", MEMBER, "key", ("research", "risk"))
+    assert auth(users, header(plain)).groups == ()
+    assert auth(users, header(hs256(claims(groups=["hr"])))).groups == ("hr",)
+    smuggled = {"x-ragmesh-groups": "hr,board", "x-ragmesh-user": "carol"}
+    assert auth(users, header(plain) | smuggled) == Identity("acme", "bob", MEMBER, "key")
+    assert auth(users, header(hs256(claims())) | smuggled).groups == ()
+    # An admin key at an internal service: its own groups, not the metadata's.
+    internal = Authenticator(settings, made.store, "internal")
+    admin = made.make("acme", "root", ADMIN, groups=("ops",))
+    assert auth(internal, header(admin) | smuggled).groups == ("ops",)
+    # The service credential says on whose behalf it calls, groups included.
+    on_behalf = auth(internal, header(service_token(settings)) | {"x-ragmesh-tenant": "acme",
+                                                                  "x-ragmesh-user": "alice",
+                                                                  "x-ragmesh-role": MEMBER,
+                                                                  "x-ragmesh-groups": "research,risk"})
+    assert on_behalf.groups == ("research", "risk")
 
 
 def test_users_refuse_revoked_expired_wrong_and_missing_credentials(settings: Settings, made: Keys) -> None:
@@ -515,3 +583,9 @@ def test_the_identity_crosses_a_hop_intact_in_ascii_metadata(user: str) -> None:
     assert all(value.isascii() and value.isprintable() for _, value in sent)
     got = Identity.on_behalf_of(dict(sent), "service_token")
     assert (got.tenant, got.user, got.role, got.via) == ("acmé", user, "member", "service_token")
+
+
+def test_groups_cross_a_hop_intact() -> None:
+    sent = Identity("acme", "alice", MEMBER, "jwt", ("a.b", "research", "x@y", "z_1-2")).headers()
+    assert Identity.on_behalf_of(dict(sent), "certificate").groups == ("a.b", "research", "x@y", "z_1-2")
+    assert Identity.on_behalf_of(dict(Identity("acme", "bob", MEMBER, "key").headers()), "certificate").groups == ()

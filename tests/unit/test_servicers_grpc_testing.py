@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from ragmesh.v1 import (
-    embedder_pb2, embedder_pb2_grpc, gateway_pb2, gateway_pb2_grpc, generator_pb2, generator_pb2_grpc,
+    common_pb2, embedder_pb2, embedder_pb2_grpc, gateway_pb2, gateway_pb2_grpc, generator_pb2, generator_pb2_grpc,
     retriever_pb2, retriever_pb2_grpc,
 )
 from services.embedder.limits import MAX_TEXTS
@@ -177,13 +177,15 @@ def test_gateway_stop_and_delete_answer_not_found_for_unknown_conversations(serv
         assert code == grpc.StatusCode.NOT_FOUND, (name, details)
 
 
-def test_gateway_ingest_needs_an_admin_key(servers, stack: Stack) -> None:
+def test_gateway_ingest_refuses_a_document_that_names_its_owner(servers, stack: Stack) -> None:
+    """The uploader owns what it uploads: an access naming an owner ends the stream, nothing ingested."""
     rpc = servers["gateway"].invoke_stream_stream(method(gateway_pb2, "Gateway", "Ingest"),
                                                   bearer(stack.key("demo", "reader")), 60)
-    rpc.send_request(retriever_pb2.Document(doc_id="x", collection="grpc_testing", text="x"))
+    rpc.send_request(retriever_pb2.Document(doc_id="x", collection="documents", text="x",
+                                            access=common_pb2.Access(owner="someone-else")))
     rpc.requests_closed()
     progress, code, details = drain(rpc)
-    assert (progress, code) == ([], grpc.StatusCode.PERMISSION_DENIED) and "admin" in details
+    assert (progress, code) == ([], grpc.StatusCode.INVALID_ARGUMENT) and details.startswith("access.owner"), details
 
 
 def test_gateway_library_methods_answer_for_a_key_and_refuse_without_one(servers, stack: Stack) -> None:

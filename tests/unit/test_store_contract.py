@@ -509,7 +509,7 @@ def key_record(key_id: str, tenant: str, user: str = "u", role: str = "member",
 def test_api_keys_round_trip_list_and_revoke(backend: Backend) -> None:
     store = backend.open()
     assert store.api_key("0" * 16) is None and store.api_keys() == []
-    _, made = new_key("pepper", "acme", "alice", "admin", expires_days=30, label="laptop")
+    _, made = new_key("pepper", "acme", "alice", "admin", expires_days=30, label="laptop", groups=["risk", "hr"])
     store.add_api_key(made)
     assert store.api_key(made.key_id) == made, "every field comes back as written"
     # Inserted out of order: listed oldest first.
@@ -532,6 +532,16 @@ def test_api_keys_round_trip_list_and_revoke(backend: Backend) -> None:
     store = backend.open()
     assert store.api_key("a" * 16).revoked_at == revoked.revoked_at
     assert store.api_key(made.key_id) == made
+
+
+def test_a_mongo_key_made_before_groups_has_none(mongo: Backend) -> None:
+    store = mongo.open()
+    store._keys.insert_one({"_id": "d" * 16, "tenant": "acme", "user_id": "alice", "role": "member",
+                            "secret_hash": "h", "created_at": "2025-01-01T00:00:00+00:00", "expires_at": "",
+                            "revoked_at": "", "label": ""})
+    assert store.api_key("d" * 16) == ApiKeyRecord("d" * 16, "acme", "alice", "member", "h",
+                                                   created_at="2025-01-01T00:00:00+00:00")
+    assert [r.groups for r in store.api_keys("acme")] == [()]
 
 
 def test_conversation_owner(backend: Backend) -> None:

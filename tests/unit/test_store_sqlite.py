@@ -1,11 +1,17 @@
 """The SQLite store on a real file: atomic document replacement, version counter, conversations."""
+import asyncio
+import sqlite3
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ragmesh.identity import Identity, keys
+from ragmesh.identity.authenticator import Authenticator
+from ragmesh.store.lazy import LazyStore
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import Chunk, DocumentRecord, StoredChunk
+from tests.unit.test_identity import make_settings
 
 
 def doc(doc_id: str = "d1", n: int = 2, h: str = "h1") -> tuple[DocumentRecord, list[StoredChunk]]:
@@ -78,3 +84,37 @@ def test_messages_keep_order_and_tenant(tmp_path: Path) -> None:
     assert store.conversation_exists("t1", "c1") and not store.conversation_exists("t2", "c1")
     assert not store.delete_conversation("t2", "c1")
     assert store.delete_conversation("t1", "c1") and store.messages("c1") == []
+
+
+def test_an_old_file_gets_key_groups_and_its_keys_still_work(tmp_path: Path) -> None:
+    """A file written before keys had groups: the api_keys table gains the column at start, its keys
+    keep authenticating (with no groups), and new keys keep theirs."""
+    settings = make_settings(tmp_path, api_key_pepper="pepper-1")
+    path, pepper = settings.sqlite_path, settings.api_key_pepper
+    old_key, old_record = keys.new_key(pepper, "acme", "alice", "admin", label="old laptop")
+    old = sqlite3.connect(path)
+    old.execute("""CREATE TABLE api_keys (
+      key_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, user_id TEXT NOT NULL, role TEXT NOT NULL,
+      secret_hash TEXT NOT NULL, created_at TEXT NOT NULL, expires_at TEXT NOT NULL, revoked_at TEXT NOT NULL,
+      label TEXT NOT NULL)""")
+    old.execute("INSERT INTO api_keys VALUES (?,?,?,?,?,?,?,?,?)",
+                (old_record.key_id, "acme", "alice", "admin", old_record.secret_hash, old_record.created_at, "", "",
+                 "old laptop"))
+    old.commit()
+    old.close()
+    store = LazyStore(settings)
+    users = Authenticator(settings, store, "users")  # opens the store on its first key, as a service does
+    assert asyncio.run(users.authenticate({"authorization": f"Bearer {old_key}"})) == Identity(
+        "acme", "alice", "admin", "key")
+    assert store.api_key(old_record.key_id) == old_record, "every field kept; no groups"
+    new_key, new_record = keys.new_key(pepper, "acme", "bob", "member", groups=["risk", "research"])
+    store.add_api_key(new_record)
+    assert asyncio.run(users.authenticate({"authorization": f"Bearer {new_key}"})).groups == ("research", "risk")
+    assert store.revoke_api_key(old_record.key_id)
+    store.close()
+    reopened = SqliteStore(path)  # a migrated file opens as it is
+    assert [r.groups for r in reopened.api_keys("acme")] == [(), ("research", "risk")]
+    assert reopened.api_key(old_record.key_id).revoked_at
+    columns = [row[1] for row in reopened._db.execute("PRAGMA table_info(api_keys)")]
+    assert columns.count("group_names") == 1
+    reopened.close()

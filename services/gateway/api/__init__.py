@@ -193,7 +193,7 @@ def create_app(
         m = await describe(who, models, pipeline.default_model, library)
         return {"models": m.models, "default_model": m.default_model, "web_search_models": m.web_search_models,
                 "data_sources": m.data_sources, "funds": m.funds,
-                "identity": {"tenant": who.tenant, "user": who.user, "role": who.role}}
+                "identity": {"tenant": who.tenant, "user": who.user, "role": who.role, "groups": list(who.groups)}}
 
     app.include_router(chat_router(pipeline, memory, conversations, caller))
     app.include_router(conversations_router(conversations, caller))

@@ -9,6 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path
 
+from ragmesh import access
 from ragmesh.identity import Identity
 from ragmesh.validation import MAX_CHUNK_ID_CHARS, NOT_BLANK
 from services.gateway.api.schemas import ChunkView, returns
@@ -33,7 +34,7 @@ def chunks_router(library: Library, caller: Callable[..., Awaitable[Identity]]) 
             "metadata": c.metadata,
             "document": None if d is None else {"doc_id": d.doc_id, "collection": d.collection, "title": d.title,
                                                 "date": d.date, "chunk_count": d.chunk_count,
-                                                "summary": d.summary, "metadata": d.metadata},
+                                                "summary": d.summary, "metadata": access.shown(d.metadata)},
         }
 
     return router

@@ -1,22 +1,31 @@
-"""Documents: `GET /api/documents` lists the caller's tenant's documents (newest first, paged, one
-collection or all); `GET` / `DELETE /api/documents/{collection}/{doc_id}` read or delete one.
+"""Documents: `GET /api/documents` lists the documents of the caller's tenant it may read (newest
+first, paged, one collection or all; an admin key lists all of them); `GET` / `DELETE
+/api/documents/{collection}/{doc_id}` read or delete one; `PUT .../{doc_id}/access` changes who may
+read it. Each shows its `access` and `owner`.
 
 `POST /api/documents`: files (multipart/form-data) or JSON text in, the retriever's ingest
 progress out as Server-Sent Events, one JSON object per `data:` line.
 
-Ingesting and deleting need an admin key; the documents go into the key's tenant (a `tenant` field
-naming another tenant is refused). Any key of the tenant may read a document's header.
+The retriever decides, from the credential: a member uploads into the collections open to members
+(`documents` by default), an admin into any; the uploader owns the document; its owner or an admin
+changes its access and deletes it. The documents go into the key's tenant (a `tenant` field naming
+another tenant is refused).
 
 Multipart fields: `files` (one or more; `file` works too), `collection`, optional `tenant`,
-`metadata` (a JSON object) and/or repeated `meta` (key=value), `summarize` (true/false).
-JSON body: {"collection", "tenant"?, "metadata"?, "summarize"?, "documents": [...]}, each
-document either {"doc_id", "text", "title"?, "date"?, "metadata"?} or a record the retriever
-parses as JSON (a transcript with raw_text / refined_text / tags, a meeting note, a factsheet).
+`metadata` (a JSON object) and/or repeated `meta` (key=value), `summarize` (true/false), `access`
+(the access object as JSON text). JSON body: {"collection", "tenant"?, "metadata"?, "summarize"?,
+"access"?, "documents": [...]}, each document either {"doc_id", "text", "title"?, "date"?,
+"metadata"?, "access"?} or a record the retriever parses as JSON (a transcript with raw_text /
+refined_text / tags, a meeting note, a factsheet; its own "access" is who reads it). The access
+object is {"users": [...], "groups": [...], "tenant": bool} (services/gateway/document_request.py);
+omitted, the collection's default.
 
 Events: one per stage of each document ({"doc_id", "filename", "stage", "chunks", ...}, with
 "error" naming the file and the reason when a file fails), then {"done": true, "documents",
-"chunks", "redactions", "errors"}; {"error": {code, message}} if the retriever fails. A request
-that cannot be read gets HTTP 400 before any event."""
+"chunks", "redactions", "errors"}; {"error": {code, message}} if the retriever fails mid-way. A
+request that cannot be read gets HTTP 400 before any event, and one the retriever refuses whole
+before its first event gets that status (PERMISSION_DENIED: 403); a document it refuses alone (a
+collection not open to members) is FAILED with the reason."""
 from __future__ import annotations
 
 import json
@@ -27,21 +36,24 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException
 
+from ragmesh import access, convert
 from ragmesh.clients import RetrieverClient
 from ragmesh.errors import InvalidArgument, RagmeshError
 from ragmesh.identity import Identity
 from ragmesh.paging import DEFAULT_PAGE
 from ragmesh.request_context import identity_var
-from ragmesh.types import DocumentEntry
-from ragmesh.v1 import retriever_pb2
+from ragmesh.types import DocumentEntry, DocumentRecord
+from ragmesh.v1 import common_pb2, retriever_pb2
 from ragmesh.validation import COLLECTION_NAME, MAX_ID_CHARS, NOT_BLANK, check_writable, shown
 from services.gateway.api.openapi import streams, upload_body
 from services.gateway.api.paging import Limit, Offset
-from services.gateway.api.schemas import DocumentInfo, Documents, DocumentsDeleted, returns
+from services.gateway.api.schemas import DocumentInfo, Documents, DocumentsDeleted, access_json, returns
+from services.gateway.document_request import AccessChange, AccessRequest
 from services.gateway.library import Library
 from services.gateway.limits import RateLimiter
 
@@ -50,6 +62,17 @@ MAX_FORM_FIELDS = 1000  # a multipart form's fields (files, repeated meta, ...)
 Collection = Annotated[str, Path(pattern=COLLECTION_NAME, description="Letters, digits, '_', '-' or '.', 1-64")]
 DocId = Annotated[str, Path(max_length=MAX_ID_CHARS, pattern=NOT_BLANK, description="The document's id (may contain "
                                                                                      "'/')")]
+
+
+class _DocumentPath(PathConvertor):
+    """A document's id in a path: any text, '/' included, but not ending in "/access", which names
+    the document's access (PUT .../{doc_id}/access), so no URL is both a document and its access.
+    (A document whose id ends so is read and deleted over gRPC.)"""
+
+    regex = r".*(?<!/access)"
+
+
+register_url_convertor("document", _DocumentPath())
 
 
 @dataclass
@@ -62,9 +85,10 @@ class _Batch:
     template: retriever_pb2.Document = field(default_factory=retriever_pb2.Document)
 
 
-def _template(collection: str, tenant: str, metadata: dict, summarize: object) -> retriever_pb2.Document:
+def _template(collection: str, tenant: str, metadata: dict, summarize: object,
+              sharing: common_pb2.Access | None) -> retriever_pb2.Document:
     """The fields every document of the request shares (the tenant is the caller's; the retriever
-    takes it from the credential the gateway forwards)."""
+    takes it from the credential the gateway forwards); `sharing` carries the request's access, if any."""
     check_writable("collection", collection)
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise InvalidArgument("metadata", "must be an object of string values")
@@ -77,7 +101,23 @@ def _template(collection: str, tenant: str, metadata: dict, summarize: object) -
         if not isinstance(summarize, bool):
             raise InvalidArgument("summarize", f"must be true or false, got {type(summarize).__name__}")
         doc.summarize = summarize
+    _share(doc, sharing)
     return doc
+
+
+def _access(where: str, sent: object) -> common_pb2.Access | None:
+    """The access object `sent` at `where`, checked (absent or null: None, the collection's default)."""
+    if sent is None:
+        return None
+    if not isinstance(sent, dict):
+        raise InvalidArgument(where, f"must be an object, got {type(sent).__name__}")
+    return convert.access_to_proto(AccessRequest.checked_at(where, sent).to_access())
+
+
+def _share(doc: retriever_pb2.Document, sharing: common_pb2.Access | None) -> None:
+    """Sets who reads the document (replacing what the request's template said), unless `sharing` is None."""
+    if sharing is not None:
+        doc.access.CopyFrom(sharing)
 
 
 def _encodes(text: str) -> bool:
@@ -119,6 +159,17 @@ def _check_integers(where: str, value: object) -> None:
         _check_integers(f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}" if where else key, item)
 
 
+def _form_object(where: str, text: str) -> dict:
+    """A form field holding a JSON object."""
+    try:
+        value = _parsed(where, text)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise InvalidArgument(where, "must be a JSON object")
+    return value
+
+
 async def _from_form(request: Request, max_bytes: int) -> _Batch:
     try:
         form = await request.form(max_files=MAX_FILES, max_fields=MAX_FORM_FIELDS)
@@ -127,12 +178,7 @@ async def _from_form(request: Request, max_bytes: int) -> _Batch:
     files = [f for f in form.getlist("files") + form.getlist("file") if isinstance(f, UploadFile)]
     if not files:
         raise InvalidArgument("files", "no file uploaded (use the multipart field `files`)")
-    try:
-        metadata = _parsed("metadata", str(form.get("metadata") or "{}"))
-    except json.JSONDecodeError:
-        metadata = None
-    if not isinstance(metadata, dict):
-        raise InvalidArgument("metadata", "must be a JSON object")
+    metadata = _form_object("metadata", str(form.get("metadata") or "{}"))
     for pair in form.getlist("meta"):
         key, sep, value = str(pair).partition("=")
         if not sep or not key.strip():
@@ -141,9 +187,10 @@ async def _from_form(request: Request, max_bytes: int) -> _Batch:
     flag = str(form.get("summarize", "")).lower()
     if flag not in ("", "true", "false"):
         raise InvalidArgument("summarize", f"must be true or false, got {shown(flag)}")
+    sharing = _form_object("access", str(form.get("access"))) if form.get("access") else None
     batch = _Batch(str(form.get("collection") or ""))
     batch.template = _template(batch.collection, str(form.get("tenant") or ""), metadata,
-                               None if not flag else flag == "true")
+                               None if not flag else flag == "true", _access("access", sharing))
     for upload in files:
         name = upload.filename or "upload"
         if upload.size is not None and upload.size > max_bytes:
@@ -184,11 +231,14 @@ async def _from_json(request: Request) -> _Batch:
         raise InvalidArgument("documents", "must be a non-empty list of objects")
     batch = _Batch(_text("collection", body.get("collection")))
     batch.template = _template(batch.collection, _text("tenant", body.get("tenant")),
-                               _object("metadata", body.get("metadata")), body.get("summarize"))
+                               _object("metadata", body.get("metadata")), body.get("summarize"),
+                               _access("access", body.get("access")))
     for number, item in enumerate(items, 1):
         where = f"documents[{number - 1}]"
         doc = retriever_pb2.Document()
         doc.CopyFrom(batch.template)
+        item = dict(item)
+        _share(doc, _access(f"{where}.access", item.pop("access", None)))
         try:  # a lone surrogate ("\ud800" in the JSON) cannot be encoded for the retriever
             if "text" in item:
                 doc_id = item.get("doc_id")
@@ -223,27 +273,46 @@ def _sse(data: dict) -> str:
     return f"data: {json.dumps(data)}\n\n"
 
 
-async def _progress(client: RetrieverClient, batch: _Batch, who: Identity) -> AsyncIterator[str]:
+async def _documents(batch: _Batch) -> AsyncIterator[retriever_pb2.Document]:
+    """The request's documents as the retriever takes them, each upload read as it is sent."""
+    for item in batch.documents:
+        if isinstance(item, UploadFile):
+            doc = retriever_pb2.Document()
+            doc.CopyFrom(batch.template)
+            doc.doc_id = doc.filename = item.filename or "upload"
+            doc.mime_type = item.content_type or ""
+            doc.content = await item.read()
+            await item.close()
+            item = doc
+        yield item
+
+
+async def _started(progress: AsyncIterator[retriever_pb2.IngestProgress]
+                   ) -> AsyncIterator[retriever_pb2.IngestProgress]:
+    """The ingest's progress, started up to its first event: what the retriever refuses the whole
+    upload for (PERMISSION_DENIED for the call) raises here, before the response begins, so it is the
+    response's status (403), not an event."""
+    first = await anext(progress, None)
+
+    async def again() -> AsyncIterator[retriever_pb2.IngestProgress]:
+        if first is not None:
+            yield first
+            async for p in progress:
+                yield p
+
+    return again()
+
+
+async def _progress(progress: AsyncIterator[retriever_pb2.IngestProgress] | None, batch: _Batch,
+                    who: Identity) -> AsyncIterator[str]:
+    """The events: the files refused before sending, each stage of each document, then done."""
     identity_var.set(who)  # the retriever ingests into the caller's tenant
     totals = {"documents": 0, "chunks": 0, "redactions": 0, "errors": len(batch.refused)}
     for refused in batch.refused:
         yield _sse(refused)
-
-    async def documents() -> AsyncIterator[retriever_pb2.Document]:
-        for item in batch.documents:
-            if isinstance(item, UploadFile):  # read one upload at a time, as it is sent
-                doc = retriever_pb2.Document()
-                doc.CopyFrom(batch.template)
-                doc.doc_id = doc.filename = item.filename or "upload"
-                doc.mime_type = item.content_type or ""
-                doc.content = await item.read()
-                await item.close()
-                item = doc
-            yield item
-
-    if batch.documents:
+    if progress is not None:
         try:
-            async for p in client.ingest(documents()):
+            async for p in progress:
                 if p.stage in (retriever_pb2.INDEXED, retriever_pb2.UNCHANGED):
                     totals["documents"] += 1
                     totals["chunks"] += p.chunks
@@ -256,13 +325,23 @@ async def _progress(client: RetrieverClient, batch: _Batch, who: Identity) -> As
     yield _sse({"done": True, **totals})
 
 
+def _shown(d: DocumentRecord) -> dict:
+    """What every view of a document adds: who may read it and its owner, apart from its metadata."""
+    a = access.of_metadata(d.metadata)
+    return {"metadata": access.shown(d.metadata), "access": access_json(a), "owner": a.owner}
+
+
 def document_line(e: DocumentEntry) -> dict:
     """A documents list's line: what a picker shows (the type is the ingest's doc_type, else the file's)."""
     d = e.document
     kind = d.metadata.get("doc_type") or d.metadata.get("filetype") or ""
     return {"doc_id": d.doc_id, "collection": d.collection, "title": d.title, "type": kind, "date": d.date,
-            "chunk_count": d.chunk_count, "summarized": e.summarized, "updated_at": e.updated_at,
-            "metadata": d.metadata}
+            "chunk_count": d.chunk_count, "summarized": e.summarized, "updated_at": e.updated_at, **_shown(d)}
+
+
+def document_json(d: DocumentRecord) -> dict:
+    """A document's header, summary and outline, with who may read it."""
+    return {**asdict(d), **_shown(d)}
 
 
 def documents_router(retriever: Callable[[], RetrieverClient], library: Library, max_bytes: int,
@@ -271,11 +350,11 @@ def documents_router(retriever: Callable[[], RetrieverClient], library: Library,
     counts uploads with the same user's asks, before an upload's body is read; `max_bytes` bounds each file."""
     router = APIRouter()
 
-    @router.post("/api/documents", summary="Ingest files or JSON documents (admin keys), progress streamed as "
-                                           "Server-Sent Events", **streams("IngestEvent"),
-                 openapi_extra={"requestBody": upload_body(max_bytes, MAX_FILES, MAX_FORM_FIELDS)})
+    @router.post("/api/documents", summary="Ingest files or JSON documents (admins: any collection; members: those "
+                                           "open to members), progress streamed as Server-Sent Events",
+                 **streams("IngestEvent", 403, 502), openapi_extra={"requestBody": upload_body(
+                     max_bytes, MAX_FILES, MAX_FORM_FIELDS)})
     async def ingest_documents(request: Request, who: Identity = Depends(caller)):
-        who.require_admin("ingesting documents")
         await rate.check(who.tenant, who.user)
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         try:
@@ -288,23 +367,31 @@ def documents_router(retriever: Callable[[], RetrieverClient], library: Library,
         except InvalidArgument as exc:
             return JSONResponse({"error": {"code": exc.code, "message": str(exc)}}, status_code=400)
         who.acting_for(batch.template.tenant, "")  # a tenant field naming another tenant: 403
-        return StreamingResponse(_progress(retriever(), batch, who), media_type="text/event-stream",
+        progress = await _started(retriever().ingest(_documents(batch))) if batch.documents else None
+        return StreamingResponse(_progress(progress, batch, who), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    @router.get("/api/documents", summary="The tenant's documents (one collection's or all), most recently written "
-                                          "first", **returns(Documents, 502))
+    @router.get("/api/documents", summary="The documents of the tenant the caller may read (one collection's or "
+                                          "all), most recently written first", **returns(Documents, 502))
     async def list_documents(collection: str = Query("", pattern=f"(?:{COLLECTION_NAME})|^$", description=(
                                  "One collection's documents; empty: every collection's")),
                              limit: Limit = DEFAULT_PAGE, offset: Offset = 0, who: Identity = Depends(caller)) -> dict:
         found = await library.documents(who, collection, limit, offset)
         return {"documents": [document_line(e) for e in found.items], "next_offset": found.next_offset}
 
-    @router.get("/api/documents/{collection}/{doc_id:path}", summary="A document's header, summary and outline",
-                **returns(DocumentInfo, 404, 502))
+    @router.get("/api/documents/{collection}/{doc_id:document}", summary="A document's header, summary, outline and "
+                                                                      "access", **returns(DocumentInfo, 404, 502))
     async def get_document(collection: Collection, doc_id: DocId, who: Identity = Depends(caller)) -> dict:
-        return asdict(await library.document(who, collection, doc_id))
+        return document_json(await library.document(who, collection, doc_id))
 
-    @router.delete("/api/documents/{collection}/{doc_id:path}", summary="Delete a document (admin keys)",
+    @router.put("/api/documents/{collection}/{doc_id:path}/access", summary="Change who may read a document (its "
+                                                                             "owner or an admin)",
+                **returns(DocumentInfo, 403, 404, 502))
+    async def set_document_access(collection: Collection, doc_id: DocId, change: AccessChange,
+                                  who: Identity = Depends(caller)) -> dict:
+        return document_json(await library.set_document_access(who, collection, doc_id, change.to_access()))
+
+    @router.delete("/api/documents/{collection}/{doc_id:document}", summary="Delete a document (its owner or an admin)",
                    **returns(DocumentsDeleted, 403, 404, 502))
     async def delete_document(collection: Collection, doc_id: DocId, who: Identity = Depends(caller)) -> dict:
         documents, chunks = await library.delete_document(who, collection, doc_id)

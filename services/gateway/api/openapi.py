@@ -15,14 +15,16 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import StreamingResponse
 from pydantic.json_schema import models_json_schema
 
+from ragmesh.access import MAX_GROUPS, MAX_USERS
 from ragmesh.models import KNOWN_MODELS, WEB_SEARCH_MODELS
 from ragmesh.request_context import REQUEST_ID_HEADER
-from ragmesh.validation import COLLECTION_NAME, WHITESPACE
+from ragmesh.validation import COLLECTION_NAME, PRINCIPAL_NAME, WHITESPACE
 from services.gateway.api.schemas import ERRORS, SCHEMAS, STREAMS, Error, strategy_schemas
+from services.gateway.document_request import AccessRequest
 
 API_ERRORS = (400, 401, 408, 413, 429, 500, 503)  # any /api route: host, credential, body time and size, admission
 WRITE_ERRORS = (403,)  # POST, PATCH and DELETE: the Origin rule
-BODY_ERRORS = (415,)  # POST and PATCH: the content type
+BODY_ERRORS = (415,)  # POST, PUT and PATCH: the content type
 REQUEST_ID = {REQUEST_ID_HEADER: {"$ref": "#/components/headers/RequestId"}}
 # A JSON object of string values, as text (the multipart `metadata` field): what json.loads reads as one.
 _SPACE = r"[ \t\n\r]*"
@@ -30,6 +32,17 @@ _STRING = (r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{
            r'|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})*"')  # no lone surrogate escapes
 _PAIR = f"{_STRING}{_SPACE}:{_SPACE}{_STRING}"
 JSON_OBJECT_OF_STRINGS = f"^(?:{_SPACE}\\{{{_SPACE}(?:{_PAIR}{_SPACE}(?:,{_SPACE}{_PAIR}{_SPACE})*)?\\}}{_SPACE})?$"
+
+
+def _names(most: int) -> str:
+    name = f'"{PRINCIPAL_NAME.strip("^$")}"'
+    return f"\\[{_SPACE}(?:{name}(?:{_SPACE},{_SPACE}{name}){{0,{most - 1}}})?{_SPACE}\\]"
+
+
+# The access object as text (the multipart `access` field): what json.loads reads as one AccessRequest.
+_MEMBER = (f'(?:"users"{_SPACE}:{_SPACE}{_names(MAX_USERS)}|"groups"{_SPACE}:{_SPACE}{_names(MAX_GROUPS)}'
+           f'|"tenant"{_SPACE}:{_SPACE}(?:true|false))')
+JSON_ACCESS = (f"^(?:{_SPACE}\\{{{_SPACE}(?:{_MEMBER}{_SPACE}(?:,{_SPACE}{_MEMBER}{_SPACE})*)?\\}}{_SPACE})?$")
 
 
 def streams(event: str, *errors: int) -> dict[str, Any]:
@@ -47,6 +60,9 @@ def upload_body(max_file: int, max_files: int, max_fields: int) -> dict[str, Any
     """POST /api/documents reads its body by hand: files as multipart/form-data, or documents as JSON."""
     collection = {"type": "string", "pattern": COLLECTION_NAME, "description": "Letters, digits, '_', '-' or '.', 1-64"}
     tenant = "Empty or the credential's own tenant (403 otherwise)"
+    access = {"anyOf": [{"$ref": SCHEMAS + "AccessRequest"}, {"type": "null"}],
+              "description": "Who may read it besides the uploader; absent or null: the request's, else the "
+                             "collection's default"}
     form = {"type": "object", "required": ["files", "collection"], "properties": {
         "files": {"type": "array", "minItems": 1, "maxItems": max_files, "items": {"type": "string",
                                                                                     "format": "binary"},
@@ -58,19 +74,26 @@ def upload_body(max_file: int, max_files: int, max_fields: int) -> dict[str, Any
         "meta": {"type": "array", "items": {"type": "string", "pattern": f"^[^=]*[^={WHITESPACE}][^=]*="},
                  "description": f"key=value metadata, repeated (a form has at most {max_fields:,} fields)"},
         "summarize": {"type": "string", "pattern": "^(?:[Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])?$",
-                      "description": "true or false (any case); empty: the collection's setting"}}}
+                      "description": "true or false (any case); empty: the collection's setting"},
+        "access": {"type": "string", "pattern": JSON_ACCESS, "contentMediaType": "application/json",
+                   "contentSchema": {"$ref": SCHEMAS + "AccessRequest"},
+                   "description": "Who may read the files besides the uploader, as a JSON AccessRequest; empty: the "
+                                  "collection's default"}}}
     text = {"type": "object", "title": "TextDocument", "required": ["doc_id", "text"], "properties": {
         "doc_id": {"type": "string", "minLength": 1}, "text": {"type": "string"}, "title": {"type": ["string", "null"]},
         "date": {"type": ["string", "null"]},
-        "metadata": {"type": ["object", "null"], "description": "Values are stored as text"}}}
+        "metadata": {"type": ["object", "null"], "description": "Values are stored as text"}, "access": access}}
     record = {"type": "object", "title": "Record", "not": {"required": ["text"]},
+              "properties": {"access": access},
               "description": "A record the retriever parses as JSON: a transcript (raw_text / refined_text / tags), "
-                             "a meeting note or a factsheet"}
+                             "a meeting note or a factsheet; its `access` is who may read it"}
     documents = {"type": "object", "required": ["collection", "documents"], "properties": {
         "collection": collection, "tenant": {"type": ["string", "null"], "description": tenant},
         "metadata": {"type": ["object", "null"], "additionalProperties": {"type": "string"},
                      "description": "Stored with every document"},
         "summarize": {"type": ["boolean", "null"], "description": "null: the collection's setting"},
+        "access": {**access, "description": "Who may read every document that names none of its own; absent or null: "
+                                            "the collection's default"},
         "documents": {"type": "array", "minItems": 1, "items": {"oneOf": [text, record]}}}}
     return {"required": True, "content": {"multipart/form-data": {"schema": form},
                                           "application/json": {"schema": documents}},
@@ -108,6 +131,7 @@ def build(app: FastAPI, *, offered_models: list[str], max_body_bytes: int, max_u
     events = [(m, "serialization") for models, _ in STREAMS.values() for m in models]
     schemas.update(models_json_schema(events, ref_template=SCHEMAS + "{model}")[1].get("$defs", {}))
     schemas.update(strategy_schemas())
+    schemas.update(models_json_schema([(AccessRequest, "validation")], ref_template=SCHEMAS + "{model}")[1]["$defs"])
     for name, (models, description) in STREAMS.items():
         schemas[name] = {"oneOf": [{"$ref": SCHEMAS + m.__name__} for m in models], "description": description}
     others = ", ".join(m for m in KNOWN_MODELS if m not in offered_models) or "none"
@@ -127,7 +151,7 @@ def build(app: FastAPI, *, offered_models: list[str], max_body_bytes: int, max_u
                 op["security"] = []
             else:
                 statuses = {*API_ERRORS, *(WRITE_ERRORS if method != "get" else ()),
-                            *(BODY_ERRORS if method in ("post", "patch") else ())}
+                            *(BODY_ERRORS if method in ("post", "put", "patch") else ())}
                 for status in statuses | {int(s) for s in op["responses"] if s != "200"}:
                     op["responses"][str(status)] = _error(status)
             if "requestBody" in op:

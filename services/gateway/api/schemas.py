@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
 
+from ragmesh import access
 from ragmesh.v1 import retriever_pb2
 from services.gateway.strategy import Strategy
 
@@ -185,6 +186,8 @@ class Identity(_Exact):
     tenant: str
     user: str
     role: Literal["admin", "member", "service"]
+    groups: list[str] = Field(description="The groups the credential names (a JWT claim, the key's record), sorted; "
+                                          "documents shared with one of them are readable")
 
 
 class Meta(_Exact):
@@ -206,7 +209,7 @@ class ConversationInfo(_Exact):
 
 
 class Conversations(_Exact):
-    conversations: list[ConversationInfo] = Field(description="Newest first; an admin key sees its tenant's")
+    conversations: list[ConversationInfo] = Field(description="Newest first; the caller's own, whatever its role")
     next_offset: int | None = Field(description="The offset of the next page; null on the last page")
 
 
@@ -259,7 +262,26 @@ class SectionOutline(_Exact):
     page: int = Field(description="First page; 0 when the document has no pages")
 
 
+class Access(_Exact):
+    """Who may read a document besides its owner."""
+
+    users: list[str] = Field(description="Users of the tenant it is shared with")
+    groups: list[str] = Field(description="Groups it is shared with (a credential's groups)")
+    tenant: bool = Field(description="Every user of the tenant reads it")
+
+
+def access_json(a: access.Access) -> dict[str, Any]:
+    return {"users": list(a.users), "groups": list(a.groups), "tenant": a.tenant}
+
+
+OWNER = Field(description="Who uploaded it (or an admin re-assigned it to): reads it, changes its access, replaces "
+                          "and deletes it, as the tenant's admins may; empty for a document written before access "
+                          "lists (the whole tenant reads it)")
+
+
 class DocumentInfo(_Exact):
+    """A document's header, summary and outline, with who may read it."""
+
     doc_id: str
     collection: str
     tenant: str
@@ -270,6 +292,8 @@ class DocumentInfo(_Exact):
     chunk_count: int
     summary: str = Field(description="The summary of the whole document made at ingest; empty when none")
     sections: list[SectionOutline]
+    access: Access
+    owner: str = OWNER
 
 
 class DocumentLine(_Exact):
@@ -282,10 +306,13 @@ class DocumentLine(_Exact):
     summarized: bool = Field(description="A summary of the whole document was made at ingest")
     updated_at: str = Field(description="Last written (ISO 8601 UTC)")
     metadata: dict[str, str]
+    access: Access
+    owner: str = OWNER
 
 
 class Documents(_Exact):
-    documents: list[DocumentLine] = Field(description="The tenant's documents, most recently written first")
+    documents: list[DocumentLine] = Field(description="The documents of the tenant the caller may read (an admin "
+                                                      "key: all of them), most recently written first")
     next_offset: int | None = Field(description="The offset of the next page; null on the last page")
 
 
@@ -319,10 +346,21 @@ class CollectionLine(_Exact):
     documents: int = Field(description="The tenant's documents in it")
     chunks: int
     data_source: str = Field(description="The data source (POST /api/chat/ask) that searches it; empty: none")
+    members_upload: bool = Field(description="Members may upload documents into it (admins always may)")
+    default_access: Access = Field(description="A document's access when its upload names none (its uploader "
+                                               "always reads it)")
 
 
 class Collections(_Exact):
     collections: list[CollectionLine]
+
+
+class CollectionAccess(_Exact):
+    """A collection's rules in the caller's tenant, as they are now."""
+
+    collection: str
+    members_upload: bool = Field(description="Members may upload documents into it (admins always may)")
+    default_access: Access = Field(description="A document's access when its upload names none")
 
 
 class Funds(_Exact):
@@ -355,9 +393,10 @@ ERRORS = {
          "an unreadable body, a malformed Host or Origin header, or a Host header not in ALLOWED_HOSTS",
     401: "UNAUTHENTICATED: no `Authorization: Bearer` credential, or an unknown, revoked, expired or "
          "badly signed one",
-    403: "PERMISSION_DENIED: the key's role may not do this (a member key ingesting or deleting), the body "
-         "names another tenant (or, with a member key, another user), or a browser page of another "
-         "origin sent it",
+    403: "PERMISSION_DENIED: the key's role may not do this (a member key uploading into a collection not open to "
+         "members, sharing with the whole tenant, changing or deleting another user's document, changing a "
+         "collection's rules), the body names another tenant (or, with a member key, another user), or a browser "
+         "page of another origin sent it",
     404: "NOT_FOUND: no such conversation, document or chunk for this caller (another tenant's or user's answers "
          "exactly as an unknown id)",
     408: "DEADLINE_EXCEEDED: the body did not arrive whole within HTTP_BODY_TIMEOUT_S (uploads to "

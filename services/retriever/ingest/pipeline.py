@@ -24,12 +24,13 @@ from ragmesh.access import Access
 from ragmesh.errors import InvalidArgument, NotFound, PermissionDenied, RagmeshError
 from ragmesh.identity import SERVICE, Identity
 from ragmesh.store import CorpusStore
-from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, SectionOutline, StoredChunk
+from ragmesh.types import (MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, Document, DocumentRecord, SearchFilter,
+                           SectionOutline, StoredChunk)
 from ragmesh.validation import (
     MAX_DOC_IDS, MAX_FILENAME_CHARS, MAX_ID_CHARS, MAX_MIME_TYPE_CHARS, MAX_TITLE_CHARS, RESERVED_PREFIX, check_date,
     check_list, check_metadata, check_name, check_text, shown,
 )
-from services.retriever import filters, permissions
+from services.retriever import filters, permissions, personal
 from services.retriever.backend import SearchBackend
 from services.retriever.ingest import batch
 from services.retriever.ingest.batch import CommitBatch, Ready
@@ -456,7 +457,9 @@ class Ingestor:
         if "" in doc_ids:
             raise InvalidArgument(f"doc_ids[{doc_ids.index('')}]", "must not be empty")
         if who is not None and where is not None and not access.privileged(who):
-            raise PermissionDenied("deleting by filter needs an admin key")
+            if collection != MEMORY_COLLECTION:
+                raise PermissionDenied("deleting by filter needs an admin key")
+            where = dataclasses.replace(where, equals={**where.equals, MEMORY_AUTHOR: who.user})  # its author's own
         if who is not None and doc_ids:
             doc_ids = await asyncio.to_thread(self._managed, who, tenant, collection, doc_ids)
         if where is not None:
@@ -472,9 +475,13 @@ class Ingestor:
     def _managed(self, who: Identity, tenant: str, collection: str, doc_ids: list[str]) -> list[str]:
         managed = []
         for doc_id in doc_ids:
+            record = self.store.get_document(tenant, collection, doc_id)
+            if collection == MEMORY_COLLECTION:  # personal: its author's (the platform writes it for them)
+                if record is not None and personal.readable(collection, record.metadata, personal.reader(who)):
+                    managed.append(doc_id)
+                continue
             try:
-                permissions.require_manager(who, self.store.get_document(tenant, collection, doc_id), doc_id,
-                                            collection)
+                permissions.require_manager(who, record, doc_id, collection)
             except NotFound:
                 continue  # unknown, or not the caller's to see: deleting it removes nothing
             managed.append(doc_id)

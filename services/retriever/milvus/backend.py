@@ -41,6 +41,13 @@ is another's latency), the `_state` collection (the store version Milvus holds),
 collection's analyzer and index options. Within a tenant's collection, statistics still count
 its own deleted rows until compaction, and milvus-lite's memtable statistics follow the search
 filter (a date range changes scores): a tenant's scores depend on its own history only.
+
+Inside a tenant's collection, who may read a chunk is a filter, not a unit of storage: each row's
+`kv` names its reader tokens (rows.access_entries) and every read ANDs the caller's principals
+into its expression (expr.readable). So a result list, a count or a parent holds only what the
+caller may read, but BM25's statistics remain the collection's: a colleague's private document
+moves a reader's keyword scores (as under Elasticsearch's document-level security), and is never
+returned, counted or named.
 """
 from __future__ import annotations
 
@@ -54,6 +61,7 @@ from pathlib import Path
 import numpy as np
 from pymilvus.exceptions import MilvusException
 
+from ragmesh import access
 from ragmesh.store import Store
 from ragmesh.types import Chunk, SearchFilter, StoredChunk
 from services.retriever.analyzer import Analyzer
@@ -154,11 +162,11 @@ class MilvusBackend(Connection):
             self.create_table(table, rows.schema(self.dimensions), self._index_params(self.options(name)),
                               self.config.consistency)
             pairs = self.client.prepare_index_params()
-            pairs.add_index("kv", index_type="INVERTED")  # `in` and `equals` filters (Milvus 2.5 indexes arrays)
+            pairs.add_index("kv", index_type="INVERTED")  # access, `in`, `equals` filters (Milvus 2.5 indexes arrays)
             try:
                 self.client.create_index(table, pairs, sync=False)
             except MilvusException as exc:  # milvus-lite does not: its filters scan
-                log.info("metadata filters unindexed: Milvus refused an index on the pairs",
+                log.info("metadata and access filters unindexed: Milvus refused an index on the pairs",
                          extra={"collection": name, "error": exc.message[:200]})
         self._listed = {**self._tables(), (name, rows.tenant_key(tenant)): table}  # searches read it meanwhile
 
@@ -185,10 +193,12 @@ class MilvusBackend(Connection):
         self._held.discard(held.name(self.config.prefix, name))
 
     def indexed(self, name: str, tenant: str | None = None, readers: frozenset[str] | None = None) -> int:
-        """The tenant's searchable chunks of the collection (None: every tenant's)."""
+        """The tenant's searchable chunks of the collection that `readers` may read (tenant None:
+        every tenant's)."""
+        where = expr.readable(readers)  # a tenant's collection holds its rows only: no tenant condition
         if tenant is not None:
-            return self._count(self._table(name, tenant), "") if self._holds(name, tenant) else 0
-        return sum(self._count(table, "") for table in self._of(name))
+            return self._count(self._table(name, tenant), where) if self._holds(name, tenant) else 0
+        return sum(self._count(table, where) for table in self._of(name))
 
     def _count(self, table: str, where: str) -> int:
         found = self.call(self.client.query, table, filter=where, output_fields=["count(*)"],
@@ -266,7 +276,7 @@ class MilvusBackend(Connection):
             matrix = np.asarray([rows_by_slot[s]["dense"] for s in order], np.float32)
             out.similarity = dict(zip(order, (matrix @ vectors[0]).tolist()))
         if with_parents:
-            out.parents = self._parents(name, f.tenant, out.chunks.values())
+            out.parents = self._parents(name, f, out.chunks.values())
         return out
 
     def _timed_search(self, table: str, field: str, data: list, depth: int, where: str,
@@ -290,9 +300,10 @@ class MilvusBackend(Connection):
                 chunk.text = whole.get(chunk.chunk_id, chunk.text)
         return chunks
 
-    def _parents(self, name: str, tenant: str, chunks) -> dict[str, str]:
+    def _parents(self, name: str, f: SearchFilter, chunks) -> dict[str, str]:
         """Parents are stored, not indexed: each text is the searching tenant's chunk of that id,
-        read from the store, and only when it is a parent in the child's own document."""
+        read from the store, and only when it is a parent in the child's own document (the children
+        are admitted ones, and a parent carries its document's access: checked again all the same)."""
         out: dict[str, str] = {}
         if self.store is None:
             return out
@@ -301,8 +312,9 @@ class MilvusBackend(Connection):
             if c.parent_chunk_id:
                 docs.setdefault(c.parent_chunk_id, set()).add(c.doc_id)
         for parent_id, doc_ids in docs.items():
-            stored = self.store.chunk(tenant, parent_id)
-            if stored is not None and stored.chunk.collection == name and stored.chunk.doc_id in doc_ids:
+            stored = self.store.chunk(f.tenant, parent_id)
+            if stored is not None and stored.chunk.collection == name and stored.chunk.doc_id in doc_ids \
+                    and access.readable(stored.chunk.metadata, f.readers):
                 out[parent_id] = stored.chunk.text
         return out
 
@@ -420,7 +432,7 @@ class MilvusBackend(Connection):
         key = rows.hexed(field_name)
         values: set[str] = set()
         for name in self.searchable(collections or self.names(), tenant):
-            found = self._scan(self._table(name, tenant), expr.has_field(tenant, field_name), ["meta"])
+            found = self._scan(self._table(name, tenant), expr.has_field(tenant, field_name, readers), ["meta"])
             values |= {rows.unhexed(r["meta"][key]) for r in found}
         return sorted(values)
 

@@ -4,13 +4,19 @@ Caller values and field names never become expression text: milvus-lite has no f
 templates (`filter_params`), so each one is turned into hexadecimal (a digest or its UTF-8
 hex, see rows.py) or an integer before it is written between quotes. Nothing a caller sends
 can close a quote, open a bracket or add an operator. A condition on a field a chunk lacks is
-false, so filters fail closed as in the memory engine."""
+false, so filters fail closed as in the memory engine.
+
+Who reads (`SearchFilter.readers`, the caller's principals) is one more condition on the indexed
+`kv` array, ANDed with the rest, so no other part of a filter widens it: a row is admitted when its
+access entries name one of the principals, or when it has none at all (written before access
+lists: the tenant's, so admitted to whoever reads as the tenant; every caller's principals do)."""
 from __future__ import annotations
 
 import datetime as dt
 
+from ragmesh import access
 from ragmesh.types import SearchFilter
-from services.retriever.milvus.rows import date_number, digest, hexed, pair
+from services.retriever.milvus.rows import RESTRICTED, date_number, digest, hexed, pair, reader
 
 NOTHING = 'pk == ""'  # no row has an empty primary key
 
@@ -36,6 +42,8 @@ def expression(f: SearchFilter) -> str:
     """The whole filter; the tenant is always part of it (as in the memory engine, "" is a tenant:
     the one of chunks stored without, by in-process callers such as the benchmarks)."""
     parts = [f"tenant == {_hex_literal(hexed(f.tenant))}"]
+    if f.readers is not None:
+        parts.append(readable(f.readers))
     if f.start_date or f.end_date:
         if f.date_field:
             path = f"meta[{_hex_literal(hexed(f.date_field))}]"
@@ -55,10 +63,24 @@ def expression(f: SearchFilter) -> str:
     return " and ".join(parts)
 
 
+def readable(readers: frozenset[str] | None) -> str:
+    """The condition that admits what `readers` may read (ragmesh.access.admits); "" (none) for
+    None, the platform. An empty set reads nothing, as in ragmesh.access."""
+    if readers is None:
+        return ""
+    either = [f"ARRAY_CONTAINS_ANY(kv, {_hex_list(sorted(reader(r) for r in readers))})"] if readers else []
+    if access.TENANT in readers:
+        either.append(f"not ARRAY_CONTAINS(kv, {_hex_literal(RESTRICTED)})")
+    return f"({' or '.join(either)})" if either else NOTHING
+
+
 def _doc_in(doc_ids: list[str]) -> str:
     return f"doc in {_hex_list(sorted({digest('doc', d) for d in doc_ids}))}"
 
 
-def has_field(tenant: str, field_name: str) -> str:
-    """The tenant's rows whose metadata has the field (every string is >= the empty one)."""
-    return f'tenant == {_hex_literal(hexed(tenant))} and meta[{_hex_literal(hexed(field_name))}] >= ""'
+def has_field(tenant: str, field_name: str, readers: frozenset[str] | None = None) -> str:
+    """The tenant's rows that `readers` may read whose metadata has the field (every string is >=
+    the empty one)."""
+    parts = [f"tenant == {_hex_literal(hexed(tenant))}", readable(readers),
+             f'meta[{_hex_literal(hexed(field_name))}] >= ""']
+    return " and ".join(p for p in parts if p)

@@ -3,7 +3,8 @@
 Every value that came from a caller and may later be matched by a filter is stored encoded,
 so a filter expression only ever carries hexadecimal text between its quotes:
 - `pk`, `doc`, `kv` hold 128-bit digests (tenant, doc id and chunk id; doc id; each metadata key
-  and value pair), matched for equality; a row's key names its document too, so the keys a
+  and value pair, led by the row's access entries: RESTRICTED and one per reader token, see
+  `access_entries`), matched for equality; a row's key names its document too, so the keys a
   document's version had (held.py) are its own, even when a chunk id moves to another document;
 - `tenant` (the partition key) and `meta` (metadata as {hex(key): hex(value)}) hold UTF-8 hex,
   which keeps the code-point order of the text, so a date range on a metadata field compares
@@ -29,6 +30,7 @@ import numpy as np
 
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
+from ragmesh import access
 from ragmesh.types import Chunk
 
 MAX_VARCHAR = 65_535  # bytes, Milvus's largest VARCHAR
@@ -54,6 +56,24 @@ def digest(*parts: str) -> str:
 
 def pair(key: str, value: str) -> str:
     return digest("kv", key, value)
+
+
+def reader(token: str) -> str:
+    """The `kv` entry saying that a reader token (ragmesh.access: `tenant`, `user:<u>`, `group:<g>`)
+    may read the row. Its own digest kind, not pair(ACCESS_KEY, token): a caller's metadata filter
+    on ACCESS_KEY matches the whole value, as in the memory engine, never a single token."""
+    return digest("access", token)
+
+
+# The `kv` entry of a row with an access list; a row without it (its chunk has no ACCESS_KEY, or
+# was indexed before access lists, when none had one) is the whole tenant's (LEGACY).
+RESTRICTED = digest("access")
+
+
+def access_entries(metadata: dict[str, str]) -> list[str]:
+    """RESTRICTED and each reader token's entry, for a chunk with an access list; none without."""
+    value = metadata.get(access.ACCESS_KEY)
+    return [] if value is None else [RESTRICTED, *sorted(reader(t) for t in access.tokens(value))]
 
 
 def date_number(date: str) -> int:
@@ -89,7 +109,8 @@ def to_row(chunk: Chunk, vector: np.ndarray, terms: list[str], written: int) -> 
         "chunk_index": chunk.chunk_index,
         "date": date_number(chunk.date),
         "date_text": _clip(chunk.date, 1024),
-        "kv": [pair(k, v) for k, v in chunk.metadata.items()][:MAX_PAIRS],
+        # Access first, never cut: ragmesh.access's limits leave room for the retriever's 160 metadata pairs.
+        "kv": (access_entries(chunk.metadata) + [pair(k, v) for k, v in chunk.metadata.items()])[:MAX_PAIRS],
         "meta": {hexed(k): hexed(v) for k, v in chunk.metadata.items()},
         "text": _clip(chunk.text),
         "text_chars": len(chunk.text),

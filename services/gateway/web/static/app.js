@@ -16,6 +16,7 @@
   var convOffset = null;   // next page of the conversation list
   var panelOpener = null;  // what to focus when the panel closes
   var uploadFiles = [];
+  var me = { user: "", role: "" };  // who the key is (/api/meta): owners and admins change who sees a document
   // Inline icons (no emoji: headless and minimal systems often lack an emoji font)
   var SVG = '<svg aria-hidden="true" width="14" height="14" viewBox="0 0 24 24" fill="none" stroke="currentColor" ' +
     'stroke-width="2" stroke-linecap="round" stroke-linejoin="round" class="icon">';
@@ -74,6 +75,8 @@
   }
   function showIdentity(ident) {
     var who = $("who");
+    me = { user: (ident && ident.user) || "", role: (ident && ident.role) || "" };
+    offerTenant($("upload-access"), false);
     if (!ident || typeof ident !== "object" || !ident.user) {
       who.textContent = "";
       who.removeAttribute("title");
@@ -823,9 +826,7 @@
     $("panel-error").hidden = true;
     $("panel-close").focus();
     var summary = /#summary\d*$/.test(c.chunk_id || "");
-    var path = summary
-      ? "/api/documents/" + encodeURIComponent(c.collection) + "/" + c.doc_id.split("/").map(encodeURIComponent).join("/")
-      : "/api/chunks/" + encodeURIComponent(c.chunk_id);
+    var path = summary ? documentPath(c.collection, c.doc_id) : "/api/chunks/" + encodeURIComponent(c.chunk_id);
     apiJson(path).then(function (r) {
       if (panel.getAttribute("data-chunk-id") !== (c.chunk_id || "")) return;  // another opened since
       var doc = summary ? r : (r.document || {});
@@ -896,28 +897,49 @@
     (meta.funds || []).forEach(function (f) { addCheckbox(funds, "fund", f, false); });
     updateFundCount();
   }
+  function documentPath(collection, docId) {
+    return "/api/documents/" + encodeURIComponent(collection) + "/" + String(docId).split("/").map(encodeURIComponent).join("/");
+  }
   function loadDocuments() {
     if (!apiKey) return Promise.resolve();
     var keep = checked("documents");
     return apiJson("/api/documents?limit=200").then(function (r) {
       var box = $("documents");
       box.textContent = "";
-      (r.documents || []).forEach(function (d) {
-        var value = d.collection + "/" + d.doc_id;
-        var label = el("label");
-        var cb = document.createElement("input");
-        cb.type = "checkbox"; cb.name = "document"; cb.value = value; cb.checked = keep.indexOf(value) !== -1;
-        label.appendChild(cb);
-        label.appendChild(el("span", "dt", d.title || d.doc_id));
-        var bits = [d.collection, d.type, d.date, d.chunk_count + " chunks"];
-        if (d.summarized) bits.push("summary");
-        label.appendChild(el("span", "dm", bits.filter(Boolean).join(" · ")));
-        label.title = (d.title || d.doc_id) + " (" + value + ")";
-        label.setAttribute("data-summarized", d.summarized ? "true" : "false");
-        box.appendChild(label);
-      });
+      (r.documents || []).forEach(function (d) { box.appendChild(documentRow(d, keep)); });
       updateDocuments();
     }).catch(function (err) { if (err.status !== 401) setStatus("Could not list documents: " + err.message); });
+  }
+  // A document of the list: a checkbox that puts it in scope, who sees it and its owner, and for its
+  // owner or an admin a way to change who sees it
+  function documentRow(d, keep) {
+    var value = d.collection + "/" + d.doc_id;
+    var row = el("div", "doc");
+    row.setAttribute("data-doc", value);
+    row.setAttribute("data-owner", d.owner || "");
+    var label = el("label");
+    var cb = document.createElement("input");
+    cb.type = "checkbox"; cb.name = "document"; cb.value = value; cb.checked = keep.indexOf(value) !== -1;
+    label.appendChild(cb);
+    label.appendChild(el("span", "dt", d.title || d.doc_id));
+    var bits = [d.collection, d.type, d.date, d.chunk_count + " chunks"];
+    if (d.summarized) bits.push("summary");
+    label.appendChild(el("span", "dm", bits.filter(Boolean).join(" · ")));
+    label.title = (d.title || d.doc_id) + " (" + value + ")";
+    label.setAttribute("data-summarized", d.summarized ? "true" : "false");
+    row.appendChild(label);
+    var line = el("div", "doc-access");
+    line.appendChild(el("span", "da", accessText(d.access || {}, d.owner)));
+    if (d.owner) line.appendChild(el("span", "do", "owner: " + (d.owner === me.user ? "me" : d.owner)));
+    if (me.role === "admin" || (d.owner && d.owner === me.user)) {
+      var edit = button("link access-edit", "Change who sees it");
+      edit.setAttribute("aria-expanded", "false");
+      edit.setAttribute("aria-label", "Change who sees " + (d.title || d.doc_id));
+      edit.addEventListener("click", function () { toggleAccessForm(row, d, edit); });
+      line.appendChild(edit);
+    }
+    row.appendChild(line);
+    return row;
   }
   function updateDocuments() {
     var picked = checked("documents");
@@ -947,13 +969,113 @@
     }).catch(function () { /* the upload box keeps its default */ });
   }
 
+  // ---------- who sees a document ----------
+  var ACCESS_MODES = [["", "The collection's default"], ["me", "Only me"], ["named", "Me and named people or groups"],
+                      ["tenant", "Everyone in the tenant"]];
+  function names(text) { return String(text || "").split(/[\s,]+/).filter(Boolean); }
+  // Fills an access editor: who sees the document and, for named ones, the people and groups.
+  // withDefault offers the collection's default (an upload); everyone in the tenant is for admins.
+  function accessEditor(root, withDefault) {
+    var sel = el("select", "access-mode");
+    sel.setAttribute("aria-label", "Who sees it");
+    ACCESS_MODES.forEach(function (m) {
+      if (!m[0] && !withDefault) return;
+      var o = el("option", m[0] === "tenant" ? "admin-only" : null, m[1]);
+      o.value = m[0];
+      sel.appendChild(o);
+    });
+    root.appendChild(sel);
+    [["People", "access-users", "alice, bob"], ["Groups", "access-groups", "research"]].forEach(function (f) {
+      var label = el("label", "access-names", f[0] + " ");
+      var input = el("input", f[1]);
+      input.type = "text"; input.placeholder = f[2]; input.autocomplete = "off"; input.spellcheck = false;
+      label.appendChild(input);
+      root.appendChild(label);
+    });
+    sel.addEventListener("change", function () { showNames(root); });
+    offerTenant(root, false);
+    showNames(root);
+    return root;
+  }
+  function showNames(root) {
+    var mode = root.querySelector(".access-mode");
+    if (!mode) return;
+    var named = mode.value === "named";
+    root.querySelectorAll(".access-names").forEach(function (l) { l.hidden = !named; });
+  }
+  // Only admins share with the whole tenant (a document that already is says so)
+  function offerTenant(root, already) {
+    root.querySelectorAll("option.admin-only").forEach(function (o) {
+      o.hidden = o.disabled = !(me.role === "admin" || already);
+      if (o.disabled && o.selected) { root.querySelector(".access-mode").value = root.querySelector("option").value; }
+    });
+    showNames(root);
+  }
+  // The access object an editor says; null: the collection's default
+  function accessOf(root) {
+    var mode = root.querySelector(".access-mode").value;
+    if (!mode) return null;
+    var named = mode === "named";
+    return { users: named ? names(root.querySelector(".access-users").value) : [],
+             groups: named ? names(root.querySelector(".access-groups").value) : [], tenant: mode === "tenant" };
+  }
+  function setAccess(root, a) {
+    var users = a.users || [], groups = a.groups || [];
+    offerTenant(root, !!a.tenant);
+    root.querySelector(".access-mode").value = a.tenant ? "tenant" : (users.length || groups.length) ? "named" : "me";
+    root.querySelector(".access-users").value = users.join(", ");
+    root.querySelector(".access-groups").value = groups.join(", ");
+    showNames(root);
+  }
+  function accessText(a, owner) {
+    if (a.tenant) return "Everyone in the tenant";
+    var others = (a.users || []).concat((a.groups || []).map(function (g) { return "group " + g; }));
+    var first = owner === me.user ? "me" : owner;
+    return others.length ? "Shared with " + others.join(", ") : "Only " + (first || "its owner");
+  }
+  function toggleAccessForm(row, d, opener) {
+    var open = row.querySelector("form.access-form");
+    if (open) { open.remove(); opener.setAttribute("aria-expanded", "false"); return; }
+    var form = el("form", "access-form");
+    var fields = el("fieldset", "access-editor bare");
+    fields.appendChild(el("legend", "visually-hidden", "Who sees " + (d.title || d.doc_id)));
+    accessEditor(fields, false);
+    setAccess(fields, d.access || {});
+    form.appendChild(fields);
+    var save = button("primary access-save", "Save", "submit");
+    var cancel = button("access-cancel", "Cancel");
+    var err = el("span", "notice error access-error");
+    err.setAttribute("role", "alert");
+    err.hidden = true;
+    [save, cancel, err].forEach(function (c) { form.appendChild(c); });
+    cancel.addEventListener("click", function () {
+      form.remove();
+      opener.setAttribute("aria-expanded", "false");
+      opener.focus();
+    });
+    form.addEventListener("submit", function (e) {
+      e.preventDefault();
+      save.disabled = true;
+      err.hidden = true;
+      sendJson("PUT", documentPath(d.collection, d.doc_id) + "/access", accessOf(fields)).then(loadDocuments)
+        .catch(function (x) {
+          save.disabled = false;
+          err.textContent = x.message;
+          err.hidden = false;
+        });
+    });
+    row.appendChild(form);
+    opener.setAttribute("aria-expanded", "true");
+    fields.querySelector(".access-mode").focus();
+  }
+
   // ---------- upload with per-file progress ----------
   function pickFiles(list) {
     uploadFiles = Array.prototype.slice.call(list || []);
     $("upload-send").disabled = !uploadFiles.length;
     $("upload-send").textContent = uploadFiles.length ? "Upload " + uploadFiles.length + " file" + (uploadFiles.length === 1 ? "" : "s") : "Upload";
   }
-  function uploadOne(file, collection, summarize) {
+  function uploadOne(file, collection, summarize, access) {
     var li = el("li");
     li.setAttribute("data-file", file.name);
     li.setAttribute("data-state", "sending");
@@ -970,6 +1092,7 @@
       form.append("files", file, file.name);
       form.append("collection", collection);
       form.append("summarize", summarize ? "true" : "false");
+      if (access) form.append("access", JSON.stringify(access));
       var xhr = new XMLHttpRequest();
       var seen = 0, buf = "", last = null, failed = "";
       xhr.open("POST", "/api/documents");
@@ -1027,7 +1150,8 @@
     if (!files.length) return;
     $("upload-send").disabled = true;
     var collection = $("upload-collection").value || "documents", summarize = $("upload-summarize").checked;
-    for (var i = 0; i < files.length; i++) await uploadOne(files[i], collection, summarize);
+    var access = accessOf($("upload-access"));
+    for (var i = 0; i < files.length; i++) await uploadOne(files[i], collection, summarize, access);
     $("upload-files").value = "";
     pickFiles([]);
     loadDocuments();
@@ -1057,8 +1181,8 @@
     });
     $(filterId).addEventListener("input", function () {
       var q = this.value.trim().toLowerCase();
-      document.querySelectorAll("#" + listId + " label").forEach(function (l) {
-        l.hidden = !!q && l.title.toLowerCase().indexOf(q) === -1;
+      document.querySelectorAll("#" + listId + " label[title]").forEach(function (l) {
+        (l.closest(".doc") || l).hidden = !!q && l.title.toLowerCase().indexOf(q) === -1;
       });
     });
   }
@@ -1067,6 +1191,7 @@
   $("summarize").addEventListener("click", function () { ask("Summarize this document."); });
   $("upload-files").addEventListener("change", function () { pickFiles(this.files); });
   $("upload-send").addEventListener("click", uploadAll);
+  accessEditor($("upload-access"), true);
   var drop = $("drop");
   drop.addEventListener("dragover", function (e) { e.preventDefault(); drop.classList.add("over"); });
   drop.addEventListener("dragleave", function () { drop.classList.remove("over"); });
