@@ -158,7 +158,7 @@ class Planner:
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
         s.retrieval, why = RAG_NEW_QUERY, _not_reusable(ask, s, cached)
         # A scope that may be reused has its sources checked beside the question's embedding.
-        checking = asyncio.ensure_future(self._changed(ask, cached, s)) if cached and not why else None
+        checking = asyncio.ensure_future(self._changed(cached, s)) if cached and not why else None
         try:
             with tracing.span("embedding"):
                 vector, s.embed_ms = await (embedding or self._embed_question(ask.question))
@@ -168,6 +168,8 @@ class Planner:
                     why = f"same filters, different topic {note}"
                 elif changed := await checking:
                     why = f"same filters and topic {note}, but {changed}: searched again"
+                    with contextlib.suppress(RagmeshError):  # left in Redis, it is checked again before any reuse
+                        await self.cache.forget(ask.tenant, ask.conversation_id)
                 else:
                     s.retrieval, s.cache_hit, why = RAG_REUSE, True, f"same filters and topic {note}"
                     s.hits, s.candidate_count = cached.hits, cached.candidate_count
@@ -202,11 +204,11 @@ class Planner:
                                      "unavailable": s.unavailable})
         return s
 
-    async def _changed(self, ask: AskInput, cached: ScopeEntry, s: Plan) -> str:
+    async def _changed(self, cached: ScopeEntry, s: Plan) -> str:
         """Why the cached scope may not be answered from, or "" when every text it holds is still there,
         readable by the asker and unchanged (the retriever's CheckChunks, called as the asker: a
-        revoked share counts as a delete). One that changed is forgotten; one the retriever could not
-        check in the embedding's share of the deadline is not reused (the search has its fallbacks)."""
+        revoked share counts as a delete). A scope the retriever could not check in the embedding's
+        share of the deadline is not reused either (the search has its fallbacks)."""
         checked = time.perf_counter()
         sources = cached.sources()
         if not sources:
@@ -222,8 +224,6 @@ class Planner:
             s.check_ms = (time.perf_counter() - checked) * 1000
         if len(current) == len(sources) and all(current):
             return ""
-        with contextlib.suppress(RagmeshError):  # left in the shared state, it is checked again before any reuse
-            await self.cache.forget(ask.tenant, ask.conversation_id)
         gone = len(sources) - sum(current)
         return f"the cached sources changed ({gone} of {len(sources)} deleted, replaced or no longer readable)"
 

@@ -42,6 +42,7 @@ class FakeRetriever:
         self.current = current
         self.checked: list[list[tuple[str, str]]] = []
         self.searches = 0
+        self.down = False  # searches fail
 
     async def check_chunks(self, chunks: Sequence[tuple[str, str]]) -> list[bool]:
         self.checked.append(list(chunks))
@@ -53,6 +54,8 @@ class FakeRetriever:
 
     async def search(self, *args, **kwargs) -> SearchResult:
         self.searches += 1
+        if self.down:
+            raise Unavailable("retriever: UNAVAILABLE: restarting")
         return SearchResult(list(NEW), len(NEW), {})
 
 
@@ -71,8 +74,8 @@ def _planner(retriever: FakeRetriever, cache: ScopeCache) -> Planner:
     return Planner(retriever, None, FakeEmbedder(), cache, no_funds, settings, EXTRACTIVE, {})
 
 
-def _follow_up(current: list[bool] | Exception | None) -> tuple:
-    """The follow-up planned over a cached scope of OLD: (plan, retriever, cache)."""
+def _follow_up(current: list[bool] | Exception | None, search_fails: bool = False) -> tuple:
+    """The follow-up planned over a cached scope of OLD: (plan, retriever, the entry cached after it)."""
     retriever, cache = FakeRetriever(current), ScopeCache()
     planner = _planner(retriever, cache)
 
@@ -80,7 +83,7 @@ def _follow_up(current: list[bool] | Exception | None) -> tuple:
         first = await planner.plan(AskInput(FIRST, tenant=TENANT, conversation_id=CONVERSATION), Recent(0, []))
         assert first.retrieval == RAG_NEW_QUERY
         (await cache.get(TENANT, CONVERSATION)).hits = list(OLD)  # what the first search found
-        retriever.searches = 0
+        retriever.searches, retriever.down = 0, search_fails
         plan = await planner.plan(AskInput(FOLLOW_UP, tenant=TENANT, conversation_id=CONVERSATION),
                                   Recent(1, [Turn(FIRST, "Kestrel cut its Brazil exposure by half [1].")]))
         return plan, await cache.get(TENANT, CONVERSATION)
@@ -103,6 +106,12 @@ def test_a_scope_with_a_source_deleted_revoked_or_replaced_is_dropped_and_search
     assert "the cached sources changed (1 of 3" in plan.reason, plan.reason
     assert retriever.searches > 0 and {h.chunk.chunk_id for h in plan.hits} == {"n2#0"}
     assert {h.chunk.chunk_id for h in entry.hits} == {"n2#0"}, "the stale entry is replaced by the new search's"
+
+
+def test_a_stale_scope_is_dropped_even_when_the_new_search_fails() -> None:
+    plan, _, entry = _follow_up([False, True, True], search_fails=True)
+    assert plan.retrieval == RAG_NEW_QUERY and "the cached sources changed" in plan.reason
+    assert entry is None, "no later question finds the stale entry"
 
 
 @pytest.mark.parametrize("current, said", [
