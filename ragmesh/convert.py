@@ -71,6 +71,8 @@ def document_to_proto(d: t.Document) -> retriever_pb2.Document:
     )
     if d.summarize is not None:
         msg.summarize = d.summarize
+    if d.access is not None:
+        msg.access.CopyFrom(access_to_proto(d.access))
     return msg
 
 

@@ -115,7 +115,7 @@ def test_make_run_prints_the_keyed_address_and_keeps_the_key(processes: Running)
     assert stored.stat().st_mode & 0o077 == 0, "the key file is readable by others"
     assert f"authorization: Bearer {processes.key}" in processes.output  # the grpcurl and curl examples
     meta = httpx.get(url.split("#")[0] + "api/meta", headers={"authorization": f"Bearer {processes.key}"}).json()
-    assert meta["identity"] == {"tenant": "demo", "user": "demo-admin", "role": "admin"}
+    assert meta["identity"] == {"tenant": "demo", "user": "demo-admin", "role": "admin", "groups": []}
     assert "Kestrel Emerging Markets" in meta["funds"]
 
 

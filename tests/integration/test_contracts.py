@@ -188,7 +188,10 @@ def test_a_client_leaving_before_any_content_leaves_no_question(gemini_gateway, 
 # -- 001's numbered questions -------------------------------------------------------------------------
 
 def _ingest(stack: Stack, tenant: str, docs: list[retriever_pb2.Document]) -> None:
+    """The documents as the whole tenant's (in `documents` an upload is its uploader's by default)."""
     stub = retriever_pb2_grpc.RetrieverStub(channel(stack.address("retriever"), stack.service_metadata(tenant, "admin")))
+    for doc in docs:
+        doc.access.tenant = True
     assert all(p.error == "" for p in stub.Ingest(iter(docs), timeout=60))
 
 
