@@ -60,8 +60,8 @@ def test_gateway_ingest_streams_progress_into_the_callers_tenant(wiring, stack: 
     assert httpx.get(url + "/api/documents/documents/zephyr-a", headers=headers(key)).json()["tenant"] == WIRING
     assert httpx.get(url + "/api/documents/documents/zephyr-a", headers=stack.headers).status_code == 404
     with channel(address, bearer(stack.key(WIRING, "intern")), ) as ch, pytest.raises(grpc.RpcError) as err:
-        list(gateway_pb2_grpc.GatewayStub(ch).Ingest(iter([retriever_pb2.Document(doc_id="x", collection="documents",
-                                                                                   text="x")]), timeout=30))
+        list(gateway_pb2_grpc.GatewayStub(ch).Ingest(iter([retriever_pb2.Document(  # members: into `documents` only
+            doc_id="x", collection="meeting_notes", text="x")]), timeout=30))
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
