@@ -88,6 +88,15 @@ class Memory:
         await asyncio.gather(*pending, return_exceptions=True)
         await self.retriever.delete(MEMORY_COLLECTION, where=SearchFilter(equals={"conversation_id": conversation_id}))
 
+    async def _exists(self, conversation_id: str) -> bool:
+        return await asyncio.to_thread(self.store.conversation_owner, conversation_id) is not None
+
+    async def _unless_deleted(self, conversation_id: str) -> None:
+        """A conversation deleted while its messages were embedded (its delete may have run on another
+        replica, which does not wait for this one's work) loses what was just written."""
+        if not await self._exists(conversation_id):
+            await self.retriever.delete(MEMORY_COLLECTION, where=SearchFilter(equals={"conversation_id": conversation_id}))
+
     def after_turn(self, tenant: str, user_id: str, conversation_id: str, turns: int, model: str,
                    messages: list[tuple[str, str, str]]) -> None:
         """Schedules memory embedding, and (once the conversation outgrows the history budget) the
@@ -120,6 +129,7 @@ class Memory:
                 log.warning("memory embedding failed", extra={"conversation_id": conversation_id, "error": str(exc)})
                 return
             if not failed:
+                await self._unless_deleted(conversation_id)
                 return
             if attempt < REMEMBER_RETRIES:
                 await asyncio.sleep(self.retry_base_s * 2 ** attempt)
@@ -140,7 +150,7 @@ class Memory:
         if due <= 0:
             return
         summary = await self._summary(conversation_id, previous, unsummarised[:due], model)
-        if summary:
+        if summary and await self._exists(conversation_id):  # deleted meanwhile (on another replica): not written
             await asyncio.to_thread(self.store.set_conversation_summary, conversation_id,
                                     with_coverage(summary, covered + due))
             log.info("conversation summary updated", extra={"conversation_id": conversation_id, "chars": len(summary),

@@ -44,3 +44,23 @@ def test_a_turns_memory_is_written_after_the_settle_time_and_waiting_for_it_writ
     assert ingests == [] and _remembered(stack, conversation) == [], "not yet: the next question goes first"
     stack.call(memory.idle(), timeout=60)
     assert ingests == [1] and sorted(_remembered(stack, conversation)) == ["assistant", "user"]
+
+
+def test_a_conversation_deleted_on_another_replica_while_its_memory_waits_keeps_none(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The delete ran on another replica (it removed the conversation and found no memory yet, and it
+    cannot wait for this replica's work): the messages embedded afterwards are removed again."""
+    memory = stack.app("gateway").memory
+    stack.call(memory.idle(), timeout=60)
+    monkeypatch.setattr(memory, "settle_s", SETTLE_S)
+    reply = httpx.post(stack.http_url + "/api/chat/ask", headers=stack.headers, timeout=120,
+                       json={"question": "What did the Alpha fund say about its emerging markets exposure?"})
+    assert reply.status_code == 200, reply.text
+    conversation = reply.json()["conversation_id"]
+    store = SqliteStore(stack.settings.sqlite_path)
+    try:
+        assert store.delete_conversation("demo", conversation)  # the other replica's delete
+    finally:
+        store.close()
+    stack.call(memory.idle(), timeout=60)
+    assert _remembered(stack, conversation) == []
