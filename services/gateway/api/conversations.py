@@ -65,7 +65,7 @@ def conversations_router(conversations: CallerConversations, caller: Callable[..
 
     @router.delete("/api/conversations/{conversation_id}", summary="Delete a conversation: messages, summary, "
                                                                    "corrections and its conversation memory",
-                   **returns(ConversationDeleted, 404, 502))
+                   **returns(ConversationDeleted, 404, 502, 503))
     async def delete_conversation(conversation_id: PathConversationId, who: Identity = Depends(caller)) -> dict:
         await conversations.delete(who, conversation_id)
         return {"deleted": True}
