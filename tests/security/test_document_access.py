@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import re
 
+from urllib.parse import quote
+
 import grpc
+import httpx
 import pytest
 
 from ragmesh.identity import Identity
 from ragmesh.identity.authenticator import service_token
 from ragmesh.text import sha256
 from ragmesh.v1 import common_pb2, retriever_pb2, retriever_pb2_grpc
-from tests.auth import bearer, channel
+from tests.auth import bearer, channel, headers
+from tests.conftest import answer_of, one, sse
 from tests.stack import Stack
 
 TENANT = "acl-t"  # one per search backend (both retrievers share the stack's store): Callers.tenant
@@ -195,3 +199,51 @@ def test_a_document_written_before_access_lists_stays_the_tenants(callers: Calle
     assert callers.platform().Upsert(iter([legacy])).documents == 1
     found = _search(callers.as_("bob"), "ocelot-tapir policy")
     assert any("ocelot-tapir" in h.chunk.text for h in found.hits)
+
+
+# -- the same through the gateway's HTTP edge, on each search backend --------------------------------
+
+PRIVATE = "Osprey review: the lynx-harrier team's bonus pool is 23 percent this year."
+
+
+def test_through_the_gateway_a_colleague_finds_a_share_only_while_it_lasts(stack: Stack, backend: tuple[str, str],
+                                                                           ask_url: str) -> None:
+    """HTTP as the web page speaks it, on a gateway whose retriever runs each search backend: the
+    colleague's answers, citations, citation panel, documents list and fund picker never show the
+    private document; a share opens it; after the revoke, the colleague's follow-up in the same
+    conversation (which would reuse the cached scope) does not quote it."""
+    tenant = f"{TENANT}-http-{backend[0]}"
+    alice, bob = (headers(stack.key(tenant, user)) for user in ("alice", "bob"))
+    uploaded = sse(ask_url + "/api/documents", {"collection": DOCS, "documents": [
+        {"doc_id": "osprey", "text": PRIVATE, "metadata": {"fund_name": "Osprey Capital Partners"}}]}, alice)
+    assert uploaded[-2]["stage"] == "INDEXED" and uploaded[-2]["doc_id"] == "alice:osprey", uploaded
+    question = {"question": "What is the lynx-harrier team's bonus pool?", "data_sources": ["Documents"]}
+
+    def ask(who: dict, conversation: str | None = None) -> tuple[str, list[dict], str]:
+        events = sse(ask_url + "/api/chat/ask/stream", {**question, "conversation_id": conversation}, who)
+        strategies.append(one(events, "strategy"))
+        return answer_of(events), one(events, "citations"), next(e["conversation_id"] for e in events
+                                                                 if "conversation_id" in e)
+
+    strategies: list[dict] = []
+
+    text, cited, _ = ask(alice)
+    assert "23 percent" in text and [c for c in cited if c["doc_id"] == "alice:osprey"]
+    chunk_id = next(c["chunk_id"] for c in cited if c["doc_id"] == "alice:osprey")
+    text, cited, _ = ask(bob)
+    assert "23 percent" not in text and not [c for c in cited if c["doc_id"] == "alice:osprey"]
+    panel = httpx.get(f"{ask_url}/api/chunks/{quote(chunk_id, safe='')}", headers=bob)
+    unknown = httpx.get(f"{ask_url}/api/chunks/{quote(chunk_id[:-1] + '9', safe='')}", headers=bob)
+    assert panel.status_code == unknown.status_code == 404
+    listed = httpx.get(f"{ask_url}/api/documents", params={"collection": DOCS}, headers=bob).json()["documents"]
+    assert "alice:osprey" not in [d["doc_id"] for d in listed]
+    assert "Osprey Capital Partners" not in httpx.get(f"{ask_url}/api/meta", headers=bob).json()["funds"]
+
+    path = f"{ask_url}/api/documents/{DOCS}/{quote('alice:osprey')}/access"
+    assert httpx.put(path, json={"users": ["bob"]}, headers=alice).status_code == 200
+    text, cited, conversation = ask(bob)
+    assert "23 percent" in text and [c for c in cited if c["doc_id"] == "alice:osprey"]
+    assert httpx.put(path, json={"users": []}, headers=alice).status_code == 200
+    text, cited, _ = ask(bob, conversation)
+    assert "23 percent" not in text and not [c for c in cited if c["doc_id"] == "alice:osprey"]
+    assert strategies[-1]["retrieval"] == "RAG_NEW_QUERY" and "cached sources changed" in strategies[-1]["reason"]
