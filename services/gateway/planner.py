@@ -94,7 +94,7 @@ def _not_reusable(ask: AskInput, s: Plan, cached: ScopeEntry | None) -> str:
 
 
 def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
-    if a is None or b is None:
+    if a is None or b is None or a.shape != b.shape:  # a vector of another model (or from a bad entry): unknown
         return None
     return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
 

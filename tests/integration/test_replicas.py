@@ -3,17 +3,26 @@ them: a stop on one ends the answer streaming from the other (during content and
 follow-up reuses on one the scope the other searched, one rate window counts both, and with Redis
 killed answers still come and say what is degraded. A delete or a revoked share reaches every copy
 before the next question: a follow-up on the other replica does not quote the document, and a deleted
-conversation's scope entry is gone from Redis, from every replica and from the in-process cache."""
+conversation's scope entry is gone from Redis, from every replica and from the in-process cache.
+
+What Redis holds is input: poison messages on the pub/sub channels leave a working stop, hostile scope
+entries (a vector of another length, metadata as a list, truncated, a decompression bomb) are misses
+answered by a new search, and a metadata-heavy ask stores an entry within its byte cap."""
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
+import struct
+import zlib
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TypeVar
 
 import httpx
+import numpy as np
+import orjson
 import pytest
 import redis as redis_client
 
@@ -22,7 +31,9 @@ from ragmesh.access import Access
 from ragmesh.clients import ClientAuth, RetrieverClient
 from ragmesh.types import Document, GenEvent
 from services.gateway.history import STOPPED_MARK
-from services.gateway.shared_state.redis_state import QUIET_AFTER_FAILURE_S, _key
+from services.gateway.shared_state import codec
+from services.gateway.shared_state.redis_state import (ENDED_CHANNEL, FORGOTTEN_CHANNEL, QUIET_AFTER_FAILURE_S,
+                                                       STOP_CHANNEL, _key)
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc, retriever_pb2
 from tests.auth import bearer, channel, headers
 from tests.conftest import answer_of, one, sse
@@ -65,7 +76,7 @@ def replicas(stack: Stack, redis: RedisServer) -> Iterator[tuple[Replica, Replic
 @pytest.fixture
 def user(stack: Stack, request: pytest.FixtureRequest) -> dict[str, str]:
     """Headers of a user of its own per test, so each test has a fresh rate window."""
-    return headers(stack.key(DEMO, f"replicas-{request.node.name}"[:60]))
+    return headers(stack.key(DEMO, f"replicas-{request.node.name.replace('[', '-').rstrip(']')}"[:60]))
 
 
 def _wait_for(check: Callable[[], bool], timeout: float = 20) -> bool:
@@ -222,10 +233,11 @@ def _as_admin(stack: Stack, work: Callable[[RetrieverClient], Awaitable[T]]) -> 
     return stack.call(go())
 
 
-def _ingest(stack: Stack, doc_id: str, text: str, access: Access) -> None:
+def _ingest(stack: Stack, doc_id: str, text: str, access: Access, metadata: dict[str, str] | None = None) -> None:
     """The admin stores a document in `documents`, readable as `access` says."""
     async def one_document() -> AsyncIterator[retriever_pb2.Document]:
-        message = convert.document_to_proto(Document(doc_id=doc_id, collection="documents", text=text))
+        message = convert.document_to_proto(Document(doc_id=doc_id, collection="documents", text=text,
+                                                      metadata=metadata or {}))
         message.access.CopyFrom(convert.access_to_proto(access))
         yield message
 
@@ -321,3 +333,87 @@ def test_a_conversation_is_not_deleted_while_its_scope_entry_cannot_be(
     time.sleep(QUIET_AFTER_FAILURE_S)  # Redis is tried again after this
     assert httpx.delete(f"{b}/api/conversations/{conv}", headers=user, timeout=30).status_code == 200
     assert httpx.get(f"{a}/api/conversations/{conv}", headers=user).status_code == 404
+
+
+def test_poison_messages_on_the_channels_leave_a_working_stop(
+        stack: Stack, replicas, user, redis: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = redis_client.Redis.from_url(redis.url)
+    try:
+        for channel in (STOP_CHANNEL, ENDED_CHANNEL, FORGOTTEN_CHANNEL):
+            for poison in (b"\xff\xfe not UTF-8", b'{"conversation_id": ["x"]}', b"x" * 100_000, b""):
+                assert client.publish(channel, poison) == 2, "both replicas listen"
+    finally:
+        client.close()
+    time.sleep(0.3)
+    test_a_stop_on_one_replica_ends_the_answer_streaming_from_the_other(stack, replicas, user, monkeypatch)
+
+
+def _tampered(blob: bytes, change: Callable[[list], None]) -> bytes:
+    """The entry's bytes with `change` made to its JSON fields, as a Redis writer could."""
+    data = zlib.decompress(blob[1:])
+    (size,) = struct.unpack_from("<I", data)
+    fields = orjson.loads(data[4:4 + size])
+    change(fields)
+    body = orjson.dumps(fields)
+    return codec.FORMAT + zlib.compress(struct.pack("<I", len(body)) + body + data[4 + size:])
+
+
+def _other_length(blob: bytes) -> bytes:
+    entry = codec.decode(blob)
+    entry.question_vector = np.ones(3, dtype=np.float32)
+    return codec.encode(entry)
+
+
+def _bomb(_: bytes) -> bytes:
+    packer = zlib.compressobj(1)
+    return codec.FORMAT + b"".join(packer.compress(bytes(1 << 20)) for _ in range(64)) + packer.flush()
+
+
+HOSTILE: dict[str, Callable[[bytes], bytes]] = {
+    "vector": _other_length,
+    "metadata": lambda blob: _tampered(blob, lambda f: f[5][0][0].__setitem__(4, ["fund_name", "Kestrel"])),
+    "score": lambda blob: _tampered(blob, lambda f: f[5][0].__setitem__(1, "high")),
+    "truncated": lambda blob: blob[:len(blob) // 2],
+    "bomb": _bomb,
+}
+
+
+@pytest.mark.parametrize("hostile", list(HOSTILE))
+def test_hostile_entry(stack: Stack, replicas, user, redis: RedisServer, hostile: str) -> None:
+    """A scope entry rewritten in Redis is a miss on the other replica: searched again, answered."""
+    a, b = (r.url for r in replicas)
+    first, _ = _ask(a, KESTREL, user, sources=NOTES)
+    key = _key("scope", DEMO, first["conversation_id"])
+    client = redis_client.Redis.from_url(redis.url)
+    try:
+        assert _wait_for(lambda: client.exists(key) == 1), "the scope entry is written beside the answer"
+        client.set(key, HOSTILE[hostile](client.get(key)), keepttl=True)
+    finally:
+        client.close()
+    strategy, said = _ask(b, "What did Kestrel say about the Brazil exposure cut?", user,
+                          first["conversation_id"], NOTES)
+    assert strategy["retrieval"] == "RAG_NEW_QUERY" and not strategy["cache_hit"], strategy["reason"]
+    assert said, "answered from a new search"
+
+
+def test_a_metadata_heavy_asks_scope_entry_is_within_its_byte_cap(stack: Stack, replicas, user,
+                                                                   redis: RedisServer) -> None:
+    metadata = {f"field{i:02}": secrets.token_hex(2000) for i in range(63)} | {"fund_name": "Quillmere"}
+    text = " ".join(f"Quillmere lighthouse memo part {i}. The Quillmere lighthouse fund bought {i} more "
+                    f"turbines for the Skerry wind farm in quarter {i % 4 + 1}." * 6 for i in range(60))
+    _ingest(stack, "replicas-heavy", text, Access(tenant=True), metadata)
+    body = {"question": "How many turbines did the Quillmere lighthouse fund buy?", "data_sources": DOCUMENTS,
+            "top_k": 50}
+    events = sse(replicas[0].url + "/api/chat/ask/stream", body, user)
+    conv = one(events, "strategy")["conversation_id"]
+    client = redis_client.Redis.from_url(redis.url)
+    try:
+        key = _key("scope", DEMO, conv)
+        assert _wait_for(lambda: client.exists(key) == 1), "the scope entry is written beside the answer"
+        stored = client.strlen(key)
+        entry = codec.decode(client.get(key))
+        assert len(entry.hits) >= 15 and all(h.chunk.metadata.get("fund_name") == "Quillmere" for h in entry.hits)
+        assert stored <= 64 << 10, f"{stored} bytes stored for one ask"
+        assert int(client.hget(_key("sizes", DEMO), conv)) == stored, "counted in the tenant's bytes"
+    finally:
+        client.close()

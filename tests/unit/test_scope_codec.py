@@ -1,9 +1,15 @@
 """A scope entry through its Redis encoding: what comes back is what went in, the context's hits are
 the entry's own (so the pipeline reuses that context on another replica), and bytes of another
-layout read as unreadable (a miss), never as a wrong entry."""
+layout, or bytes a Redis writer made (wrong types, shapes, a decompression bomb), read as unreadable (a
+miss), never as a wrong entry or another error. Each hit's metadata is cut to a budget."""
 from __future__ import annotations
 
+import struct
+import time
+import zlib
+
 import numpy as np
+import orjson
 import pytest
 
 from ragmesh.types import Chunk, ContextBlock, Hit
@@ -49,3 +55,76 @@ def test_a_context_not_built_from_the_entrys_hits_is_not_kept() -> None:
 def test_bytes_of_another_layout_are_unreadable(blob: bytes) -> None:
     with pytest.raises(codec.Unreadable):
         codec.decode(blob)
+
+
+def _blob(fields: list, raw: bytes = b"") -> bytes:
+    """Bytes a Redis writer could store: any JSON and raw part, in the entry's layout."""
+    body = orjson.dumps(fields)
+    return codec.FORMAT + zlib.compress(struct.pack("<I", len(body)) + body + raw)
+
+
+def _fields(**change) -> tuple[list, bytes]:
+    """A well-formed entry's fields and vector bytes, with `change` applied to its first hit's row."""
+    blob = codec.encode(_entry())
+    data = zlib.decompress(blob[1:])
+    (size,) = struct.unpack_from("<I", data)
+    fields = orjson.loads(data[4:4 + size])
+    for at, value in change.items():
+        part, index = at.split("_")
+        row = fields[5][0][0] if part == "chunk" else fields[5][0]
+        row[int(index)] = value
+    return fields, data[4 + size:]
+
+
+def _hostile() -> dict[str, bytes]:
+    fields, raw = _fields()
+    cases = {
+        "vector of another type": _blob(fields[:4] + [["object", [4]]] + fields[5:], raw),
+        "vector longer than its bytes": _blob(fields[:4] + [["float32", [64]]] + fields[5:], raw),
+        "vector of two dimensions": _blob(fields[:4] + [["float32", [2, 2]]] + fields[5:], raw),
+        "vector of integers": _blob(fields[:4] + [["int32", [4]]] + fields[5:], raw),
+        "missing fields": _blob(fields[:6], raw),
+        "fields as an object": _blob({"key": "k"}, raw),  # type: ignore[arg-type]
+        "context pointing past the hits": _blob(fields[:6] + [[2, [[1, "x", 99, "l"]], "x", [0]], fields[7]], raw),
+        "truncated": codec.encode(_entry())[:-20],
+    }
+    for name, at, value in [("metadata as a list", "chunk_4", ["fund_name", "Kestrel"]),
+                            ("metadata values not text", "chunk_4", {"fund_name": 3}),
+                            ("chunk index as text", "chunk_8", "0"), ("score as text", "hit_1", "high"),
+                            ("boosts as text", "hit_7", "recency"), ("chunk row too short", "hit_0", ["c0"])]:
+        bad, raw = _fields(**{at: value})
+        cases[name] = _blob(bad, raw)
+    return cases
+
+
+@pytest.mark.parametrize("name", list(_hostile()))
+def test_a_hostile_entry_is_unreadable_never_another_error(name: str) -> None:
+    with pytest.raises(codec.Unreadable):
+        codec.decode(_hostile()[name])
+
+
+def test_an_entry_that_inflates_past_the_largest_written_is_refused_without_inflating_it() -> None:
+    packer = zlib.compressobj(1)
+    bomb = codec.FORMAT + b"".join(packer.compress(bytes(1 << 20)) for _ in range(64)) + packer.flush()
+    assert len(bomb) < 1 << 20
+    started = time.perf_counter()
+    with pytest.raises(codec.Unreadable, match="inflates past"):
+        codec.decode(bomb)
+    assert time.perf_counter() - started < 0.5, "stopped at the cap, not after 64 MB"
+
+
+def test_each_hits_metadata_is_cut_to_its_budget_keeping_what_the_context_reads() -> None:
+    entry = _entry()
+    for hit in entry.hits:
+        hit.chunk.metadata = {f"k{i:02}": "x" * 4000 for i in range(64)} | {"fund_name": "Kestrel", "n": "1"}
+    back = codec.decode(codec.encode(entry))
+    for hit in back.hits:
+        assert hit.chunk.metadata == {"fund_name": "Kestrel", "n": "1"}, "whole keys within the budget, the read ones first"
+    assert codec.decode(codec.encode(entry)).context is not None
+
+
+def test_an_entry_past_the_largest_is_not_encoded() -> None:
+    entry = _entry()
+    entry.hits[0].parent_text = "y" * codec.MAX_ENTRY_BYTES
+    with pytest.raises(codec.TooLarge):
+        codec.encode(entry)

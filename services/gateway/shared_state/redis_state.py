@@ -7,6 +7,7 @@ Keys (all under `ragmesh:`; a tenant is written with its length first, so no two
   scope:{tenant}:{conversation} a scope entry (codec.py); expires with the scope cache's TTL, deleted
                                 with its conversation
   scopes:{tenant}               the tenant's scope entries by last use, to keep at most SCOPE_CACHE_SIZE
+  sizes:{tenant}                the stored size of each of them, to keep at most SCOPE_CACHE_BYTES
   rate:{tenant}:{user}          the user's requests of the last minute (a sorted set of times)
 Times come from the Redis server's clock, so replicas count one window whatever their own clocks say.
 
@@ -17,7 +18,10 @@ Redis unreachable (refused, or slower than REDIS_TIMEOUT_S): answers go on. For 
 does not try again; meanwhile a stop reaches answers on this replica only (a stop for one it does not
 run answers UNAVAILABLE saying why), scopes are neither read nor written (every question searches),
 and rate windows are counted in this replica (a user may get up to the limit from each replica: the
-limit fails open rather than refusing everyone). The strategy event's reason says so."""
+limit fails open rather than refusing everyone). The strategy event's reason says so.
+
+What is read back is input: a pub/sub message that is not what its channel carries is logged and
+skipped (the listener goes on), a scope entry that does not decode (codec.py) is a miss."""
 from __future__ import annotations
 
 import asyncio
@@ -54,25 +58,47 @@ RUN_TTL_MS = 15_000  # a replica that died mid-answer stops claiming it after th
 RUN_RENEW_S = 5.0
 QUIET_AFTER_FAILURE_S = 1.0  # Redis is not tried again for this long after a failure
 DECODED_ENTRIES = 64  # scope entries kept decoded per replica
+DECODE_OFF_LOOP = 64 << 10  # stored bytes past which an entry is decoded in a thread, not on the event loop
+MAX_MESSAGE = 1024  # bytes of a pub/sub message: a conversation id, or a scope key (tenant and conversation)
 
 _NOW_MS = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
 _NOW_US = "local t = redis.call('TIME') local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) "  # orders uses
-# KEYS: entry, index (conversations by last use, in us); ARGV: blob, ttl ms, max entries, conversation,
-# the tenant's entry-key prefix.
-PUT_SCOPE = _NOW_US + """
+# Scope entries. KEYS: entry, index (conversations by last use, in us), sizes (conversation -> stored
+# bytes); ARGV: blob, ttl ms, max entries, conversation, the tenant's entry-key prefix, max bytes.
+# Entries past the TTL leave the index, then the least recently used go while the tenant has more than
+# max entries or max bytes.
+_TRIM = """
 local ttl = tonumber(ARGV[2])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
-redis.call('ZADD', KEYS[2], now, ARGV[4])
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - ttl * 1000)) do
+  redis.call('HDEL', KEYS[3], gone)
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - ttl * 1000)
-local extra = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[3])
-if extra > 0 then
-  local gone = redis.call('ZPOPMIN', KEYS[2], extra)
-  for i = 1, #gone, 2 do redis.call('DEL', ARGV[5] .. gone[i]) end
+local total = 0
+for _, size in ipairs(redis.call('HVALS', KEYS[3])) do total = total + (tonumber(size) or 0) end
+local count = redis.call('ZCARD', KEYS[2])
+while count > tonumber(ARGV[3]) or total > tonumber(ARGV[6]) do
+  local gone = redis.call('ZPOPMIN', KEYS[2])
+  if #gone == 0 then break end
+  total = total - (tonumber(redis.call('HGET', KEYS[3], gone[1])) or 0)
+  redis.call('HDEL', KEYS[3], gone[1])
+  redis.call('DEL', ARGV[5] .. gone[1])
+  count = count - 1
 end
 redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('PEXPIRE', KEYS[3], ttl)
 return 1"""
-# KEYS: entry, index; ARGV: conversation. The entry, marked used.
+PUT_SCOPE = _NOW_US + """
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[2], now, ARGV[4])
+redis.call('HSET', KEYS[3], ARGV[4], string.len(ARGV[1]))""" + _TRIM
+# The context kept in an entry that still exists, its expiry unchanged (the same KEYS and ARGV).
+KEEP_SCOPE = _NOW_US + """
+if not redis.call('SET', KEYS[1], ARGV[1], 'XX', 'KEEPTTL') then return 0 end
+if redis.call('ZSCORE', KEYS[2], ARGV[4]) then redis.call('HSET', KEYS[3], ARGV[4], string.len(ARGV[1])) end""" + _TRIM
+# KEYS: entry, index; ARGV: conversation, most bytes read. The entry, marked used; false when larger.
 GET_SCOPE = """
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'string' or redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[2]) then return false end
 local blob = redis.call('GET', KEYS[1])
 if blob then """ + _NOW_US + """ redis.call('ZADD', KEYS[2], 'XX', now, ARGV[1]) end
 return blob"""
@@ -237,17 +263,20 @@ _this_request: ContextVar[tuple[str, ScopeEntry | None] | None] = ContextVar("sc
 
 
 class RedisScopes:
-    """Scope entries in Redis: TTL from the write, at most `max_entries` per tenant (least recently
-    used out). Writes go beside the answer, in order per key. The entries last read or written here
-    are kept decoded with their bytes, so an unchanged entry is decoded once per replica and read as
-    the same objects (the pipeline reuses a context built from the very hits)."""
+    """Scope entries in Redis: TTL from the write, at most `max_entries` and `max_bytes` per tenant (least
+    recently used out); an entry larger than codec.MAX_ENTRY_BYTES is not stored. Writes go beside the
+    answer, in order per key. The entries last read or written here are kept decoded with their bytes,
+    so an unchanged entry is decoded once per replica and read as the same objects (the pipeline reuses
+    a context built from the very hits)."""
 
-    def __init__(self, link: RedisLink, ttl_s: float, max_entries: int) -> None:
+    def __init__(self, link: RedisLink, ttl_s: float, max_entries: int, max_bytes: int = 16 << 20) -> None:
         self.link = link
         self.ttl_ms = int(ttl_s * 1000)
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self._get = link.client.register_script(GET_SCOPE)
         self._put = link.client.register_script(PUT_SCOPE)
+        self._keep = link.client.register_script(KEEP_SCOPE)
         self._decoded: OrderedDict[str, tuple[bytes, ScopeEntry]] = OrderedDict()
         self._writing: dict[str, asyncio.Task] = {}  # the last write of each key
 
@@ -261,10 +290,11 @@ class RedisScopes:
 
     async def _read(self, key: str, tenant: str, conversation_id: str) -> ScopeEntry | None:
         try:
-            blob = await self.link.call(self._get, keys=[key, _key("scopes", tenant)], args=[conversation_id])
+            blob = await self.link.call(self._get, keys=[key, _key("scopes", tenant)],
+                                        args=[conversation_id, codec.MAX_STORED_BYTES])
         except SharedUnavailable:
             return None
-        if blob is None:
+        if not isinstance(blob, bytes):
             self._decoded.pop(key, None)
             return None
         known = self._decoded.get(key)
@@ -272,8 +302,8 @@ class RedisScopes:
             self._decoded.move_to_end(key)
             return known[1]
         try:
-            entry = codec.decode(blob)
-        except codec.Unreadable as exc:  # another layout (a rolling upgrade): searched again
+            entry = await asyncio.to_thread(codec.decode, blob) if len(blob) > DECODE_OFF_LOOP else codec.decode(blob)
+        except codec.Unreadable as exc:  # another layout (a rolling upgrade), or not an entry: searched again
             log.warning("scope entry unreadable", extra={"error": str(exc)})
             return None
         self._remember(key, blob, entry)
@@ -284,23 +314,28 @@ class RedisScopes:
         key = _key("scope", tenant, conversation_id)
         _this_request.set((key, entry))
 
-        async def write() -> None:
-            blob = codec.encode(entry)
-            await self.link.call(self._put, keys=[key, _key("scopes", tenant)],
-                                 args=[blob, self.ttl_ms, self.max_entries, conversation_id, _key("scope", tenant)])
-            self._remember(key, blob, entry)
-
-        self._write(key, write())
+        self._write(key, self._store(self._put, tenant, conversation_id, entry))
 
     async def keep_context(self, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
+        self._write(_key("scope", tenant, conversation_id), self._store(self._keep, tenant, conversation_id, entry))
+
+    async def _store(self, script: Any, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
+        """Writes the entry with `script`; one too large is not stored, and the one it replaces goes
+        (a follow-up searches again rather than reuse an older search)."""
         key = _key("scope", tenant, conversation_id)
-
-        async def write() -> None:
+        try:
             blob = codec.encode(entry)
-            if await self.link.call(self.link.client.set, key, blob, xx=True, keepttl=True):
-                self._remember(key, blob, entry)
-
-        self._write(key, write())
+        except codec.TooLarge as exc:
+            log.info("scope entry not stored", extra={"error": str(exc)})
+            self._decoded.pop(key, None)
+            pipe = self.link.client.pipeline(transaction=True)
+            pipe.delete(key).zrem(_key("scopes", tenant), conversation_id).hdel(_key("sizes", tenant), conversation_id)
+            await self.link.call(pipe.execute)
+            return
+        if await self.link.call(script, keys=[key, _key("scopes", tenant), _key("sizes", tenant)],
+                                args=[blob, self.ttl_ms, self.max_entries, conversation_id, _key("scope", tenant),
+                                      self.max_bytes]):
+            self._remember(key, blob, entry)
 
     async def forget(self, tenant: str, conversation_id: str) -> None:
         """Deleted in Redis (the entry and its place in the tenant's index) after the writes of the key
@@ -314,7 +349,8 @@ class RedisScopes:
             await asyncio.wait([writing])
         self._decoded.pop(key, None)
         pipe = self.link.client.pipeline(transaction=True)
-        pipe.delete(key).zrem(_key("scopes", tenant), conversation_id).publish(FORGOTTEN_CHANNEL, key)
+        pipe.delete(key).zrem(_key("scopes", tenant), conversation_id).hdel(_key("sizes", tenant), conversation_id)
+        pipe.publish(FORGOTTEN_CHANNEL, key)
         try:
             await self.link.call(pipe.execute)
         except SharedUnavailable as exc:
@@ -354,18 +390,23 @@ class RedisWindows:
                                            args=[limit, int(window_s * 1000), f"{self.replica}:{self._sent}"])
         except SharedUnavailable:
             return self.fallback.count_now(tenant, user_id, limit, window_s)
-        return wait_ms / 1000
+        return min(max(float(wait_ms), 0.0), window_s * 1000) / 1000  # a planted window waits at most one
 
 
 class RedisState(SharedState):
     def __init__(self, settings: Settings) -> None:
         self.link = RedisLink(settings.redis_url, settings.redis_timeout_s)
         self.redis_runs = RedisRuns(self.link)
-        self.redis_scopes = RedisScopes(self.link, settings.scope_cache_ttl_s, settings.scope_cache_size)
+        self.redis_scopes = RedisScopes(self.link, settings.scope_cache_ttl_s, settings.scope_cache_size,
+                                        settings.scope_cache_bytes)
         super().__init__(self.redis_runs, self.redis_scopes,
                          RedisWindows(self.link), where=f"Redis at {self.link.where}")
         self._tasks: list[asyncio.Task] = []
         self._listening = asyncio.Event()
+        self._handlers: dict[bytes, Callable[[str], None]] = {
+            STOP_CHANNEL.encode(): self.redis_runs.stop_requested, ENDED_CHANNEL.encode(): self.redis_runs.ended_elsewhere,
+            FORGOTTEN_CHANNEL.encode(): self.redis_scopes.forgotten}
+        self._skips, self._next_skip_log = 0, 0.0
 
     @property
     def problem(self) -> str:
@@ -400,23 +441,41 @@ class RedisState(SharedState):
                 self._listening.set()
                 pause = 0.05
                 async for message in pubsub.listen():
-                    if message["type"] != "message":
-                        continue
-                    channel, named = message["channel"], message["data"].decode()
-                    if channel == STOP_CHANNEL.encode():
-                        self.redis_runs.stop_requested(named)
-                    elif channel == ENDED_CHANNEL.encode():
-                        self.redis_runs.ended_elsewhere(named)
-                    else:
-                        self.redis_scopes.forgotten(named)
+                    if message.get("type") == "message":
+                        self._heard(message.get("channel"), message.get("data"))
             except (RedisError, OSError) as exc:
                 self.link.failed(exc)
+            except Exception:  # anything else: logged, and subscribed again like after a failure
+                log.exception("shared state listener failed; subscribing again")
             finally:
                 self._listening.clear()
                 with contextlib.suppress(RedisError, OSError):
                     await pubsub.aclose()
             await asyncio.sleep(pause)
             pause = min(pause * 2, 1.0)
+
+    def _heard(self, channel: Any, data: Any) -> None:
+        """One pub/sub message: a conversation id or a scope key, as UTF-8 of at most MAX_MESSAGE bytes.
+        Anything else is logged and skipped (anyone who can publish on this Redis can send it)."""
+        handle = self._handlers.get(channel) if isinstance(channel, bytes) else None
+        if handle is None or not isinstance(data, bytes) or not 0 < len(data) <= MAX_MESSAGE:
+            self._skipped(channel, f"not a name of at most {MAX_MESSAGE} bytes")
+            return
+        try:
+            named = data.decode("utf-8")
+        except UnicodeDecodeError:
+            self._skipped(channel, "not UTF-8")
+            return
+        handle(named)
+
+    def _skipped(self, channel: Any, why: str) -> None:
+        """Logged once a minute at most, with how many were skipped since."""
+        self._skips += 1
+        if time.monotonic() >= self._next_skip_log:
+            self._next_skip_log = time.monotonic() + 60.0
+            log.warning("shared state message skipped", extra={
+                "channel": repr(channel)[:80], "error": why, "skipped": self._skips})
+            self._skips = 0
 
     async def _renew(self) -> None:
         while True:
