@@ -533,7 +533,7 @@ class AnsweringSettings(Section):
                                          "0 = no limit.")
     scope_cache_ttl_s: Float = env("SCOPE_CACHE_TTL_S", 900.0, _SCOPE_CACHE)
     scope_cache_size: Int = env("SCOPE_CACHE_SIZE", 1024, _SCOPE_CACHE)
-    scope_cache_bytes: Int = env("SCOPE_CACHE_BYTES", 16 << 20,
+    scope_cache_bytes: Int = env("SCOPE_CACHE_BYTES", 8 << 20,
                                  "Bytes of scope entries each tenant keeps in Redis (REDIS_URL), stored (compressed) "
                                  "sizes; least recently used out first, like SCOPE_CACHE_SIZE. Sizes Redis: see "
                                  "Running Redis in docs/operations.md.")

@@ -221,6 +221,35 @@ def test_scope_entries_in_redis_expire_with_the_ttl_and_are_bounded_per_tenant(r
     asyncio.run(scenario())
 
 
+def test_scope_entries_in_redis_are_bounded_per_tenant_in_bytes(redis: RedisServer) -> None:
+    from ragmesh.types import Chunk, Hit
+    from services.gateway.scope_cache import ScopeEntry
+    from services.gateway.shared_state.redis_state import RedisLink, RedisScopes
+
+    def entry(conv: str) -> ScopeEntry:  # ~10 KB stored: hex digits compress to half
+        return ScopeEntry("k", ["c"], conv, None, [Hit(Chunk("c", "d", "c", secrets.token_hex(10_000)), 1.0)], 1)
+
+    cap = len(codec.encode(entry("a"))) * 5 // 2  # two entries, not three
+
+    async def scenario() -> None:
+        link = RedisLink(redis.url, 1.0)
+        scopes = RedisScopes(link, ttl_s=900, max_entries=100, max_bytes=cap)
+        try:
+            for conv in ("a", "b", "c"):
+                await scopes.put("bytes", conv, entry(conv))
+                await link.drain()
+            found = [await asyncio.create_task(scopes.get("bytes", c)) for c in ("a", "b", "c")]
+            assert [e is not None for e in found] == [False, True, True], "the least recently used went"
+            sizes = await link.client.hgetall(_key("sizes", "bytes"))
+            assert set(sizes) == {b"b", b"c"} and sum(map(int, sizes.values())) <= cap
+            await scopes.forget("bytes", "b")
+            assert set(await link.client.hgetall(_key("sizes", "bytes"))) == {b"c"}
+        finally:
+            await link.client.aclose()
+
+    asyncio.run(scenario())
+
+
 def _as_admin(stack: Stack, work: Callable[[RetrieverClient], Awaitable[T]]) -> T:
     """`work` done with a retriever client holding the tenant's admin key."""
     async def go() -> T:

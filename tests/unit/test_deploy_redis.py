@@ -26,7 +26,8 @@ def test_production_runs_redis_for_two_gateway_replicas_or_more() -> None:
         args = container["args"]
         assert args[args.index("--save") + 1] == "" and args[args.index("--appendonly") + 1] == "no", \
             "nothing persisted: it holds nothing that cannot be lost"
-        assert args[args.index("--maxmemory-policy") + 1] == "allkeys-lru" and "--maxmemory" in args
+        assert args[args.index("--maxmemory-policy") + 1] == "noeviction" and "--maxmemory" in args, \
+            "rate windows and answer claims are never evicted to make room for scope entries"
         assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
         assert _env(container)["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "ragmesh-redis",
                                                                                   "key": "password"}

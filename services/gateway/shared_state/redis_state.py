@@ -38,7 +38,7 @@ import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from ragmesh.config import Settings, redact_uri
 from ragmesh.errors import Unavailable
@@ -133,7 +133,8 @@ class SharedUnavailable(Exception):
 
 class RedisLink:
     """The client, and what it is known to do: after a failure Redis is left alone for a second, so a
-    Redis that is down costs an answer nothing (no connect timeout on every call)."""
+    Redis that is down costs an answer nothing (no connect timeout on every call). A command Redis
+    refuses (full under `noeviction`, a key of another type that a writer left) fails that call alone."""
 
     def __init__(self, url: str, timeout_s: float) -> None:
         # One retry on a broken connection (a pooled one Redis closed when it restarted), none on a timeout.
@@ -149,6 +150,9 @@ class RedisLink:
             raise SharedUnavailable(self.problem)
         try:
             result = await fn(*args, **kwargs)
+        except ResponseError as exc:  # Redis is there and refused this command (full, a key of another type)
+            log.warning("shared state refused a command", extra={"redis": self.where, "error": str(exc)[:200]})
+            raise SharedUnavailable(f"Redis at {self.where} refused: {str(exc)[:200]}") from exc
         except (RedisError, OSError) as exc:
             self.failed(exc)
             raise SharedUnavailable(self.problem) from exc
@@ -269,7 +273,7 @@ class RedisScopes:
     so an unchanged entry is decoded once per replica and read as the same objects (the pipeline reuses
     a context built from the very hits)."""
 
-    def __init__(self, link: RedisLink, ttl_s: float, max_entries: int, max_bytes: int = 16 << 20) -> None:
+    def __init__(self, link: RedisLink, ttl_s: float, max_entries: int, max_bytes: int = 8 << 20) -> None:
         self.link = link
         self.ttl_ms = int(ttl_s * 1000)
         self.max_entries = max_entries
