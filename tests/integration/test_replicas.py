@@ -250,6 +250,27 @@ def test_scope_entries_in_redis_are_bounded_per_tenant_in_bytes(redis: RedisServ
     asyncio.run(scenario())
 
 
+def test_keys_of_another_type_fail_their_call_alone(redis: RedisServer) -> None:
+    """A rate window or a scope entry a Redis writer replaced by a list: that window is counted here,
+    that entry is a miss, and Redis is not taken for unreachable (other calls go on sharing)."""
+    from services.gateway.shared_state.redis_state import RedisLink, RedisScopes, RedisWindows
+
+    async def scenario() -> None:
+        link = RedisLink(redis.url, 1.0)
+        try:
+            await link.client.rpush(_key("rate", "typed", "u"), "x")
+            await link.client.rpush(_key("scope", "typed", "c"), "x")
+            assert await RedisWindows(link).count("typed", "u", 5, 60) == 0
+            assert await RedisScopes(link, 900, 10).get("typed", "c") is None
+            assert not link.problem
+            assert await RedisWindows(link).count("typed", "v", 5, 60) == 0
+            assert await link.client.zcard(_key("rate", "typed", "v")) == 1, "shared as before"
+        finally:
+            await link.client.aclose()
+
+    asyncio.run(scenario())
+
+
 def _as_admin(stack: Stack, work: Callable[[RetrieverClient], Awaitable[T]]) -> T:
     """`work` done with a retriever client holding the tenant's admin key."""
     async def go() -> T:
@@ -374,6 +395,19 @@ def test_poison_messages_on_the_channels_leave_a_working_stop(
     finally:
         client.close()
     time.sleep(0.3)
+    test_a_stop_on_one_replica_ends_the_answer_streaming_from_the_other(stack, replicas, user, monkeypatch)
+
+
+def test_after_redis_restarts_the_replicas_listen_again(
+        stack: Stack, replicas, user, redis: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    redis.kill()
+    redis.start()
+    client = redis_client.Redis.from_url(redis.url)
+    try:
+        assert _wait_for(lambda: client.pubsub_numsub(STOP_CHANNEL)[0][1] == 2), "both replicas subscribed again"
+    finally:
+        client.close()
+    time.sleep(QUIET_AFTER_FAILURE_S)  # a replica that saw the failure tries Redis again after this
     test_a_stop_on_one_replica_ends_the_answer_streaming_from_the_other(stack, replicas, user, monkeypatch)
 
 

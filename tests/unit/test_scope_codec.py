@@ -119,7 +119,7 @@ def test_each_hits_metadata_is_cut_to_its_budget_keeping_what_the_context_reads(
         hit.chunk.metadata = {f"k{i:02}": "x" * 4000 for i in range(64)} | {"fund_name": "Kestrel", "n": "1"}
     back = codec.decode(codec.encode(entry))
     for hit in back.hits:
-        assert hit.chunk.metadata == {"fund_name": "Kestrel", "n": "1"}, "whole keys within the budget, the read ones first"
+        assert hit.chunk.metadata == {"fund_name": "Kestrel", "n": "1"}, "whole keys within the budget, read ones first"
     assert codec.decode(codec.encode(entry)).context is not None
 
 

@@ -269,8 +269,8 @@ _this_request: ContextVar[tuple[str, ScopeEntry | None] | None] = ContextVar("sc
 class RedisScopes:
     """Scope entries in Redis: TTL from the write, at most `max_entries` and `max_bytes` per tenant (least
     recently used out); an entry larger than codec.MAX_ENTRY_BYTES is not stored. Writes go beside the
-    answer, in order per key. The entries last read or written here are kept decoded with their bytes,
-    so an unchanged entry is decoded once per replica and read as the same objects (the pipeline reuses
+    answer, in order per key. The small entries last read or written here are kept decoded with their
+    bytes, so an unchanged entry is decoded once per replica and read as the same objects (the pipeline reuses
     a context built from the very hits)."""
 
     def __init__(self, link: RedisLink, ttl_s: float, max_entries: int, max_bytes: int = 8 << 20) -> None:
@@ -371,6 +371,11 @@ class RedisScopes:
         task.add_done_callback(lambda done: self._writing.pop(key) if self._writing.get(key) is done else None)
 
     def _remember(self, key: str, blob: bytes, entry: ScopeEntry) -> None:
+        """Kept decoded when small: the decoded entries take at most DECODED_ENTRIES x DECODE_OFF_LOOP of
+        stored bytes (a large one is decoded again, in a thread, at each read)."""
+        if len(blob) > DECODE_OFF_LOOP:
+            self._decoded.pop(key, None)
+            return
         self._decoded[key] = (blob, entry)
         self._decoded.move_to_end(key)
         while len(self._decoded) > DECODED_ENTRIES:
@@ -408,7 +413,8 @@ class RedisState(SharedState):
         self._tasks: list[asyncio.Task] = []
         self._listening = asyncio.Event()
         self._handlers: dict[bytes, Callable[[str], None]] = {
-            STOP_CHANNEL.encode(): self.redis_runs.stop_requested, ENDED_CHANNEL.encode(): self.redis_runs.ended_elsewhere,
+            STOP_CHANNEL.encode(): self.redis_runs.stop_requested,
+            ENDED_CHANNEL.encode(): self.redis_runs.ended_elsewhere,
             FORGOTTEN_CHANNEL.encode(): self.redis_scopes.forgotten}
         self._skips, self._next_skip_log = 0, 0.0
 
