@@ -534,9 +534,10 @@ class AnsweringSettings(Section):
     scope_cache_ttl_s: Float = env("SCOPE_CACHE_TTL_S", 900.0, _SCOPE_CACHE)
     scope_cache_size: Int = env("SCOPE_CACHE_SIZE", 1024, _SCOPE_CACHE)
     scope_cache_bytes: Int = env("SCOPE_CACHE_BYTES", 8 << 20,
-                                 "Bytes of scope entries each tenant keeps in Redis (REDIS_URL), stored (compressed) "
-                                 "sizes; least recently used out first, like SCOPE_CACHE_SIZE. Sizes Redis: see "
-                                 "Running Redis in docs/operations.md.")
+                                 "Bytes of scope entries each tenant keeps, least recently used out first like "
+                                 "SCOPE_CACHE_SIZE: in Redis (REDIS_URL) their stored (compressed) sizes, which size "
+                                 "Redis (Running Redis in docs/operations.md); in one gateway the characters of their "
+                                 "hits' texts and metadata.")
     same_topic_threshold: Float = env("SAME_TOPIC_THRESHOLD", 0.5,
                                       "Cosine similarity of two questions' embeddings at or above which the cached "
                                       "hits are reused.")

@@ -1,6 +1,6 @@
 """Per tenant and conversation, the scope of the last search and its hits, so a follow-up on the same
 filters and topic reuses them (RAG_REUSE). Entries live for a TTL and each tenant keeps a bounded
-number (least recently used out first), keyed as `{start_date}_{end_date}_{sorted(funds)}` (and
+number and size (least recently used out first), keyed as `{start_date}_{end_date}_{sorted(funds)}` (and
 `_{window}` under a time window, `_{sorted(documents)}` with documents picked).
 
 `Scopes` is what the planner and the pipeline use; `ScopeCache` keeps entries in this process, the
@@ -53,6 +53,17 @@ class ScopeEntry:
         return [(chunk_id, sha256(text)) for chunk_id, text in held.items()]
 
 
+HIT_OVERHEAD = 400  # bytes of a Hit and its Chunk besides their texts
+
+
+def held_bytes(entry: ScopeEntry) -> int:
+    """About what the entry's hits keep alive in this process (their texts and metadata, in characters),
+    to bound a tenant's entries in bytes: one ask on chunks with large metadata holds megabytes."""
+    return len(entry.question) + sum(
+        HIT_OVERHEAD + len(h.chunk.text) + len(h.parent_text) + sum(len(k) + len(v) for k, v in h.chunk.metadata.items())
+        for h in entry.hits)
+
+
 class Scopes(Protocol):
     async def get(self, tenant: str, conversation_id: str) -> ScopeEntry | None:
         """The conversation's entry, or None (none, expired, or the shared state unreachable)."""
@@ -72,12 +83,14 @@ class Scopes(Protocol):
 class ScopeCache:
     """Scopes in this process: one gateway (the default)."""
 
-    def __init__(self, ttl_s: float = 900.0, max_entries: int = 1024,
+    def __init__(self, ttl_s: float = 900.0, max_entries: int = 1024, max_bytes: int = 8 << 20,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl = ttl_s
         self.max_entries = max_entries  # per tenant
+        self.max_bytes = max_bytes  # per tenant, as held_bytes counts
         self.clock = clock
         self._tenants: dict[str, OrderedDict[str, ScopeEntry]] = {}
+        self._sizes: dict[str, dict[str, int]] = {}
 
     async def get(self, tenant: str, conversation_id: str) -> ScopeEntry | None:
         entries = self._tenants.get(tenant, {})
@@ -85,7 +98,7 @@ class ScopeCache:
         if entry is None:
             return None
         if self.clock() - entry.created > self.ttl:
-            del entries[conversation_id]
+            self._drop(tenant, conversation_id)
             return None
         entries.move_to_end(conversation_id)
         return entry
@@ -93,16 +106,22 @@ class ScopeCache:
     async def put(self, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
         entry.created = self.clock()
         entries = self._tenants.setdefault(tenant, OrderedDict())
+        sizes = self._sizes.setdefault(tenant, {})
         entries[conversation_id] = entry
         entries.move_to_end(conversation_id)
-        while len(entries) > self.max_entries:
-            entries.popitem(last=False)
+        sizes[conversation_id] = held_bytes(entry)
+        while entries and (len(entries) > self.max_entries or sum(sizes.values()) > self.max_bytes):
+            self._drop(tenant, next(iter(entries)))
 
     async def keep_context(self, tenant: str, conversation_id: str, entry: ScopeEntry) -> None:
         """Nothing to do: the entry held here is the one changed."""
 
     async def forget(self, tenant: str, conversation_id: str) -> None:
+        self._drop(tenant, conversation_id)
+
+    def _drop(self, tenant: str, conversation_id: str) -> None:
         self._tenants.get(tenant, {}).pop(conversation_id, None)
+        self._sizes.get(tenant, {}).pop(conversation_id, None)
 
     def __len__(self) -> int:
         return sum(len(entries) for entries in self._tenants.values())

@@ -5,7 +5,8 @@ import pytest
 
 from ragmesh.errors import InvalidArgument
 from services.gateway.request import AskRequest
-from services.gateway.scope_cache import ScopeCache, ScopeEntry, scope_key
+from ragmesh.types import Chunk, Hit
+from services.gateway.scope_cache import ScopeCache, ScopeEntry, held_bytes, scope_key
 
 
 def test_scope_key_is_order_independent() -> None:
@@ -31,6 +32,27 @@ def test_scope_cache_ttl_and_bound_per_tenant() -> None:
         assert await cache.get("t", "a") is None and len(cache) == 3, "two a tenant, whatever the others hold"
         assert await cache.get("other-tenant", "b") is None
         assert (await cache.get("other-tenant", "x")).question == "x"
+
+    asyncio.run(scenario())
+
+
+def test_scope_cache_bounds_each_tenant_in_bytes() -> None:
+    """An ask on chunks with 64 metadata keys of 4,000 characters holds ~13 MB with top_k 50: a tenant's
+    entries are bounded in bytes as well as in number, the least recently used out first."""
+    metadata = {f"k{i:02}": "x" * 4000 for i in range(64)}
+    cache = ScopeCache(ttl_s=900, max_entries=1024, max_bytes=30 << 20)
+
+    def heavy(q: str) -> ScopeEntry:
+        return ScopeEntry("k", ["c"], q, None, [Hit(Chunk(f"c{i}", "d", "c", "text", metadata), 1.0)
+                                                for i in range(50)], 50)
+
+    async def scenario() -> None:
+        for conv in ("a", "b", "c"):
+            await cache.put("t", conv, heavy(conv))
+        assert [await cache.get("t", c) is not None for c in ("a", "b", "c")] == [False, True, True]
+        await cache.put("other", "x", heavy("x"))
+        assert (await cache.get("t", "c")) is not None, "one tenant's bytes are its own"
+        assert held_bytes(heavy("y")) > 12_800_000
 
     asyncio.run(scenario())
 

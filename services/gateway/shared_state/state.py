@@ -32,4 +32,5 @@ class SharedState:
 
 
 def in_process(settings: Settings) -> SharedState:
-    return SharedState(LocalRuns(), ScopeCache(settings.scope_cache_ttl_s, settings.scope_cache_size), LocalWindows())
+    scopes = ScopeCache(settings.scope_cache_ttl_s, settings.scope_cache_size, settings.scope_cache_bytes)
+    return SharedState(LocalRuns(), scopes, LocalWindows())
