@@ -60,8 +60,8 @@ def held_bytes(entry: ScopeEntry) -> int:
     """About what the entry's hits keep alive in this process (their texts and metadata, in characters),
     to bound a tenant's entries in bytes: one ask on chunks with large metadata holds megabytes."""
     return len(entry.question) + sum(
-        HIT_OVERHEAD + len(h.chunk.text) + len(h.parent_text) + sum(len(k) + len(v) for k, v in h.chunk.metadata.items())
-        for h in entry.hits)
+        HIT_OVERHEAD + len(h.chunk.text) + len(h.parent_text)
+        + sum(len(name) + len(value) for name, value in h.chunk.metadata.items()) for h in entry.hits)
 
 
 class Scopes(Protocol):
