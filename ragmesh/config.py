@@ -627,11 +627,12 @@ class HttpBridgeSettings(Section):
     http_bodies_per_user: Int = env("HTTP_BODIES_PER_USER", 8,
                                     "Requests of one user whose bodies are still arriving, at once (each holds a "
                                     "request slot meanwhile); past it 429. 0 = no limit.")
-    forwarded_allow_ips: str = env("FORWARDED_ALLOW_IPS", "127.0.0.1,::1",
+    forwarded_allow_ips: str = env("FORWARDED_ALLOW_IPS", "",
                                    "Proxies (comma-separated addresses or CIDRs, \"*\" = any) whose X-Forwarded-For "
-                                   "names the client: behind an ingress, list its addresses, or every client shares "
-                                   "its address (the failed-credential throttle, AUTH_FAILURES_PER_MINUTE, is per "
-                                   "client address).")
+                                   "names the client; empty = none (a client on this host cannot name another "
+                                   "address). Behind an ingress, list its addresses, or every client shares its "
+                                   "address (the failed-credential throttle, AUTH_FAILURES_PER_MINUTE, is per client "
+                                   "address).")
     api_docs: Flag = env("API_DOCS", True,
                          "The interactive API page (/docs, Swagger UI from vendored files); /openapi.json is always "
                          "served.")
