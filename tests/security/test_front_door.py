@@ -226,6 +226,15 @@ def test_a_host_header_that_is_not_a_host_is_400(stack: Stack, path: str) -> Non
     assert json.loads(body)["error"]["message"].startswith("host:")
 
 
+@pytest.mark.parametrize("port", ["-1", "0", "65536", "99999999999", "http", "8o", "+80", "\u0663"])
+def test_a_host_header_with_a_port_that_is_not_a_port_is_400(stack: Stack, port: str) -> None:
+    status, body = _raw(stack.app("gateway").http_port,  # uvicorn lets each through
+                        f"GET /api/meta HTTP/1.1\r\nHost: {HOST}:{port}\r\nAuthorization: Bearer {stack.admin_key}\r\n"
+                        f"Connection: close\r\n\r\n".encode())
+    assert status == 400, body
+    assert json.loads(body)["error"]["message"].startswith("host:")
+
+
 def test_an_origin_header_that_is_not_an_origin_is_400(stack: Stack) -> None:
     reply = httpx.post(stack.http_url + "/api/chat/ask", json={"question": QUESTION}, timeout=60,
                        headers={**stack.headers, "origin": "http://["})
