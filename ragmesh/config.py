@@ -195,6 +195,13 @@ class ServingSettings(Section):
     ingest_max_bytes: Int = env("INGEST_MAX_BYTES", 50 * 1024 * 1024,
                                 "Ingest: files over this size are refused (per file, with a clear error).")
     grace_period: Float = env("SHUTDOWN_GRACE_S", 5.0, "On SIGTERM, calls in flight get this long (seconds) to finish.")
+    health_watches_max: Int = env("HEALTH_WATCHES_MAX", 128,
+                                  "grpc.health.v1 Watch streams (open to anyone, like every health call) a service "
+                                  "holds at once; past it, or past HEALTH_WATCHES_PER_ADDRESS from one client address, "
+                                  "a new one is RESOURCE_EXHAUSTED. 0 = no limit.")
+    health_watches_per_address: Int = env("HEALTH_WATCHES_PER_ADDRESS", 16,
+                                          "Watch streams one client address may hold at once (see HEALTH_WATCHES_MAX). "
+                                          "0 = no limit.")
 
 
 class LoggingSettings(Section):
