@@ -310,8 +310,9 @@ class ModelProviderSettings(Section):
 
 
 _EMBED_BATCHING = ("Micro-batching: concurrent Embed calls of one task share a model call. A batch waits at most the "
-                   "window (0 = only what is already waiting) for up to EMBED_MAX_BATCH texts; beyond EMBED_MAX_QUEUE "
-                   "texts waiting, new calls get RESOURCE_EXHAUSTED.")
+                   "window (0 = only what is already waiting) for up to EMBED_MAX_BATCH texts. Of EMBED_MAX_QUEUE "
+                   "places for waiting texts a tenant holds at most half of those the other tenants leave free; past "
+                   "it, its new calls get RESOURCE_EXHAUSTED.")
 _EMBED_CAPS = ("Embed: characters of one text, and of all texts of one call (a call takes at most EMBED_BATCH_SIZE "
                "texts, 64 at least). Unset: 8,000 a text (a search query of 4,000, a correction of 6,000, a chunk of "
                "EMBED_MAX_CHARS; Gemini reads 2,048 tokens) or EMBED_MAX_CHARS if larger, and 128 Ki a call or "
