@@ -195,6 +195,13 @@ class ServingSettings(Section):
     ingest_max_bytes: Int = env("INGEST_MAX_BYTES", 50 * 1024 * 1024,
                                 "Ingest: files over this size are refused (per file, with a clear error).")
     grace_period: Float = env("SHUTDOWN_GRACE_S", 5.0, "On SIGTERM, calls in flight get this long (seconds) to finish.")
+    health_watches_max: Int = env("HEALTH_WATCHES_MAX", 128,
+                                  "grpc.health.v1 Watch streams (open to anyone, like every health call) a service "
+                                  "holds at once; past it, or past HEALTH_WATCHES_PER_ADDRESS from one client address, "
+                                  "a new one is RESOURCE_EXHAUSTED. 0 = no limit.")
+    health_watches_per_address: Int = env("HEALTH_WATCHES_PER_ADDRESS", 16,
+                                          "Watch streams one client address may hold at once (see HEALTH_WATCHES_MAX). "
+                                          "0 = no limit.")
 
 
 class LoggingSettings(Section):
@@ -303,8 +310,9 @@ class ModelProviderSettings(Section):
 
 
 _EMBED_BATCHING = ("Micro-batching: concurrent Embed calls of one task share a model call. A batch waits at most the "
-                   "window (0 = only what is already waiting) for up to EMBED_MAX_BATCH texts; beyond EMBED_MAX_QUEUE "
-                   "texts waiting, new calls get RESOURCE_EXHAUSTED.")
+                   "window (0 = only what is already waiting) for up to EMBED_MAX_BATCH texts. Of EMBED_MAX_QUEUE "
+                   "places for waiting texts a tenant holds at most half of those the other tenants leave free; past "
+                   "it, its new calls get RESOURCE_EXHAUSTED.")
 _EMBED_CAPS = ("Embed: characters of one text, and of all texts of one call (a call takes at most EMBED_BATCH_SIZE "
                "texts, 64 at least). Unset: 8,000 a text (a search query of 4,000, a correction of 6,000, a chunk of "
                "EMBED_MAX_CHARS; Gemini reads 2,048 tokens) or EMBED_MAX_CHARS if larger, and 128 Ki a call or "
@@ -632,11 +640,12 @@ class HttpBridgeSettings(Section):
     http_bodies_per_user: Int = env("HTTP_BODIES_PER_USER", 8,
                                     "Requests of one user whose bodies are still arriving, at once (each holds a "
                                     "request slot meanwhile); past it 429. 0 = no limit.")
-    forwarded_allow_ips: str = env("FORWARDED_ALLOW_IPS", "127.0.0.1,::1",
+    forwarded_allow_ips: str = env("FORWARDED_ALLOW_IPS", "",
                                    "Proxies (comma-separated addresses or CIDRs, \"*\" = any) whose X-Forwarded-For "
-                                   "names the client: behind an ingress, list its addresses, or every client shares "
-                                   "its address (the failed-credential throttle, AUTH_FAILURES_PER_MINUTE, is per "
-                                   "client address).")
+                                   "names the client; empty = none (a client on this host cannot name another "
+                                   "address). Behind an ingress, list its addresses, or every client shares its "
+                                   "address (the failed-credential throttle, AUTH_FAILURES_PER_MINUTE, is per client "
+                                   "address).")
     api_docs: Flag = env("API_DOCS", True,
                          "The interactive API page (/docs, Swagger UI from vendored files); /openapi.json is always "
                          "served.")

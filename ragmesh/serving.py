@@ -37,7 +37,7 @@ from ragmesh.errors import ConfigError, InvalidArgument, RagmeshError, ResourceE
 from ragmesh.identity.authenticator import Audience, Authenticator
 from ragmesh.message_limits import MessageLimits
 from ragmesh.private_files import keep_private
-from ragmesh.readiness import NotReady, Readiness, State
+from ragmesh.readiness import NotReady, Readiness, State, Watchers
 from ragmesh.request_context import REQUEST_ID_HEADER, clean_request_id, deadline_var, identity_var, request_id_var
 from ragmesh.store.lazy import LazyStore
 
@@ -299,6 +299,29 @@ class ServiceApp(ABC):
         """Releases clients and stores after the server has stopped."""
 
 
+class _BoundedHealth(health.aio.HealthServicer):
+    """grpc's health service with its Watch streams bounded (ragmesh.readiness.Watchers). A Watch of a
+    name never set gets SERVICE_UNKNOWN and is held without keeping the name: grpc's own servicer keeps
+    a condition for every name ever watched, and a name may be megabytes."""
+
+    def __init__(self, watchers: Watchers) -> None:
+        super().__init__()
+        self.watchers = watchers
+        self._names: set[str] = set()
+
+    async def set(self, service: str, status: int) -> None:
+        self._names.add(service)
+        await super().set(service, status)
+
+    async def Watch(self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext) -> None:
+        with self.watchers.held(client_address(context.peer())):
+            if request.service in self._names:
+                await super().Watch(request, context)
+            else:  # the protocol's answer, and the call stays open until the client goes
+                await context.write(health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVICE_UNKNOWN))
+                await asyncio.get_running_loop().create_future()
+
+
 class ServiceHost:
     """Runs one ServiceApp on a grpc.aio server; tests start several on free loopback ports."""
 
@@ -321,7 +344,8 @@ class ServiceHost:
         self.server = grpc.aio.server(
             interceptors=[ContextInterceptor(authenticator, app.admission, app.service_name, limits, self.readiness)],
             options=_server_options(settings, limits.largest(app.service_name)))
-        self.health = health.aio.HealthServicer()
+        self.health = _BoundedHealth(Watchers(app.service_name, settings.health_watches_max,
+                                              settings.health_watches_per_address))
         self._stopped = asyncio.Event()
         self._retrying: asyncio.Task | None = None
 

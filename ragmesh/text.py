@@ -58,3 +58,15 @@ def strip_citations(text: str) -> str:
 def sha256(text: str) -> str:
     """Hex SHA-256 of a text's UTF-8: how a cached chunk's text is compared with the stored one."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# C0 and C1 controls and the bidirectional embeddings, overrides and isolates, which reorder what
+# follows them on screen.
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line(text: str) -> str:
+    """Text a list shows on one line (a conversation's title): control and bidirectional-override
+    characters dropped (a NUL cuts it short in C clients, an override disguises "exe.pdf" as
+    "fdp.exe"), runs of whitespace made one space."""
+    return " ".join(filter(None, (_UNSHOWABLE.sub("", word) for word in text.split())))

@@ -28,6 +28,10 @@ and then merged into the next. So:
 
 A sliced request's rows are put back together in order: the caller sees one reply, as before.
 
+The queue's places (max_queue texts waiting) are shared the same way: one key kept the queue full, and
+another tenant's embeddings were refused. A tenant holds at most half of the places the other tenants
+leave free, so whoever comes next always finds places.
+
 A backend may take `lanes` calls at once (the local model: two, each on its share of the cores): a
 batch of other tenants then starts beside a running slice instead of waiting for it to end, so
 another tenant's one-text upload waits for no slice at all. Batches running together never share a
@@ -127,6 +131,7 @@ class MicroBatcher:
         self._served_at: dict[str, float] = {}  # tenant: when its last backend call ended (loop time)
         self._waiting = 0  # texts queued and not yet taken into a batch, over all tasks
         self._waiting_by_task: dict[str, int] = {}
+        self._waiting_by_tenant: dict[str, int] = {}
         self._arrived = asyncio.Event()  # remade with each worker: it belongs to the worker's loop
         self._running: dict[asyncio.Task[None], set[str]] = {}  # backend calls under way: their tenants
         self._worker: asyncio.Task[None] | None = None
@@ -142,16 +147,12 @@ class MicroBatcher:
         queue is full, and whatever the backend raised for a batch this request was part of."""
         if not texts:
             return np.zeros((0, self.backend.dimensions), dtype=np.float32)
-        # A lone request larger than the queue is still admitted: MAX_TEXTS bounds it, and refusing
-        # it would fail it forever.
-        if self._waiting and self._waiting + len(texts) > self.max_queue:
-            raise ResourceExhausted(f"embedder: queue full ({self._waiting} texts waiting, at most "
-                                    f"{self.max_queue}); retry shortly", retry_after_s=1.0)
+        self._admit(tenant, len(texts))
         loop = asyncio.get_running_loop()
         request = _Request(list(texts), task, tenant, deadline, loop.time(), loop.create_future())
         request.future.add_done_callback(lambda _: self._forget(request))
         self._queues.setdefault((tenant, task), deque()).append(request)
-        self._count(task, len(texts))
+        self._count(request, len(texts))
         if self._worker is None or self._worker.done():
             self._arrived = asyncio.Event()
             self._worker = asyncio.create_task(self._run(self._arrived), name="embed-batcher")
@@ -169,16 +170,34 @@ class MicroBatcher:
                 if not request.future.done():
                     request.future.set_exception(Unavailable("embedder: shutting down"))
 
-    def _count(self, task: str, n: int) -> None:
+    def _admit(self, tenant: str, n: int) -> None:
+        """Raises ResourceExhausted unless `n` more texts of `tenant` may wait. A tenant's share is half
+        the places the other tenants leave free: one tenant's calls never fill the queue, and whoever
+        comes next finds at least as many places free as the busiest tenant holds (so the queue as a
+        whole never holds more than max_queue either). A lone request at an empty queue is always
+        admitted: the call limits bound it, and refusing it would fail it forever."""
+        mine = self._waiting_by_tenant.get(tenant, 0)
+        share = (self.max_queue - (self._waiting - mine)) // 2
+        if self._waiting and mine + n > share:
+            raise ResourceExhausted(f"embedder: queue full for this tenant ({self._waiting} texts waiting, {mine} "
+                                    f"of them its own; a tenant holds at most half the places others leave of "
+                                    f"EMBED_MAX_QUEUE, {self.max_queue}); retry shortly", retry_after_s=1.0)
+
+    def _count(self, request: _Request, n: int) -> None:
         self._waiting += n
-        self._waiting_by_task[task] = self._waiting_by_task.get(task, 0) + n
+        self._waiting_by_task[request.task] = self._waiting_by_task.get(request.task, 0) + n
+        held = self._waiting_by_tenant.get(request.tenant, 0) + n
+        if held:
+            self._waiting_by_tenant[request.tenant] = held
+        else:
+            self._waiting_by_tenant.pop(request.tenant, None)
 
     def _forget(self, request: _Request) -> None:
         """A request that finished while queued (cancelled, past its deadline, shut down, or failed in
         an earlier slice) no longer counts against the queue."""
         if request.queued:
             request.queued = False
-            self._count(request.task, request.taken - len(request.texts))
+            self._count(request, request.taken - len(request.texts))
             future = request.future
             if future.cancelled() or isinstance(future.exception(), DeadlineExceeded):
                 self.dropped += 1
@@ -294,7 +313,7 @@ class MicroBatcher:
         batch.pieces.append(_Piece(request, start, request.taken))
         batch.texts += n
         batch.chars += sum(map(len, request.texts[start : request.taken]))
-        self._count(request.task, -n)
+        self._count(request, -n)
         if request.taken == len(request.texts):
             request.queued = False
             self._queues[(request.tenant, request.task)].popleft()  # taken from the head, always

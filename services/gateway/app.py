@@ -142,6 +142,7 @@ class GatewayApp(ServiceApp):
         tls_files = {"ssl_certfile": s.tls_cert, "ssl_keyfile": s.tls_key} if s.tls_cert else {}
         config = uvicorn.Config(app, host=s.host, port=self.http_port, log_config=None, lifespan="off",
                                 access_log=False, http=with_header_deadline(s.http_header_timeout_s),
+                                proxy_headers=bool(s.forwarded_allow_ips.strip()),
                                 forwarded_allow_ips=s.forwarded_allow_ips, **tls_files)
         self._http = uvicorn.Server(config)
         self._http_task = asyncio.create_task(self._http.serve())

@@ -5,8 +5,8 @@ manager and chunk type; factsheets grouped by factsheet id, listing the sections
 matched with their scores, with the complete factsheet JSON once (the parent the record
 parser stores for every factsheet's sections, shown whole). A character budget (default 4,000,
 hard cap 12,000) bounds the context, a child's parent text comes once, and sentences
-that repeat an earlier block's are dropped (sentence dedupe). Retrieved text is fenced in
-<data> ... </data> and the prompts say it is data, not instructions."""
+that repeat an earlier block's are dropped (sentence dedupe). Retrieved text, and the earlier turns
+of the conversation, are fenced in <data> ... </data> and the prompts say it is data, not instructions."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,6 +14,8 @@ import functools
 import hashlib
 import json
 import re
+import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ragmesh.prompts import PROMPTS, system_instruction
@@ -246,13 +248,43 @@ def build(hits: list[Hit], budget: int) -> Context:
     return Context(blocks, sectioned(rendered), used)
 
 
-_FENCE_TAG = re.compile(r"<(\s*/?\s*data\b)", re.IGNORECASE)
+_FENCE_TAG = re.compile(r"<\s*/?\s*data\b")
+_LESS_THAN = "<\ufe64\uff1c"  # every character NFKC makes a "<" of
+# Lower-case letters of other scripts drawn like those of "data" (NFKC keeps them apart: Cyrillic a,
+# komi de and te, Greek alpha and tau, Latin alpha), and slashes drawn like "/".
+_LOOKALIKES = str.maketrans("\u0430\u0501\u0442\u03b1\u03c4\u0251\u2044\u2215\u29f8", "adtata///")
+
+
+def _folded(text: str) -> tuple[str, Sequence[int]]:
+    """The text as the fence is matched on (each character NFKC-normalised, look-alikes mapped to the
+    letters they imitate, lower case, invisible format characters and combining marks dropped), and
+    for each of its characters the index of the character of `text` it came from."""
+    if text.isascii():
+        return text.lower(), range(len(text))
+    folded, origin = [], []
+    for i, char in enumerate(text):
+        for c in unicodedata.normalize("NFKC", char).lower().translate(_LOOKALIKES):
+            if unicodedata.category(c) not in ("Cf", "Mn"):
+                folded.append(c)
+                origin.append(i)
+    return "".join(folded), origin
 
 
 def fence_safe(text: str) -> str:
-    """Retrieved text with every <data> / </data> tag (any case or spacing) escaped, so a document
-    cannot close the data fence and speak as instructions."""
-    return _FENCE_TAG.sub(r"&lt;\1", text)
+    """Text with every <data> / </data> tag escaped, so a document (or an earlier turn) cannot close
+    the data fence and speak as instructions. Tags are found as a reader would see them: any case or
+    spacing, fullwidth forms, zero-width characters inside, Cyrillic or Greek look-alike letters; the
+    tag's "<" becomes "&lt;", the rest of the text is left as it was."""
+    if not any(less in text for less in _LESS_THAN):
+        return text
+    folded, origin = _folded(text)
+    opens = {origin[m.start()] for m in _FENCE_TAG.finditer(folded)}
+    return "".join("&lt;" if i in opens else c for i, c in enumerate(text)) if opens else text
+
+
+def _fenced(text: str) -> str:
+    """Text the model must read as data, never as instructions, between the tags the prompts name."""
+    return f"<data>\n{fence_safe(text)}\n</data>\n"
 
 
 def build_prompt(prompt_name: str, question: str, history: list[Turn], summary: str, context: Context,
@@ -260,17 +292,17 @@ def build_prompt(prompt_name: str, question: str, history: list[Turn], summary: 
     """(system instruction with the persona in place, user prompt) for the route's prompt."""
     prompt = PROMPTS[prompt_name]
     parts: list[str] = []
-    if summary:
-        parts.append(f"Conversation summary:\n{summary}\n---\n")
-    if history:
+    if summary:  # made from earlier turns: data like them
+        parts.append(f"Conversation summary:\n{_fenced(summary)}---\n")
+    if history:  # what users asked (and answers that quote retrieved text): data, never instructions
         parts.append("Previous conversation:\n")
-        parts += [f"User: {t.question}\nAssistant: {t.answer}\n" for t in history]
+        parts.append(_fenced("".join(f"User: {t.question}\nAssistant: {t.answer}\n" for t in history)))
         parts.append("---\n")
     parts.append(f"Question: {question}\n")
     parts.append(prompt.instructions + "\n")
     parts.append(f"Available data sources: {', '.join(data_sources)}\n")
     if context.blocks:
-        parts.append(f"Internal Data:\n<data>\nAvailable Data Sources:\n\n{fence_safe(context.text)}\n</data>\n")
+        parts.append("Internal Data:\n" + _fenced("Available Data Sources:\n\n" + context.text))
     parts.append("Now provide a comprehensive answer.")
     return system_instruction(prompt, persona), "\n".join(parts)
 

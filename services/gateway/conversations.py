@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 
 from ragmesh.errors import Unavailable
 from ragmesh.identity import Identity
 from ragmesh.paging import DEFAULT_PAGE, Page, page
 from ragmesh.store import ConversationInfo, MessageRecord
+from ragmesh.text import one_line
 from ragmesh.validation import check_page, check_text
 from services.gateway.history import History
 from services.gateway.memory import Memory
@@ -24,14 +26,17 @@ class Conversations:
         self.pipeline = pipeline
 
     async def list(self, who: Identity, limit: int | None = None, offset: int = 0) -> Page[ConversationInfo]:
-        """Newest first; `offset` skips that many (the next page starts where the last one ended)."""
+        """Newest first; `offset` skips that many (the next page starts where the last one ended). A title
+        made from the first question is shown on one line like a renamed one (`rename`)."""
         limit = DEFAULT_PAGE if limit is None else limit
         check_page(limit, offset)
-        return page(await asyncio.to_thread(self.history.conversations, who, limit, offset), limit, offset)
+        found = await asyncio.to_thread(self.history.conversations, who, limit, offset)
+        return page([dataclasses.replace(c, title=one_line(c.title)) for c in found], limit, offset)
 
     async def rename(self, who: Identity, conversation_id: str, title: str) -> str:
-        """Sets the title the list shows (blank: the first question again); returns the title kept."""
-        title = " ".join(check_text("title", title, MAX_TITLE_CHARS).split())
+        """Sets the title the list shows (blank: the first question again); returns the title kept: one
+        line, without control or bidirectional-override characters (ragmesh.text.one_line)."""
+        title = one_line(check_text("title", title, MAX_TITLE_CHARS))
         await asyncio.to_thread(self.history.require, who, conversation_id)
         await asyncio.to_thread(self.history.store.rename_conversation, who.tenant, conversation_id, title)
         return title

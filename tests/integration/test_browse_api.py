@@ -11,7 +11,7 @@ import grpc
 import httpx
 import pytest
 
-from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
+from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc, retriever_pb2, retriever_pb2_grpc
 from tests.auth import bearer, channel, headers
 from tests.conftest import sse
 from tests.stack import DEMO, Stack
@@ -90,6 +90,26 @@ def test_rename_keeps_the_order_and_blank_brings_back_the_first_question(analyst
     assert _error(analyst.patch(path, content=b"title=x", headers={"content-type": "text/plain"}), 415)
     analyst.patch(path, json={"title": " "})
     assert analyst.get("/api/conversations").json()["conversations"][1]["title"] == QUESTION
+
+
+def test_titles_lose_control_and_direction_override_characters_on_both_edges(stack: Stack) -> None:
+    """A NUL cuts a title short in a C client; a right-to-left override shows "report\u202efdp.exe" as
+    "reportexe.pdf". Neither survives a rename, over HTTP or gRPC, nor a title made from the question."""
+    key = stack.key(DEMO, "browse-titles")
+    titler = Client(stack, key)
+    events = sse(stack.http_url + "/api/chat/ask/stream",
+                 {"question": "Kestrel\u202e\x00 Brazil\u2066 exposure\x9b?\u2069"}, dict(titler.headers))
+    cid = next(e for e in events if "done" in e)["conversation_id"]
+    assert titler.get("/api/conversations").json()["conversations"][0]["title"] == "Kestrel Brazil exposure?"
+    hostile = "report\u202efdp.exe\x00\x07 \u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069 q\x1b[31m\x85\x9f"
+    kept = "reportfdp.exe q[31m"
+    assert titler.patch(f"/api/conversations/{cid}", json={"title": hostile}).json()["title"] == kept
+    assert titler.get("/api/conversations").json()["conversations"][0]["title"] == kept
+    stub = gateway_pb2_grpc.GatewayStub(channel(stack.address("gateway"), bearer(key)))
+    renamed = stub.RenameConversation(gateway_pb2.RenameConversationRequest(conversation_id=cid, title=hostile), timeout=10)
+    assert renamed.title == kept
+    listed = stub.ListConversations(gateway_pb2.ListConversationsRequest(), timeout=10).conversations
+    assert [c.title for c in listed] == [kept]
 
 
 def test_another_tenant_gets_404s_like_unknown_ids(stack: Stack, analyst: Client, outsider: Client,

@@ -223,7 +223,8 @@ def test_the_conversation_answers_when_nothing_retrieved_is_close(model, stack: 
     assert steps(strategy)["compress"]["detail"] == "no hits"
     answer_prompt = prompts(fake, ANSWER)[-1]
     assert "Previous conversation:" in answer_prompt and f"User: {QUESTION}\nAssistant: " in answer_prompt
-    assert "<data>" not in answer_prompt and "Content:" not in answer_prompt
+    assert answer_prompt.count("<data>") == 1, "the earlier turns only, fenced"
+    assert "Internal Data:" not in answer_prompt and "Content:" not in answer_prompt
     assert answer_of(events) == "Earlier I said Kestrel cut Brazil; I have nothing on risotto."
 
 

@@ -114,3 +114,49 @@ def test_a_rivals_largest_calls_do_not_hold_back_another_tenants_one_text_call()
             await host.stop()
 
     asyncio.run(go())
+
+
+def test_a_rival_holding_the_embed_queue_leaves_room_for_another_tenants_embeddings() -> None:
+    """One key kept the embedder's queue (one counter for every tenant) full: 4 of another tenant's 43
+    embeddings were refused. Now a tenant holds at most half the places the others leave: the rival's
+    calls past that are refused (RESOURCE_EXHAUSTED naming EMBED_MAX_QUEUE), every one of the other
+    tenant's calls is queued and answered."""
+    s = settings(embed_max_queue=4 * MAX_TEXTS, embed_slice_chars=0)
+    backend = SteppedBackend()
+    app = EmbedderApp(s, backend)
+    big = embedder_pb2.EmbedRequest(texts=[f"rival {i:04d}" for i in range(MAX_TEXTS)], task=embedder_pb2.DOCUMENT)
+
+    async def go() -> None:
+        host = ServiceHost(app, s, 0, grace=0.5)
+        await host.start()
+        try:
+            async with aio_channel(host.address, bearer(admin_key(s, "rival", "eve"))) as rival, \
+                    aio_channel(host.address, bearer(service_token(s), "demo", "ana")) as victim:
+                rival_stub, victim_stub = embedder_pb2_grpc.EmbedderStub(rival), embedder_pb2_grpc.EmbedderStub(victim)
+
+                async def embed(stub: embedder_pb2_grpc.EmbedderStub, request: embedder_pb2.EmbedRequest):
+                    return await stub.Embed(request, timeout=60)
+
+                first = asyncio.create_task(embed(rival_stub, big))
+                await until(lambda: len(backend.calls) == 1, "the rival's first call on the model")
+                rivals = [asyncio.create_task(embed(rival_stub, big)) for _ in range(6)]
+                await until(lambda: sum(t.done() for t in rivals) == 4, "the rival's calls past its share refused")
+                assert app.batcher.waiting == 2 * MAX_TEXTS, "half the queue: the rival's share"
+                refused = [t.exception() for t in rivals if t.done()]
+                assert {e.code() for e in refused} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+                assert all("EMBED_MAX_QUEUE" in e.details() for e in refused)
+                asks = [asyncio.create_task(embed(victim_stub, embedder_pb2.EmbedRequest(
+                    texts=[f"victim question {i}"], task=embedder_pb2.QUERY))) for i in range(43)]
+                await until(lambda: app.batcher.waiting == 2 * MAX_TEXTS + 43 or any(a.done() for a in asks),
+                            "the other tenant's embeddings queued")
+                backend.steps.release(10_000)
+                replies = await asyncio.gather(*asks)
+                assert [r.vectors[0].values[1] for r in replies] == [1.0] * 43, "all 43 embedded"
+                await first
+                outcomes = await asyncio.gather(*rivals, return_exceptions=True)
+                assert sum(not isinstance(o, Exception) for o in outcomes) == 2, "the two in its share answered"
+        finally:
+            backend.steps.release(10_000)
+            await host.stop()
+
+    asyncio.run(go())

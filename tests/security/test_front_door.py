@@ -185,6 +185,25 @@ def test_failed_credentials_are_throttled_per_client_address(stack: Stack) -> No
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
 
 
+def test_a_same_host_guesser_cannot_rotate_forwarded_addresses_past_the_throttle(stack: Stack) -> None:
+    """No proxy is trusted unless FORWARDED_ALLOW_IPS names it: a client on the gateway's own host
+    that sends a new X-Forwarded-For with each guess is still one address (and cannot name another
+    address to lock it out). Behind a proxy that is named, each forwarded client counts on its own."""
+    gateway = stack.start_variant("gateway", auth_failures_per_minute=3)
+    url = f"http://{HOST}:{gateway.app.http_port}/api/meta"
+    codes = [httpx.get(url, headers={"authorization": f"Bearer {_guess(i)}", "x-forwarded-for": f"10.9.0.{i}"},
+                       timeout=30).status_code for i in range(3)]
+    assert codes == [401, 401, 401]
+    refused = httpx.get(url, headers={**stack.headers, "x-forwarded-for": "10.9.0.99"}, timeout=30)
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    behind = stack.start_variant("gateway", auth_failures_per_minute=3, forwarded_allow_ips=HOST)
+    url = f"http://{HOST}:{behind.app.http_port}/api/meta"
+    for i in range(3):
+        httpx.get(url, headers={"authorization": f"Bearer {_guess(i)}", "x-forwarded-for": "10.9.0.1"}, timeout=30)
+    assert httpx.get(url, headers={**stack.headers, "x-forwarded-for": "10.9.0.1"}, timeout=30).status_code == 429
+    assert httpx.get(url, headers={**stack.headers, "x-forwarded-for": "10.9.0.2"}, timeout=30).status_code == 200
+
+
 # -- what a client sends is never a 500 -------------------------------------------------------------
 
 def _raw(port: int, request: bytes) -> tuple[int, bytes]:
@@ -203,6 +222,15 @@ def test_a_host_header_that_is_not_a_host_is_400(stack: Stack, path: str) -> Non
     port = stack.app("gateway").http_port
     status, body = _raw(port, f"GET {path} HTTP/1.1\r\nHost: [\r\nAuthorization: Bearer {stack.admin_key}\r\n"
                               f"Connection: close\r\n\r\n".encode())
+    assert status == 400, body
+    assert json.loads(body)["error"]["message"].startswith("host:")
+
+
+@pytest.mark.parametrize("port", ["-1", "0", "65536", "99999999999", "http", "8o", "+80", "\u0663"])
+def test_a_host_header_with_a_port_that_is_not_a_port_is_400(stack: Stack, port: str) -> None:
+    status, body = _raw(stack.app("gateway").http_port,  # uvicorn lets each through
+                        f"GET /api/meta HTTP/1.1\r\nHost: {HOST}:{port}\r\nAuthorization: Bearer {stack.admin_key}\r\n"
+                        f"Connection: close\r\n\r\n".encode())
     assert status == 400, body
     assert json.loads(body)["error"]["message"].startswith("host:")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ragmesh import clients
 from ragmesh.request_context import request_id_var
@@ -227,3 +228,53 @@ def test_a_forged_request_id_is_replaced_at_the_grpc_edge_and_on_the_next_hop() 
     finally:
         request_id_var.reset(token)
     assert sent.isascii() and sent.isalnum() and len(sent) == 16
+
+
+async def _watch(address: str, n: int, service: str = "") -> tuple[list[str], list[str]]:
+    """`n` anonymous health Watch streams held open on one channel: the first status (or refusal) of
+    each, and the retry-after of each refusal. The streams end when the channel closes."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        calls = [stub.Watch(health_pb2.HealthCheckRequest(service=service)) for _ in range(n)]
+        firsts, waits = [], []
+        for call in calls:
+            try:
+                reply = await call.read()
+                firsts.append(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+            except grpc.aio.AioRpcError as exc:
+                firsts.append(exc.code().name)
+                waits.append(dict(exc.trailing_metadata() or ()).get("retry-after", ""))
+        return firsts, waits
+
+
+def test_anonymous_health_watches_from_one_address_are_bounded(stack: Stack) -> None:
+    """3,000 anonymous Watch streams left 69 MB in the retriever: one address holds at most
+    HEALTH_WATCHES_PER_ADDRESS (16) at once, the rest are refused with a retry-after, and a closed
+    stream's place is free again."""
+    address = stack.address("retriever")
+    firsts, waits = stack.call(_watch(address, 40))
+    assert sorted(firsts) == ["RESOURCE_EXHAUSTED"] * 24 + ["SERVING"] * 16  # in whatever order they arrived
+    assert set(waits) == {"1"}
+    assert stack.call(_watch(address, 16, "x" * 100_000))[0] == ["SERVICE_UNKNOWN"] * 16
+
+
+def test_health_watches_are_bounded_per_service() -> None:
+    async def scenario() -> tuple[list[str], list[str], int]:
+        host = ServiceHost(_RequestIdApp(), settings(health_watches_max=6, health_watches_per_address=0), 0, grace=0.1)
+        await host.start()
+        try:
+            async with grpc.aio.insecure_channel(host.address) as channel:
+                stub = health_pb2_grpc.HealthStub(channel)
+                held = [stub.Watch(health_pb2.HealthCheckRequest()) for _ in range(4)]
+                assert [(await c.read()).status for c in held] == [health_pb2.HealthCheckResponse.SERVING] * 4
+                more = await _watch(host.address, 4, f"unknown-{'y' * 1000}")
+                for call in held:
+                    call.cancel()
+                await asyncio.sleep(0.2)
+                return *more, host.health.watchers.open
+        finally:
+            await host.stop()
+
+    firsts, waits, left = asyncio.run(scenario())
+    assert sorted(firsts) == ["RESOURCE_EXHAUSTED"] * 2 + ["SERVICE_UNKNOWN"] * 2 and waits == ["1", "1"]
+    assert left == 0, "every stream's place is given back when it ends"

@@ -178,22 +178,30 @@ def test_a_failing_batch_fails_its_callers_only_and_the_next_batch_works() -> No
     run(batcher, scenario)
 
 
-def test_beyond_the_queue_limit_new_requests_fail_fast() -> None:
+def test_beyond_its_share_of_the_queue_a_tenants_new_requests_fail_fast() -> None:
     backend = FakeBackend(gated=True)
-    batcher = MicroBatcher(backend, window_ms=0, max_queue=4)
+    batcher = MicroBatcher(backend, window_ms=0, max_queue=8)
 
     async def scenario() -> None:
-        first = asyncio.create_task(batcher.embed(["a-1"], "QUERY"))  # running: no longer waiting
+        first = asyncio.create_task(batcher.embed(["a-1"], "QUERY", tenant="rival"))  # running: not waiting
         await running(backend)
-        waiting = [asyncio.create_task(batcher.embed([f"w-{i}", f"w-{i + 10}"], "QUERY")) for i in (2, 3)]
+        waiting = [asyncio.create_task(batcher.embed([f"w-{i}", f"w-{i + 10}"], "QUERY", tenant="rival"))
+                   for i in (2, 3)]
         await asyncio.sleep(0.01)
-        with pytest.raises(ResourceExhausted, match="embedder: queue full"):
-            await batcher.embed(["over-9"], "DOCUMENT")
+        with pytest.raises(ResourceExhausted, match="embedder: queue full for this tenant") as refused:
+            await batcher.embed(["over-9"], "DOCUMENT", tenant="rival")  # half the queue of 8 is its share
+        assert refused.value.retry_after_s == 1.0 and "EMBED_MAX_QUEUE" in str(refused.value)
+        other = asyncio.create_task(batcher.embed(["other-5", "other-6"], "DOCUMENT", tenant="demo"))
+        await asyncio.sleep(0.01)
+        assert batcher.waiting == 6
+        with pytest.raises(ResourceExhausted):  # half of the 4 places the rival leaves: 2, taken
+            await batcher.embed(["over-7"], "DOCUMENT", tenant="demo")
         backend.gate.set()
         await first
         for i, task in zip((2, 3), waiting):
             assert (await task).tolist() == [vector(f"w-{i}", "QUERY"), vector(f"w-{i + 10}", "QUERY")]
-        assert (await batcher.embed(["over-9"], "DOCUMENT")).tolist() == [vector("over-9", "DOCUMENT")]
+        assert len(await other) == 2
+        assert (await batcher.embed(["over-9"], "DOCUMENT", tenant="rival")).tolist() == [vector("over-9", "DOCUMENT")]
 
     run(batcher, scenario)
 

@@ -79,9 +79,13 @@ def caller_dependency() -> Callable[[Request], Awaitable[Identity]]:
 
 
 def _hostname(netloc: str) -> str | None:
-    """The host name of a `Host` value; None when it cannot be parsed (an unclosed IPv6 bracket)."""
+    """The host name of a `Host` value; None when it cannot be parsed (an unclosed IPv6 bracket) or its
+    port is not one (not digits, 0, or past 65535: `.port` raises for those)."""
     try:
-        return (urlsplit(f"//{netloc}").hostname or "").lower()
+        parts = urlsplit(f"//{netloc}")
+        if parts.port == 0:
+            return None
+        return (parts.hostname or "").lower()
     except ValueError:
         return None
 
@@ -122,7 +126,7 @@ class BrowserGuard:
         host = headers.get("host", "")
         hostname = _hostname(host)
         if hostname is None:
-            return 400, "INVALID_ARGUMENT", f"host: {shown(host)} is not a host name"
+            return 400, "INVALID_ARGUMENT", f"host: {shown(host)} is not a host name (and a port from 1 to 65535)"
         if self.hosts is not None and hostname not in self.hosts:
             return 400, "INVALID_ARGUMENT", f"host: {shown(host)} is not served here (ALLOWED_HOSTS)"
         if scope["method"] not in _WRITES or not self._served(scope):
