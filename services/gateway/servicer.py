@@ -155,7 +155,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
         who = identity.current()  # the retriever decides where it may upload, into its own tenant
         await self.pipeline.rate.check(who.tenant, who.user)  # an upload counts with the user's asks
-        async for progress in self.retriever.ingest(_writable(request_iterator, self.uploads)):
+        async for progress in self.retriever.ingest(_writable(request_iterator, self.uploads, who.tenant)):
             yield progress
 
     async def Correct(self, request: gateway_pb2.CorrectionRequest, context: grpc.aio.ServicerContext):
@@ -238,12 +238,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                                  rerank_count=r.rerank_count, time_ms=r.time_ms))
 
 
-async def _writable(documents: AsyncIterator[retriever_pb2.Document], uploads: Uploads
+async def _writable(documents: AsyncIterator[retriever_pb2.Document], uploads: Uploads, tenant: str
                     ) -> AsyncIterator[retriever_pb2.Document | SpooledMessage]:
     """The client's documents, refusing (and so ending the stream at) one for a collection it may not write
     or whose access the upload's declaration refuses (the retriever decides who may share how). A file is
     spooled as it arrives and read back as it is sent, within its tenant's share of memory."""
-    tenant = identity.current().tenant
     async for doc in documents:
         check_writable("collection", doc.collection)
         if doc.HasField("access"):
