@@ -19,7 +19,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import grpc
 
@@ -93,10 +93,25 @@ class Attempts:
         await asyncio.sleep(delay)
 
 
+@runtime_checkable
+class Deferred(Protocol):
+    """A stream message made only as it is sent (its bytes read back from a spool, within a memory
+    share) and let go once sent: what a Replay keeps to send it again is this, not its bytes."""
+
+    async def message(self) -> Any:
+        """The message, made now (it may wait for memory)."""
+
+    def sent(self) -> None:
+        """The message was sent (or its try ended): what it held is given back."""
+
+
 class Replay:
     """The messages of a client stream, kept from its start until the service's first reply, so that
     a try the service never took can be sent again whole. Once a reply came (`commit`), or more than
     `limit` bytes were sent, nothing is kept and the stream cannot be tried again.
+
+    A Deferred message is kept as itself and made anew by each try that sends it: a stream of
+    spooled files is always replayable, and holds one file in memory at a time.
 
     Each try reads through `attempt()`; the source is read by a task of its own, so gRPC cancelling
     a failed try's sending never cancels the source itself. A source that raises ends the try
@@ -132,7 +147,7 @@ class Replay:
             self.error, self._ended = exc, True
             return
         self._kept.append(message)
-        self._size += message.ByteSize()
+        self._size += 0 if isinstance(message, Deferred) else message.ByteSize()
 
     async def attempt(self, on_error: Callable[[], None]) -> AsyncIterator[Any]:
         """One try's messages: those kept, then the source's next ones. Only the latest try reads."""
@@ -145,7 +160,13 @@ class Replay:
                 if not self.replayable:  # nothing will be sent again: drop what this try has sent
                     del self._kept[: position - self._first]
                     self._first = position
-                yield message
+                if isinstance(message, Deferred):
+                    try:
+                        yield await message.message()
+                    finally:  # gRPC asks for the next message once this one is written
+                        message.sent()
+                else:
+                    yield message
             elif self.error is not None:
                 on_error()
                 return

@@ -19,7 +19,7 @@ import logging
 import signal
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import unquote
@@ -139,17 +139,27 @@ class _Parser:
             return self(raw)
         raise InvalidArgument("request", "no message was sent")
 
-    async def each(self, requests: AsyncIterator[bytes]) -> AsyncIterator[Any]:
-        """The messages of a client stream. A bad one ends the stream and is kept as the call's error:
-        raised here it could be lost, when the handler forwards the stream on a call of its own (the
-        gateway's Ingest), whose sending task would swallow it and leave the call hanging."""
-        async for raw in requests:
+    async def each(self, read: Callable[[], Awaitable[Any]]) -> AsyncIterator[Any]:
+        """The messages of a client stream (`read`: the call's context.read). A bad one ends the stream
+        and is kept as the call's error: raised here it could be lost, when the handler forwards the
+        stream on a call of its own (the gateway's Ingest), whose sending task would swallow it and
+        leave the call hanging. Nothing here keeps a message, nor its bytes, once handed on (gRPC's
+        own request iterator keeps the last one until the next is read): a file waiting in a stream
+        is held by the handler alone, which may spool it."""
+        box: list[Any] = []
+        while True:
             try:
-                message = self(raw)
+                box.append(await self._next(read))
             except InvalidArgument as exc:
                 self.error = exc
                 return
-            yield message
+            if box[0] is grpc.aio.EOF:
+                return
+            yield box.pop()
+
+    async def _next(self, read: Callable[[], Awaitable[Any]]) -> Any:
+        raw = await read()
+        return raw if raw is grpc.aio.EOF else self(raw)
 
     def outcome(self, exc: Exception | None = None) -> Exception | None:
         """The error the call ends with: a bad message in its stream before whatever that caused."""
@@ -233,9 +243,9 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
         admission = self.admission.slot if not method.startswith(_OPEN_PREFIXES) else contextlib.nullcontext
         behavior = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
 
-        async def request(requests: AsyncIterator[bytes]) -> Any:
+        async def request(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
             """What the handler takes: its one message, or a stream of them parsed as they come."""
-            return parse.each(requests) if handler.request_streaming else await parse.one(requests)
+            return parse.each(context.read) if handler.request_streaming else await parse.one(requests)
 
         async def unary(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
             with self._observed(method, metadata, request_id) as outcome:
@@ -243,7 +253,7 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
                     _enter_call(context, request_id)
                     await self._let_in(context, metadata, method)
                     with admission():
-                        reply = await behavior(await request(requests), context)
+                        reply = await behavior(await request(requests, context), context)
                     if (error := parse.outcome()) is not None:
                         raise error
                     return reply
@@ -258,7 +268,7 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
                     _enter_call(context, request_id)
                     await self._let_in(context, metadata, method)
                     with admission():
-                        async for item in _responses(behavior(await request(requests), context)):
+                        async for item in _responses(behavior(await request(requests, context), context)):
                             yield item
                     if (error := parse.outcome()) is not None:
                         raise error

@@ -9,6 +9,7 @@ import numpy as np
 
 if TYPE_CHECKING:  # only the type: ragmesh.access checks names with ragmesh.validation, which reads this module
     from ragmesh.access import Access
+    from ragmesh.spool import Spooled
 
 # Conversation memory: each message of a conversation, embedded, with its author in metadata
 # (MEMORY_AUTHOR). The collection is personal: its chunks are only ever read for their author, and
@@ -54,6 +55,7 @@ class Document:
     mime_type: str = ""
     summarize: bool | None = None  # None: the retriever's setting decides
     access: Access | None = None  # who may read it; None: the collection's default
+    spooled: Spooled | None = None  # `content` on disk while the document waits for its parse (then empty)
 
 
 @dataclass

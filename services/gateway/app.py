@@ -21,6 +21,7 @@ from ragmesh.identity.authenticator import Authenticator
 from ragmesh.models import default_model
 from ragmesh.request_context import identity_var
 from ragmesh.serving import ServiceApp
+from ragmesh.spool import SPOOL_DIR, Spool
 from ragmesh.store.lazy import LazyStore
 from ragmesh.v1 import gateway_pb2_grpc
 from services.gateway.api import FrontDoor, create_app
@@ -37,6 +38,7 @@ from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.servicer import GatewayServicer
 from services.gateway.shared_state import open_shared_state
 from services.gateway.transcripts import Transcripts
+from services.gateway.upload_memory import TenantBytes, Uploads
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,8 @@ class GatewayApp(ServiceApp):
         auth = ClientAuth.service(s)  # on behalf of the caller the gateway authenticated
         self.embedder = EmbedderClient(s.address("embedder"), s.embed_timeout, auth)
         self.retriever = RetrieverClient(s.address("retriever"), s.search_timeout, s.ingest_timeout, auth)
+        self.uploads = Uploads(Spool(s.data_dir / SPOOL_DIR / "gateway"),
+                               TenantBytes(s.upload_memory_per_tenant_mb * 1024 * 1024))
         self.generator = GeneratorClient(s.address("generator"), s.generate_timeout, auth)
         self.memory = Memory(self.store, self.retriever, self.generator, self.embedder, s.history_char_budget,
                              s.memory_queue_max)
@@ -87,7 +91,7 @@ class GatewayApp(ServiceApp):
 
     def servicer(self) -> GatewayServicer:
         return GatewayServicer(self.pipeline, self.conversations, self.retriever, self.memory, self.transcripts,
-                               self.library)
+                               self.library, self.uploads)
 
     async def upstream_health(self) -> dict[str, str]:
         async def check(name: str, channel: grpc.aio.Channel) -> tuple[str, str]:
@@ -136,7 +140,7 @@ class GatewayApp(ServiceApp):
             allowed_hosts=self.allowed_hosts, health=self.upstream_health,
             models=self.pipeline.models.configured,
             admission=self.admission, front_door=FrontDoor.of(s), max_body_bytes=s.http_max_body_bytes,
-            max_upload_bytes=s.upload_max_bytes, max_file_bytes=s.ingest_max_bytes,
+            max_upload_bytes=s.upload_max_bytes, max_file_bytes=s.ingest_max_bytes, upload_memory=self.uploads.memory,
         )
         self.http_app = app  # the FastAPI app (tests read its routes)
         tls_files = {"ssl_certfile": s.tls_cert, "ssl_keyfile": s.tls_key} if s.tls_cert else {}

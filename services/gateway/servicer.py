@@ -34,6 +34,7 @@ from services.gateway.request import AskInput, AskRequest, checked_conversation_
 from services.gateway.strategy import Strategy, strategy_json
 from services.gateway.transcript_request import TranscriptBody
 from services.gateway.transcripts import Transcripts
+from services.gateway.upload_memory import SpooledMessage, Uploads
 from services.gateway.whole_answer import whole_answer
 
 
@@ -107,7 +108,8 @@ def message_to_proto(m: MessageRecord) -> gateway_pb2.Message:
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, pipeline: AskPipeline, conversations: Conversations, retriever: RetrieverClient,
-                 memory: Memory, transcripts: Transcripts, library: Library) -> None:
+                 memory: Memory, transcripts: Transcripts, library: Library, uploads: Uploads) -> None:
+        self.uploads = uploads
         self.pipeline = pipeline
         self.library = library
         self.transcripts = transcripts
@@ -153,7 +155,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
         who = identity.current()  # the retriever decides where it may upload, into its own tenant
         await self.pipeline.rate.check(who.tenant, who.user)  # an upload counts with the user's asks
-        async for progress in self.retriever.ingest(_writable(request_iterator)):
+        async for progress in self.retriever.ingest(_writable(request_iterator, self.uploads, who.tenant)):
             yield progress
 
     async def Correct(self, request: gateway_pb2.CorrectionRequest, context: grpc.aio.ServicerContext):
@@ -236,11 +238,18 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
                                                  rerank_count=r.rerank_count, time_ms=r.time_ms))
 
 
-async def _writable(documents: AsyncIterator[retriever_pb2.Document]) -> AsyncIterator[retriever_pb2.Document]:
+async def _writable(documents: AsyncIterator[retriever_pb2.Document], uploads: Uploads, tenant: str
+                    ) -> AsyncIterator[retriever_pb2.Document | SpooledMessage]:
     """The client's documents, refusing (and so ending the stream at) one for a collection it may not write
-    or whose access the upload's declaration refuses (the retriever decides who may share how)."""
+    or whose access the upload's declaration refuses (the retriever decides who may share how). A file is
+    spooled as it arrives and read back as it is sent, within its tenant's share of memory."""
     async for doc in documents:
         check_writable("collection", doc.collection)
         if doc.HasField("access"):
             AccessRequest.checked_at("access", access_fields(doc.access))
-        yield doc
+        if not doc.content:
+            yield doc
+            continue
+        spooled = await SpooledMessage.of(doc, uploads.spool, uploads.memory, tenant)
+        del doc  # the message is on disk now
+        yield spooled

@@ -13,7 +13,7 @@ from ragmesh import convert, identity
 from ragmesh.errors import InvalidArgument, NotFound
 from ragmesh.paging import DEFAULT_PAGE, page
 from ragmesh.store import CollectionStats, DocumentStore
-from ragmesh.types import ChunkContext
+from ragmesh.types import ChunkContext, Document
 from ragmesh.validation import (MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, RESERVED_PREFIX, check_field_name, check_name,
                                 check_names, check_page, check_text, shown)
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
@@ -98,13 +98,20 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         def uploader(doc) -> permissions.Uploader:
             return permissions.Uploader(who, permissions.rule(self.store, tenant, doc.collection))
 
+        async def received(doc: retriever_pb2.Document | None) -> Document | None:
+            if doc is None:
+                return None
+            personal.require_writer(who, doc.collection)
+            doc.tenant = tenant
+            document = convert.document_from_proto(doc)
+            # the caller may not upload here at all: the call is refused (PERMISSION_DENIED), as for memory
+            (await asyncio.to_thread(uploader, document)).check(document.access)
+            return document
+
         async def documents():
-            async for doc in request_iterator:
-                personal.require_writer(who, doc.collection)
-                doc.tenant = tenant
-                document = convert.document_from_proto(doc)
-                # the caller may not upload here at all: the call is refused (PERMISSION_DENIED), as for memory
-                (await asyncio.to_thread(uploader, document)).check(document.access)
+            # No reference to the message is kept here: it is gone once converted, and the ingest spools
+            # the document's own bytes while it waits for its parse.
+            while (document := await received(await anext(request_iterator, None))) is not None:
                 yield document
 
         async for p in self.ingestor.ingest(documents(), uploader):

@@ -21,6 +21,7 @@ from services.gateway.api.documents import documents_router
 from services.gateway.api.limits import AdmissionGuard
 from services.gateway.library import Library
 from services.gateway.limits import RateLimiter
+from services.gateway.upload_memory import TenantBytes
 from tests.stack import Stack
 from tests.unit.test_ingest_parsers import TRANSCRIPT, docx_bytes, pdf_bytes, sentence
 
@@ -46,7 +47,8 @@ def client(stack: Stack) -> Iterator[TestClient]:
     app.add_middleware(AdmissionGuard, identifier=identifier, admission=Admission("test", 0), max_body=MAX_BYTES,
                        max_upload=10 * MAX_BYTES, body_timeout_s=60, upload_timeout_s=60, bodies_per_user=0)
     library = Library(retriever, no_funds)
-    app.include_router(documents_router(retriever, library, MAX_BYTES, caller_dependency(), RateLimiter(0)))
+    app.include_router(documents_router(retriever, library, MAX_BYTES, caller_dependency(), RateLimiter(0),
+                                        TenantBytes(64 * 1024 * 1024)))
     try:
         with TestClient(app, headers=stack.headers) as test_client:
             yield test_client

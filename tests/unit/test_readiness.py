@@ -285,3 +285,42 @@ def test_a_send_to_a_call_the_service_ended_counts_as_not_through() -> None:
     with pytest.raises(Unavailable):
         with _translated("retriever"):
             raise lost
+
+
+class Spooled:
+    """A Deferred document (ragmesh.retry): made each time it is sent, let go once sent."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.made, self.out = name, 0, 0
+
+    async def message(self) -> retriever_pb2.Document:
+        self.made += 1
+        self.out += 1
+        return retriever_pb2.Document(doc_id=self.name, collection="c", filename=f"{self.name}.txt",
+                                      content=b"x" * (3 * 1024 * 1024))
+
+    def sent(self) -> None:
+        self.out -= 1
+
+
+def test_a_spooled_upload_is_made_again_for_the_second_try_and_none_is_held_after() -> None:
+    """The resend copy of a file is its spool, not its bytes: every try makes the message anew, and
+    each is let go once sent (a stream of 75 MB of files, past REPLAY_BYTES, kept no copy)."""
+    async def scenario() -> None:
+        servicer = FlakyRetriever()
+        server, address = await plain_server(retriever_pb2_grpc.add_RetrieverServicer_to_server, servicer)
+        client = RetrieverClient(address, timeout=5, ingest_timeout=10)
+        files = [Spooled(name) for name in "abcdefghijklmnopqrstuvwxy"]  # 75 MB in all
+
+        async def documents() -> AsyncIterator[Spooled]:
+            for spooled in files:
+                yield spooled
+
+        reported = [p.doc_id async for p in client.ingest(documents())]
+        assert reported == [f.name for f in files] and servicer.tries == [["a"], reported]
+        assert files[0].made == 2 and all(f.made <= 2 for f in files)  # the first try may have made "b" too
+        assert all(f.out == 0 for f in files), "a message not let go"
+        await client.close()
+        await server.stop(0)
+
+    asyncio.run(scenario())

@@ -43,6 +43,7 @@ from services.gateway.memory import Memory
 from services.gateway.meta import describe
 from services.gateway.pipeline import AskPipeline
 from services.gateway.transcripts import Transcripts
+from services.gateway.upload_memory import TenantBytes
 
 WEB_DIR = Path(__file__).parent.parent / "web"
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
@@ -110,6 +111,7 @@ def create_app(
     max_body_bytes: int,
     max_upload_bytes: int,
     max_file_bytes: int,
+    upload_memory: TenantBytes,
 ) -> FastAPI:
     app = FastAPI(title="ragmesh gateway", docs_url=None, redoc_url=None,
                   generate_unique_id_function=lambda route: route.name)  # operationId: the route function's name
@@ -197,7 +199,8 @@ def create_app(
 
     app.include_router(chat_router(pipeline, memory, conversations, caller))
     app.include_router(conversations_router(conversations, caller))
-    app.include_router(documents_router(retriever, library, max_file_bytes, caller, pipeline.rate))
+    app.include_router(documents_router(retriever, library, max_file_bytes, caller, pipeline.rate,
+                                        upload_memory))
     app.include_router(transcripts_router(transcripts, caller))
     app.include_router(chunks_router(library, caller))
     app.include_router(catalog_router(library, caller))

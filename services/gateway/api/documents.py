@@ -29,6 +29,7 @@ collection not open to members) is FAILED with the reason."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -56,6 +57,7 @@ from services.gateway.api.schemas import DocumentInfo, Documents, DocumentsDelet
 from services.gateway.document_request import AccessChange, AccessRequest
 from services.gateway.library import Library
 from services.gateway.limits import RateLimiter
+from services.gateway.upload_memory import TenantBytes
 
 MAX_FILES = 100
 MAX_FORM_FIELDS = 1000  # a multipart form's fields (files, repeated meta, ...)
@@ -83,6 +85,12 @@ class _Batch:
     documents: list[retriever_pb2.Document | UploadFile] = field(default_factory=list)
     refused: list[dict] = field(default_factory=list)
     template: retriever_pb2.Document = field(default_factory=retriever_pb2.Document)
+
+    async def close(self) -> None:
+        """The uploads' spooled files removed (each may be read again until the ingest ends)."""
+        for item in self.documents:
+            if isinstance(item, UploadFile):
+                await item.close()
 
 
 def _template(collection: str, tenant: str, metadata: dict, summarize: object,
@@ -273,18 +281,40 @@ def _sse(data: dict) -> str:
     return f"data: {json.dumps(data)}\n\n"
 
 
-async def _documents(batch: _Batch) -> AsyncIterator[retriever_pb2.Document]:
+@dataclass
+class _Upload:
+    """A file of the request as the retriever takes it (a Deferred message: ragmesh.retry): read from
+    the multipart spool only while it is sent, within the tenant's share of memory, and read again if
+    the call is sent again."""
+
+    template: retriever_pb2.Document
+    upload: UploadFile
+    memory: TenantBytes
+    tenant: str
+    held: int = 0
+
+    async def message(self) -> retriever_pb2.Document:
+        size = self.upload.size if self.upload.size is not None else self.upload.file.seek(0, os.SEEK_END)
+        self.held = await self.memory.take(self.tenant, size)
+        doc = retriever_pb2.Document()
+        doc.CopyFrom(self.template)
+        doc.doc_id = doc.filename = self.upload.filename or "upload"
+        doc.mime_type = self.upload.content_type or ""
+        await self.upload.seek(0)
+        doc.content = await self.upload.read()
+        return doc
+
+    def sent(self) -> None:
+        held, self.held = self.held, 0
+        if held:
+            self.memory.give(self.tenant, held)
+
+
+async def _documents(batch: _Batch, memory: TenantBytes, tenant: str
+                     ) -> AsyncIterator[retriever_pb2.Document | _Upload]:
     """The request's documents as the retriever takes them, each upload read as it is sent."""
     for item in batch.documents:
-        if isinstance(item, UploadFile):
-            doc = retriever_pb2.Document()
-            doc.CopyFrom(batch.template)
-            doc.doc_id = doc.filename = item.filename or "upload"
-            doc.mime_type = item.content_type or ""
-            doc.content = await item.read()
-            await item.close()
-            item = doc
-        yield item
+        yield _Upload(batch.template, item, memory, tenant) if isinstance(item, UploadFile) else item
 
 
 async def _started(progress: AsyncIterator[retriever_pb2.IngestProgress]
@@ -308,21 +338,24 @@ async def _progress(progress: AsyncIterator[retriever_pb2.IngestProgress] | None
     """The events: the files refused before sending, each stage of each document, then done."""
     identity_var.set(who)  # the retriever ingests into the caller's tenant
     totals = {"documents": 0, "chunks": 0, "redactions": 0, "errors": len(batch.refused)}
-    for refused in batch.refused:
-        yield _sse(refused)
-    if progress is not None:
-        try:
-            async for p in progress:
-                if p.stage in (retriever_pb2.INDEXED, retriever_pb2.UNCHANGED):
-                    totals["documents"] += 1
-                    totals["chunks"] += p.chunks
-                    totals["redactions"] += p.redactions
-                totals["errors"] += p.stage == retriever_pb2.FAILED
-                yield _sse(_event(p))
-        except RagmeshError as exc:
-            yield _sse({"error": {"code": exc.code, "message": str(exc)}})
-            return
-    yield _sse({"done": True, **totals})
+    try:
+        for refused in batch.refused:
+            yield _sse(refused)
+        if progress is not None:
+            try:
+                async for p in progress:
+                    if p.stage in (retriever_pb2.INDEXED, retriever_pb2.UNCHANGED):
+                        totals["documents"] += 1
+                        totals["chunks"] += p.chunks
+                        totals["redactions"] += p.redactions
+                    totals["errors"] += p.stage == retriever_pb2.FAILED
+                    yield _sse(_event(p))
+            except RagmeshError as exc:
+                yield _sse({"error": {"code": exc.code, "message": str(exc)}})
+                return
+        yield _sse({"done": True, **totals})
+    finally:
+        await batch.close()
 
 
 def _shown(d: DocumentRecord) -> dict:
@@ -345,9 +378,10 @@ def document_json(d: DocumentRecord) -> dict:
 
 
 def documents_router(retriever: Callable[[], RetrieverClient], library: Library, max_bytes: int,
-                     caller: Callable[..., Awaitable[Identity]], rate: RateLimiter) -> APIRouter:
+                     caller: Callable[..., Awaitable[Identity]], rate: RateLimiter, memory: TenantBytes) -> APIRouter:
     """The router; `retriever` returns the gateway's client (made once its event loop runs); `rate`
-    counts uploads with the same user's asks, before an upload's body is read; `max_bytes` bounds each file."""
+    counts uploads with the same user's asks, before an upload's body is read; `max_bytes` bounds each file;
+    `memory` is each tenant's share of the bytes of files read to be sent."""
     router = APIRouter()
 
     @router.post("/api/documents", summary="Ingest files or JSON documents (admins: any collection; members: those "
@@ -367,7 +401,12 @@ def documents_router(retriever: Callable[[], RetrieverClient], library: Library,
         except InvalidArgument as exc:
             return JSONResponse({"error": {"code": exc.code, "message": str(exc)}}, status_code=400)
         who.acting_for(batch.template.tenant, "")  # a tenant field naming another tenant: 403
-        progress = await _started(retriever().ingest(_documents(batch))) if batch.documents else None
+        try:
+            progress = await _started(retriever().ingest(_documents(batch, memory, who.tenant))) \
+                if batch.documents else None
+        except BaseException:
+            await batch.close()
+            raise
         return StreamingResponse(_progress(progress, batch, who), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

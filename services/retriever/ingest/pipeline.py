@@ -252,7 +252,7 @@ class Ingestor:
         uploader = uploader or self._platform
         commits: CommitBatch[Progress] = CommitBatch(self.committer, self.commit_rows, self.commit_bytes)
         group = _Group(self.embedder.batch_size)
-        source = aiter(documents)
+        source = aiter(self._waiting(documents))
         following: asyncio.Future | None = None
         try:
             while True:
@@ -283,6 +283,13 @@ class Ingestor:
                 following.cancel()
             group.cancel()
             await commits.close()
+
+    async def _waiting(self, documents: AsyncIterator[Document]) -> AsyncIterator[Document]:
+        """The documents as they wait for their parse: a file's bytes on disk (ParsePool.waiting), so
+        the documents of a tenant's streams waiting for its parse turn hold no memory."""
+        async for doc in documents:
+            await self.parsing.waiting(doc)
+            yield doc
 
     def _platform(self, doc: Document) -> Uploader:
         return Uploader(Identity(doc.tenant, "", SERVICE, "service_token"),

@@ -8,7 +8,9 @@ whose FAISS and torch threads a fork would copy mid-lock) with its address space
 its parse is given `timeout_s` of wall-clock time from there. A worker that times out, runs out
 of memory, crashes or whose caller went away is killed and replaced by a fresh one on next use.
 Each tenant has at most `per_tenant` parses at once; free workers go to the longest-waiting
-document of a tenant under that limit."""
+document of a tenant under that limit. A file waits for its turn on disk (`waiting`: the pool's
+spool under DATA_DIR), not in memory: a tenant's waiting files cost the retriever no memory, its
+parses at most `per_tenant` files."""
 from __future__ import annotations
 
 import asyncio
@@ -21,7 +23,7 @@ import signal
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 
 from ragmesh import logging as rlog
@@ -29,6 +31,7 @@ from ragmesh import metrics
 from ragmesh.config import Settings
 from ragmesh.errors import InvalidArgument
 from ragmesh.request_context import request_id_var
+from ragmesh.spool import SPOOL_DIR, Spool
 from ragmesh.types import Document
 from services.retriever.ingest.parsed import BadRecord, Parsed, UnreadableFile
 from services.retriever.ingest.parsers import check_size, is_light, parse
@@ -164,9 +167,11 @@ class ParsePool:
     """Parses documents in worker processes, within ParseLimits; started on first use. Usable from
     any event loop (the state is behind a lock and waiters are woken on their own loop)."""
 
-    def __init__(self, limits: ParseLimits = ParseLimits(), parser: Parse = parse) -> None:
+    def __init__(self, limits: ParseLimits = ParseLimits(), parser: Parse = parse, spool: Spool | None = None) -> None:
+        """`spool`: where files wait for their turn (None: in memory, as tests' pools keep them)."""
         self.limits = limits
         self.parser = parser
+        self.spool = spool
         self.killed = 0  # workers ended for a limit, a crash or a caller gone (tests and benchmarks read it)
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
@@ -187,7 +192,7 @@ class ParsePool:
             inline_bytes=settings.ingest_inline_parse_bytes,
             archive=ArchiveLimits(settings.ingest_zip_max_bytes, settings.ingest_zip_max_ratio,
                                   settings.ingest_zip_max_members),
-        ))
+        ), spool=Spool(settings.data_dir / SPOOL_DIR / "retriever"))
 
     def parsing(self) -> dict[str, int]:
         """Parses under way in the workers, per tenant."""
@@ -200,18 +205,30 @@ class ParsePool:
             workers = [*self._idle, *self._busy]
         return [w.process.pid for w in workers if w.process.pid is not None and w.process.is_alive()]
 
+    async def waiting(self, doc: Document) -> None:
+        """Readies `doc` to wait for its parse: a file parsed in a worker has its content spooled (read
+        back once its turn comes), in place, so whoever holds the document holds no copy either."""
+        if self.spool is None or not doc.content or is_light(doc, self.limits.inline_bytes):
+            return
+        doc.spooled = await asyncio.to_thread(self.spool.put, doc.content)
+        doc.content = b""
+
     async def parse(self, doc: Document, max_bytes: int) -> list[Parsed | BadRecord]:
         """The parsed documents of `doc` (see parsers.parse); UnreadableFile naming the limit when a
         worker had to be killed for it. Small files of linear-time formats are parsed in place."""
         name = doc.filename or doc.doc_id
-        check_size(doc, max_bytes)  # before the bytes are copied to a worker
-        job = _Job(self.parser, doc, max_bytes, self.limits.archive, self.limits.timeout_s, request_id_var.get())
-        if is_light(doc, self.limits.inline_bytes):
-            return self._outcome(_run(job), name)
+        if doc.spooled is None:
+            check_size(doc, max_bytes)  # before the bytes are copied to a worker
+            if is_light(doc, self.limits.inline_bytes):
+                return self._outcome(_run(self._job(doc, max_bytes)), name)
         await self._turn(doc.tenant)
         loop = asyncio.get_running_loop()
         worker: _Worker | None = None
         try:
+            if doc.spooled is not None:
+                doc = replace(doc, content=await asyncio.to_thread(doc.spooled.take), spooled=None)
+                check_size(doc, max_bytes)
+            job = self._job(doc, max_bytes)
             worker = self._idle_worker()
             while worker is None:  # a worker started here lands among the idle ones, even if this call is cancelled
                 await loop.run_in_executor(self._io, self._start_worker)
@@ -221,6 +238,9 @@ class ParsePool:
             reason = "timeout"
         except (EOFError, OSError):  # the pipe closed: the worker died
             reason = "crash"
+        except UnreadableFile:  # read back over the size limit: the worker is not used
+            self._release(doc.tenant, worker)
+            raise
         except BaseException:  # the caller went away: its parse is not wanted
             ending = self._end(worker, "cancelled", name)
             self._release(doc.tenant, None)
@@ -235,6 +255,9 @@ class ParsePool:
         self._release(doc.tenant, None)
         await asyncio.wrap_future(ending)  # gone, not still parsing, once its document is reported failed
         raise UnreadableFile(name, self._stopped(reason, worker.process.exitcode if worker else None))
+
+    def _job(self, doc: Document, max_bytes: int) -> _Job:
+        return _Job(self.parser, doc, max_bytes, self.limits.archive, self.limits.timeout_s, request_id_var.get())
 
     def _stopped(self, reason: str, exitcode: int | None = None) -> str:
         """Why a worker was stopped, naming the limit."""

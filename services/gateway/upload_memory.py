@@ -1,0 +1,101 @@
+"""The bytes of one tenant's uploads the gateway holds in memory at once (UPLOAD_MEMORY_PER_TENANT_MB).
+
+An upload's files wait on disk (the HTTP bridge's multipart spool, or ragmesh.spool for gRPC
+uploads) and are read into memory only while they are sent to the retriever, which spools them
+in turn; a file waits here until the tenant's others in memory are sent. So however many uploads a
+tenant runs at once, this process holds at most its share of their bytes (and one file larger than
+the share, alone), and one tenant's waiting never holds up another's."""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ragmesh.spool import Spool, Spooled
+
+
+class TenantBytes:
+    """A share of bytes per tenant; waiters are served in order. Used from one event loop."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"UPLOAD_MEMORY_PER_TENANT_MB must be at least 1, got {limit / 2**20:g}")
+        self.limit = limit
+        self._held: dict[str, int] = {}
+        self._waiting: dict[str, deque[tuple[int, asyncio.Future[None]]]] = {}
+
+    def held(self, tenant: str) -> int:
+        return self._held.get(tenant, 0)
+
+    async def take(self, tenant: str, size: int) -> int:
+        """Waits until the tenant has room for `size` bytes (a file over the whole share: until it is
+        alone) and takes it; returns what was taken, to `give` back."""
+        size = min(size, self.limit)
+        queue = self._waiting.setdefault(tenant, deque())
+        if not queue and self.held(tenant) + size <= self.limit:
+            self._held[tenant] = self.held(tenant) + size
+            return size
+        waiter = (size, asyncio.get_running_loop().create_future())
+        queue.append(waiter)
+        try:
+            await waiter[1]
+        except BaseException:
+            if waiter[1].done() and not waiter[1].cancelled():  # granted as it was cancelled
+                self.give(tenant, size)
+            else:
+                if waiter in queue:
+                    queue.remove(waiter)
+                self._grant(tenant)
+            raise
+        return size
+
+    def give(self, tenant: str, size: int) -> None:
+        self._held[tenant] = self.held(tenant) - size
+        if not self._held[tenant]:
+            del self._held[tenant]
+        self._grant(tenant)
+
+    def _grant(self, tenant: str) -> None:
+        queue = self._waiting.get(tenant)
+        while queue and self.held(tenant) + queue[0][0] <= self.limit:
+            size, future = queue.popleft()
+            if future.done():  # its waiter was cancelled: not granted
+                continue
+            self._held[tenant] = self.held(tenant) + size
+            future.set_result(None)
+        if queue is not None and not queue:
+            del self._waiting[tenant]
+
+
+@dataclass(frozen=True)
+class Uploads:
+    """Where the gateway keeps uploads waiting to be sent, and each tenant's share of memory for them."""
+
+    spool: Spool
+    memory: TenantBytes
+
+
+class SpooledMessage:
+    """A gRPC upload's document (a Deferred message: ragmesh.retry) kept on disk until it is sent, then
+    read back within the tenant's share: the gateway holds no copy of it to send again."""
+
+    def __init__(self, spooled: Spooled, parse: Callable[[bytes], Any], memory: TenantBytes, tenant: str) -> None:
+        self.spooled, self.parse, self.memory, self.tenant = spooled, parse, memory, tenant
+        self.held = 0
+
+    @classmethod
+    async def of(cls, message: Any, spool: Spool, memory: TenantBytes, tenant: str) -> SpooledMessage:
+        """`message` written to `spool` (the caller drops it)."""
+        spooled = await asyncio.to_thread(spool.put, message.SerializeToString())
+        return cls(spooled, type(message).FromString, memory, tenant)
+
+    async def message(self) -> Any:
+        self.held = await self.memory.take(self.tenant, self.spooled.size)
+        return self.parse(await asyncio.to_thread(self.spooled.read))
+
+    def sent(self) -> None:
+        held, self.held = self.held, 0
+        if held:
+            self.memory.give(self.tenant, held)
