@@ -64,9 +64,14 @@ class _Details:  # grpc.HandlerCallDetails
 class _AioContext:
     """What the interceptor and our servicers call on a grpc.aio.ServicerContext, on grpc_testing's."""
 
-    def __init__(self, context: grpc.ServicerContext) -> None:
+    def __init__(self, context: grpc.ServicerContext, requests: AsyncIterator[Any]) -> None:
         self.context = context
+        self.requests = requests
         self._code: grpc.StatusCode | None = None
+
+    async def read(self) -> Any:
+        """The stream's next message, or grpc.aio.EOF after its last (what a client stream is read with)."""
+        return await anext(self.requests, grpc.aio.EOF)
 
     def time_remaining(self) -> float | None:
         return self.context.time_remaining()
@@ -114,9 +119,10 @@ class _Facade:
             behavior = outer.unary_unary or outer.stream_unary or outer.unary_stream or outer.stream_stream
             requests = self._requests(request if handler.request_streaming else iter([request]),
                                       outer.request_deserializer)
+            aio = _AioContext(context, requests)
             if handler.response_streaming:
-                return self._responses(behavior(requests, _AioContext(context)), context)
-            return asyncio.run_coroutine_threadsafe(behavior(requests, _AioContext(context)), self.loop).result()
+                return self._responses(behavior(requests, aio), context)
+            return asyncio.run_coroutine_threadsafe(behavior(requests, aio), self.loop).result()
 
         return call
 
