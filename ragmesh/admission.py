@@ -2,7 +2,8 @@
 with RESOURCE_EXHAUSTED and a retry delay, instead of queueing until every caller times out (which
 under overload turned into answers that looked normal but had searched nothing). Each tenant, and
 each user within it, holds at most a share of the slots, so one tenant holding calls open (idle
-streams, slow bodies) leaves room for every other."""
+streams, slow bodies) leaves room for every other; and a tenant's client streams (uploads) at most a
+smaller share, so they leave room for its own asks."""
 from __future__ import annotations
 
 from collections import Counter
@@ -25,17 +26,20 @@ class Admission:
     no lock needed."""
 
     def __init__(self, name: str, limit: int, retry_after_s: float = 1.0, tenant_share: float = 0.0,
-                 user_share: float = 0.0) -> None:
-        """`tenant_share`, `user_share`: the fraction of `limit` one tenant, one user may hold."""
+                 user_share: float = 0.0, stream_share: float = 0.0) -> None:
+        """`tenant_share`, `user_share`: the fraction of `limit` one tenant, one user may hold;
+        `stream_share`: the fraction one tenant's client streams may hold."""
         self.name = name
         self.limit = limit  # 0 = no limit
         self.retry_after_s = retry_after_s
         self.tenant_limit = share_of(limit, tenant_share)
         self.user_limit = share_of(limit, user_share)
+        self.stream_limit = share_of(limit, stream_share)
         self.in_flight = 0
         self.refused = 0
         self.by_tenant: Counter[str] = Counter()
         self.by_user: Counter[tuple[str, str]] = Counter()
+        self.streams_by_tenant: Counter[str] = Counter()
         #: Told (with `full`) each time the last slot is taken or one is freed again: health follows it.
         self.on_full_change: Callable[[bool], None] | None = None
 
@@ -54,7 +58,7 @@ class Admission:
         self.refused += 1
         return ResourceExhausted(f"{self.name} is busy: {why}; retry in {self.retry_after_s:g} s", self.retry_after_s)
 
-    def _check(self, tenant: str, user: str) -> None:
+    def _check(self, tenant: str, user: str, stream: bool) -> None:
         if self.full:
             raise self._refuse(f"{self.limit} calls in flight")
         if self.tenant_limit and self.by_tenant[tenant] >= self.tenant_limit:
@@ -63,15 +67,21 @@ class Admission:
         if self.user_limit and self.by_user[tenant, user] >= self.user_limit:
             raise self._refuse(f"you hold {self.user_limit} calls in flight, a user's share of the "
                                f"{self.limit} (USER_CALL_SHARE)")
+        if stream and self.stream_limit and self.streams_by_tenant[tenant] >= self.stream_limit:
+            raise self._refuse(f"your tenant holds {self.stream_limit} client streams (uploads), their share of "
+                               f"the {self.limit} calls in flight (TENANT_STREAM_SHARE)")
 
     @contextmanager
-    def slot(self, tenant: str = "", user: str = "") -> Iterator[None]:
-        """Holds one slot, counted against `tenant` and `user`, for the duration of a call; raises
-        ResourceExhausted when none is free, or the tenant or user holds its share already."""
-        self._check(tenant, user)
+    def slot(self, tenant: str = "", user: str = "", stream: bool = False) -> Iterator[None]:
+        """Holds one slot, counted against `tenant` and `user` (and the tenant's client streams, for
+        one), for the duration of a call; raises ResourceExhausted when none is free, or the tenant or
+        user holds its share already."""
+        self._check(tenant, user, stream)
         self.in_flight += 1
         self.by_tenant[tenant] += 1
         self.by_user[tenant, user] += 1
+        if stream:
+            self.streams_by_tenant[tenant] += 1
         if self.full:
             self._told()
         try:
@@ -80,6 +90,8 @@ class Admission:
             self.in_flight -= 1
             _release(self.by_tenant, tenant)
             _release(self.by_user, (tenant, user))
+            if stream:
+                _release(self.streams_by_tenant, tenant)
             if self.limit and self.in_flight == self.limit - 1:
                 self._told()
 

@@ -191,6 +191,10 @@ class ServingSettings(Section):
     user_call_share: Float = env("USER_CALL_SHARE", 0.125,
                                  "The fraction of MAX_CONCURRENT_CALLS one user of a tenant may hold. 0 or 1 = no "
                                  "share of its own.")
+    tenant_stream_share: Float = env("TENANT_STREAM_SHARE", 0.125,
+                                     "The fraction of MAX_CONCURRENT_CALLS one tenant's client streams (gRPC Ingest "
+                                     "and Upsert, /api/documents uploads) may hold, so they leave room for its asks; "
+                                     "past it RESOURCE_EXHAUSTED / 429. 0 or 1 = no share of its own.")
     stream_idle_timeout_s: Float = env("STREAM_IDLE_TIMEOUT_S", 30.0,
                                        "Seconds a client stream (Ingest, Upsert; an /api body) may send nothing: then "
                                        "it ends with DEADLINE_EXCEEDED / 408 and frees its slot. Each message must "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import signal
@@ -204,10 +205,11 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
         self.readiness = readiness or Readiness(service_name or admission.name, State.SERVING)
         self.stream_idle_s = stream_idle_s
 
-    def _admitted(self) -> contextlib.AbstractContextManager:
-        """A slot, counted against the caller's tenant and user (the tenant a service call acts for)."""
+    def _admitted(self, stream: bool) -> contextlib.AbstractContextManager:
+        """A slot, counted against the caller's tenant and user (the tenant a service call acts for),
+        and for a client stream against the tenant's streams."""
         who = identity_var.get()
-        return self.admission.slot(who.tenant, who.user) if who is not None else self.admission.slot()
+        return self.admission.slot(who.tenant if who else "", who.user if who else "", stream)
 
     @contextlib.contextmanager
     def _observed(self, method: str, metadata: dict, request_id: str) -> Iterator[_Outcome]:
@@ -252,7 +254,9 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
         request_id = clean_request_id(metadata.get(REQUEST_ID_HEADER))
         method = details.method
         parse = _Parser(method, handler.request_deserializer, *self.limits.of(method), self.stream_idle_s)
-        admission = self._admitted if not method.startswith(_OPEN_PREFIXES) else contextlib.nullcontext
+        admission: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+        if not method.startswith(_OPEN_PREFIXES):
+            admission = functools.partial(self._admitted, handler.request_streaming)
         behavior = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
 
         async def request(requests: AsyncIterator[bytes]) -> Any:
@@ -338,7 +342,7 @@ class ServiceHost:
         authenticator = Authenticator(settings, app.key_store, app.audience) if app.key_store is not None else None
         app.admission = self.admission = app.admission or Admission(
             app.service_name, settings.max_concurrent_calls, tenant_share=settings.tenant_call_share,
-            user_share=settings.user_call_share)
+            user_share=settings.user_call_share, stream_share=settings.tenant_stream_share)
         self.admission.on_full_change = self._full_changed
         metrics.watch_in_flight(app.admission)
         limits = MessageLimits.from_settings(settings)

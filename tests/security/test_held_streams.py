@@ -3,8 +3,8 @@ Retriever.Ingest, /api/documents uploads) and sends nothing, to hold every admis
 service. Each used to hold its slot for up to 600 s, and the slots were shared by all tenants: 260
 idle Retriever.Ingest streams made every ask fail. Now a stream that sends nothing for
 STREAM_IDLE_TIMEOUT_S ends with DEADLINE_EXCEEDED and frees its slot, and a tenant holds at most
-TENANT_CALL_SHARE of a service's slots (a user USER_CALL_SHARE), so another tenant's ask and upload
-go through while the first holds all it may."""
+TENANT_CALL_SHARE of a service's slots (a user USER_CALL_SHARE; its client streams TENANT_STREAM_SHARE),
+so another tenant's ask and upload go through while the first holds all it may."""
 from __future__ import annotations
 
 import socket
@@ -129,18 +129,21 @@ def other_tenant_works(stack: Stack, url: str, gateway_address: str) -> None:
     assert events, "the other tenant's gRPC ask answered nothing"
 
 
-def assert_share_refusal(held: Held, grpc_code: bool) -> None:
+def assert_share_refusal(held: Held, grpc_code: bool, share: str) -> None:
     assert not held.admitted
     assert held.code == ("RESOURCE_EXHAUSTED" if grpc_code else "429"), held
-    assert "TENANT_CALL_SHARE" in held.message and int(held.retry_after) >= 1, held
+    assert share in held.message and int(held.retry_after) >= 1, held
 
 
-def test_a_tenant_holding_idle_streams_at_its_share_leaves_the_gateway_to_others(stack: Stack,
-                                                                                holder: Holder) -> None:
+@pytest.mark.parametrize("share", ["TENANT_STREAM_SHARE", "TENANT_CALL_SHARE"])
+def test_a_tenant_holding_idle_streams_at_its_share_leaves_the_gateway_to_others(stack: Stack, holder: Holder,
+                                                                                share: str) -> None:
     """gRPC Ingest streams and HTTP uploads of the holder's users, until the gateway refuses the
-    tenant: its share (a quarter of 16 slots), never every slot."""
-    tenant = "holdco-gateway"
-    gateway: ServiceHost = stack.start_variant("gateway", max_concurrent_calls=16)
+    tenant: at its streams' share (an eighth of 16 slots; its asks still find room), or without one
+    at its share of the calls (a quarter), never every slot."""
+    tenant = f"holdco-gateway-{share}"
+    streams = {} if share == "TENANT_STREAM_SHARE" else {"tenant_stream_share": 0}
+    gateway: ServiceHost = stack.start_variant("gateway", max_concurrent_calls=16, **streams)
     admission, port = gateway.app.admission, gateway.app.http_port
     keys = [stack.key(tenant, f"holder-{i}", "admin") for i in range(8)]
     refused: Held | None = None
@@ -155,20 +158,24 @@ def test_a_tenant_holding_idle_streams_at_its_share_leaves_the_gateway_to_others
             break
     assert refused is not None and admission.in_flight < admission.limit, admission.in_flight
     by_grpc = not refused.code.isdigit()
-    assert_share_refusal(refused, grpc_code=by_grpc)
+    assert_share_refusal(refused, by_grpc, share)
     other = keys[-1]  # the other kind of call is refused too
     if by_grpc:
-        assert_share_refusal(holder.http_upload(admission, port, other), grpc_code=False)
+        assert_share_refusal(holder.http_upload(admission, port, other), False, share)
     else:
         assert_share_refusal(holder.grpc_stream(admission, holder.ingest(
-            gateway.address, bearer(other), "gateway")), grpc_code=True)
+            gateway.address, bearer(other), "gateway")), True, share)
+    if not streams:
+        own = httpx.post(f"http://{HOST}:{port}/api/chat/ask", json={"question": "What is the revenue?"},
+                         headers=headers(other), timeout=60)
+        assert own.status_code == 200, own.text[:300]
     other_tenant_works(stack, f"http://{HOST}:{port}", gateway.address)
 
 
 def test_a_tenant_holding_idle_retriever_streams_at_its_share_leaves_asks_to_others(stack: Stack,
                                                                                    holder: Holder) -> None:
     """The service credential acting for the holder's users (as a gateway would): the retriever
-    counts those calls against the holder, which stops at its share of the 256 slots."""
+    counts those calls against the holder, which stops at its streams' share of the 256 slots."""
     tenant = "holdco-retriever"
     retriever: ServiceHost = stack.hosts["retriever"]
     admission = retriever.admission
@@ -181,7 +188,7 @@ def test_a_tenant_holding_idle_retriever_streams_at_its_share_leaves_asks_to_oth
             refused = held
             break
     assert refused is not None and admission.in_flight < admission.limit, admission.in_flight
-    assert_share_refusal(refused, grpc_code=True)
+    assert_share_refusal(refused, True, "TENANT_STREAM_SHARE")
     other_tenant_works(stack, stack.http_url, stack.address("gateway"))
 
 
@@ -217,7 +224,7 @@ def test_an_idle_upload_body_ends_with_408_and_frees_its_slot(stack: Stack, hold
 def test_a_service_with_no_free_slot_says_not_serving_until_one_is_free(stack: Stack, holder: Holder) -> None:
     """Health follows admission: a load balancer sends calls elsewhere (it said SERVING throughout)."""
     gateway: ServiceHost = stack.start_variant("gateway", max_concurrent_calls=4, tenant_call_share=1,
-                                               user_call_share=1)
+                                               user_call_share=1, tenant_stream_share=1)
     key = stack.key("holdco-health", "filler", "admin")
 
     def health() -> tuple[str, str, int]:

@@ -123,7 +123,7 @@ class AdmissionGuard:
         arriving = _Arriving(receive, asyncio.get_running_loop().time() + timeout, self.arriving,
                              (identity.tenant, identity.user), self.bodies_per_user, self.idle_timeout_s)
         try:
-            with arriving, self.admission.slot(identity.tenant, identity.user):
+            with arriving, self.admission.slot(identity.tenant, identity.user, stream=upload):
                 started = False
 
                 async def sending(message: Message) -> None:
