@@ -123,7 +123,8 @@ class AdmissionGuard:
         arriving = _Arriving(receive, asyncio.get_running_loop().time() + timeout, self.arriving,
                              (identity.tenant, identity.user), self.bodies_per_user, self.idle_timeout_s)
         try:
-            with arriving, self.admission.slot(identity.tenant, identity.user, stream=upload):
+            streams = upload and scope["method"] == "POST"  # an upload, not the documents' list
+            with arriving, self.admission.slot(identity.tenant, identity.user, streams):
                 started = False
 
                 async def sending(message: Message) -> None:
