@@ -375,7 +375,8 @@ def p(measured: Measured, q: float) -> float:
 def run_fairness(quick: bool = False) -> Section:
     plan = QUICK if quick else FULL
     section = Section("Fairness between tenants (victim's p50 / p99 under another's load, as a ratio to idle)")
-    with Stack(RATE_LIMIT_PER_MINUTE="") as stack:  # the deployment's default limits, for the rival too
+    # the deployment's default limits and shares, for the rival too
+    with Stack(RATE_LIMIT_PER_MINUTE="", TENANT_CALL_SHARE="", USER_CALL_SHARE="", TENANT_STREAM_SHARE="") as stack:
         where = Where(stack.ports["http"], stack.address("embedder"), make_key(stack, RIVAL, "eve"),
                       stack.address("gateway"), stack.address("retriever"),
                       tuple(make_key(stack, RIVAL, f"eve-{i}") for i in range(1, RIVAL_KEYS)))
