@@ -16,7 +16,11 @@ on an idle stack, then while the rival (or nobody in particular) does one thing 
   halfopen 300 connections that send an /api request's headers and a few bytes of a JSON body, with no
            credential, and hold still (one the server closes is opened again a second later);
   embed    the rival's operator key calling `Embedder/Embed` with the costliest call the embedder's limits
-           allow (the most texts, each as long as the call's characters allow), back to back.
+           allow (the most texts, each as long as the call's characters allow), back to back;
+  held     the rival's five admin keys holding all they are let of idle streams: `Gateway.Ingest` and
+           `Retriever.Ingest` streams that send nothing and `/api/documents` uploads whose body never
+           comes (HELD_STREAMS of each gRPC kind, more than a service's slots; HELD_UPLOADS), each opened
+           again a second after it is ended (the idle timeout) or refused (the tenant's share).
 
 Each load runs in a process of its own (the victim's client keeps its CPU time). Each figure is the
 victim's p50 and p99 under load divided by the same on the idle stack (target <= 2); a victim request
@@ -33,6 +37,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event as EventType
@@ -50,6 +55,9 @@ from services.embedder.limits import EmbedLimits
 RIVAL = "rival"
 VICTIM_USERS = 10  # the victim's requests come from this many users in turn, each within its rate limit
 HALF_OPEN = 300
+HELD_STREAMS = 300  # idle gRPC streams of each kind, more than a service's 256 slots
+HELD_UPLOADS = 50  # stalled uploads (past HTTP_BODIES_PER_USER for five keys)
+RIVAL_KEYS = 5
 BOMB_XML_BYTES = 50 * 2**20
 TARGET_RATIO = 2.0
 SETTLE_S = 2.0  # the load takes hold before the victim measures
@@ -156,6 +164,9 @@ class Where:
     http_port: int
     embedder: str
     key: str
+    gateway: str = ""  # gRPC addresses, for the held streams
+    retriever: str = ""
+    keys: tuple[str, ...] = ()  # the rival's other admin keys
 
     @property
     def http_url(self) -> str:
@@ -250,7 +261,57 @@ async def big_embeds(where: Where, stop: asyncio.Event, seen: list[str]) -> None
                 await asyncio.sleep(0.2)
 
 
-LOADS = {"bombs": bombs, "halfopen": half_open, "embed": big_embeds}
+async def held(where: Where, stop: asyncio.Event, seen: list[str]) -> None:
+    """HELD_STREAMS idle Gateway.Ingest and Retriever.Ingest streams each and HELD_UPLOADS stalled
+    uploads from the rival's keys in turn, each opened again a second after it ends or is refused."""
+    keys = (where.key, *where.keys)
+    upload_head = (f"POST /api/documents HTTP/1.1\r\nHost: 127.0.0.1:{where.http_port}\r\n"
+                   "Content-Type: application/json\r\nContent-Length: 1000\r\nAuthorization: Bearer {key}\r\n\r\n"
+                   "{{\"coll")
+
+    async def nothing() -> AsyncIterator[bytes]:
+        await stop.wait()
+        return
+        yield b""
+
+    async def stream(address: str, method: str, key: str) -> None:
+        async with grpc.aio.insecure_channel(address) as channel:
+            while not stop.is_set():
+                try:
+                    async for _ in channel.stream_stream(method)(nothing(), timeout=TIMEOUT_S, metadata=(
+                            ("authorization", f"Bearer {key}"),)):
+                        pass
+                    seen.append("ended")
+                except grpc.aio.AioRpcError as exc:
+                    seen.append(f"{exc.code().name}: {exc.details()}")
+                await asyncio.sleep(1.0)
+
+    async def upload(key: str) -> None:
+        while not stop.is_set():
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", where.http_port)
+            except OSError as exc:
+                seen.append(f"connect: {exc}")
+                await asyncio.sleep(1.0)
+                continue
+            writer.write(upload_head.format(key=key).encode())
+            try:
+                await writer.drain()
+                if reply := await _until(reader, stop):
+                    seen.append(reply.split(b"\r\n", 1)[0].decode(errors="replace"))
+            except (OSError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                writer.close()
+            await asyncio.sleep(1.0)
+
+    await asyncio.gather(*(part for i in range(HELD_STREAMS) for part in (
+        stream(where.gateway, "/ragmesh.v1.Gateway/Ingest", keys[i % len(keys)]),
+        stream(where.retriever, "/ragmesh.v1.Retriever/Ingest", keys[i % len(keys)]))),
+        *(upload(keys[i % len(keys)]) for i in range(HELD_UPLOADS)))
+
+
+LOADS = {"bombs": bombs, "halfopen": half_open, "embed": big_embeds, "held": held}
 
 
 def _load_process(kind: str, where: Where, stop: EventType, out: Queue) -> None:
@@ -314,11 +375,14 @@ def p(measured: Measured, q: float) -> float:
 def run_fairness(quick: bool = False) -> Section:
     plan = QUICK if quick else FULL
     section = Section("Fairness between tenants (victim's p50 / p99 under another's load, as a ratio to idle)")
-    with Stack(RATE_LIMIT_PER_MINUTE="") as stack:  # the deployment's default limits, for the rival too
-        where = Where(stack.ports["http"], stack.address("embedder"), make_key(stack, RIVAL, "eve"))
+    # the deployment's default limits and shares, for the rival too
+    with Stack(RATE_LIMIT_PER_MINUTE="", TENANT_CALL_SHARE="", USER_CALL_SHARE="", TENANT_STREAM_SHARE="") as stack:
+        where = Where(stack.ports["http"], stack.address("embedder"), make_key(stack, RIVAL, "eve"),
+                      stack.address("gateway"), stack.address("retriever"),
+                      tuple(make_key(stack, RIVAL, f"eve-{i}") for i in range(1, RIVAL_KEYS)))
         keys = [make_key(stack, "demo", f"analyst-{i}") for i in range(VICTIM_USERS)]
         loads = {"idle": None, "two bombs parsing": "bombs", f"{HALF_OPEN} half-open connections": "halfopen",
-                 "the costliest allowed Embed": "embed"}
+                 "the costliest allowed Embed": "embed", "one tenant holding idle streams at its share": "held"}
         results: dict[str, tuple[dict[str, Measured], str]] = {}
         for i, (name, load) in enumerate(loads.items()):
             log(f"fairness: {name}")

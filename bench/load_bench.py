@@ -106,7 +106,8 @@ class Stack:
                 "GEMINI_API_KEY": "", "GOOGLE_API_KEY": "", "OPENAI_API_KEY": "", "SERVICE_TOKEN": "",
                 "API_KEY_PEPPER": "", "MONGODB_URI": "", "TLS_CERT": "", "TLS_KEY": "", "TLS_CA": "",
                 "ALLOWED_HOSTS": "", "RAGMESH_API_KEY": "", "HF_HUB_OFFLINE": "1",
-                "RATE_LIMIT_PER_MINUTE": "0"}  # one key asks for every simulated user
+                "RATE_LIMIT_PER_MINUTE": "0",  # one key asks for every simulated user: no per-user
+                "TENANT_CALL_SHARE": "1", "USER_CALL_SHARE": "1", "TENANT_STREAM_SHARE": "1"}  # rate or share
         env.pop("EXTRACTIVE_DELAY_MS", None)  # the default answer pace
         env |= self.env
         self.proc = subprocess.Popen([sys.executable, "-m", "deploy.run"], env=env, cwd=REPO, text=True,

@@ -184,6 +184,21 @@ class ServingSettings(Section):
                                     "Admission: calls in flight per service beyond which new ones get "
                                     "RESOURCE_EXHAUSTED / HTTP 429 (0 = no limit); the gateway counts its gRPC calls "
                                     "and its /api requests together.")
+    tenant_call_share: Float = env("TENANT_CALL_SHARE", 0.25,
+                                   "The fraction of MAX_CONCURRENT_CALLS one tenant may hold (calls of the service "
+                                   "credential count for the tenant they act for); past it RESOURCE_EXHAUSTED / 429, "
+                                   "so other tenants find room. 0 or 1 = no share of its own.")
+    user_call_share: Float = env("USER_CALL_SHARE", 0.125,
+                                 "The fraction of MAX_CONCURRENT_CALLS one user of a tenant may hold. 0 or 1 = no "
+                                 "share of its own.")
+    tenant_stream_share: Float = env("TENANT_STREAM_SHARE", 0.125,
+                                     "The fraction of MAX_CONCURRENT_CALLS one tenant's client streams (gRPC Ingest "
+                                     "and Upsert, /api/documents uploads) may hold, so they leave room for its asks; "
+                                     "past it RESOURCE_EXHAUSTED / 429. 0 or 1 = no share of its own.")
+    stream_idle_timeout_s: Float = env("STREAM_IDLE_TIMEOUT_S", 30.0,
+                                       "Seconds a client stream (Ingest, Upsert; an /api body) may send nothing: then "
+                                       "it ends with DEADLINE_EXCEEDED / 408 and frees its slot. Each message must "
+                                       "arrive whole within it. 0 = no idle timeout.")
     grpc_max_message_bytes: Int = env("GRPC_MAX_MESSAGE_BYTES", 64 * 1024 * 1024,
                                       "Largest gRPC message a service sends (what it takes is set per method: see "
                                       "GRPC_UNARY_MAX_BYTES).")

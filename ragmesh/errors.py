@@ -41,6 +41,14 @@ class ResourceExhausted(RagmeshError):
         self.retry_after_s = retry_after_s
 
 
+class DeadlineExceeded(RagmeshError):
+    """The caller took too long: a stream that sent nothing for its idle timeout is ended, so it does
+    not hold a slot it does not use."""
+
+    code = "DEADLINE_EXCEEDED"
+    http_status = 408
+
+
 class Unauthenticated(RagmeshError):
     """The caller sent no credential, or one that is unknown, revoked, expired or badly signed."""
 
@@ -70,7 +78,8 @@ class ConfigError(ValueError):
 
 def http_status(code: str) -> int:
     """The HTTP status of an error code carried as text (an error event of a stream)."""
-    kinds = (InvalidArgument, NotFound, Unavailable, ResourceExhausted, Unauthenticated, PermissionDenied, Misconfigured)
+    kinds = (InvalidArgument, NotFound, Unavailable, ResourceExhausted, DeadlineExceeded, Unauthenticated,
+             PermissionDenied, Misconfigured)
     return next((k.http_status for k in kinds if k.code == code), 500)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import signal
@@ -33,7 +34,9 @@ from ragmesh import metrics, tls, tracing
 from ragmesh import logging as rlog
 from ragmesh.admission import Admission
 from ragmesh.config import ServiceSettings
-from ragmesh.errors import ConfigError, InvalidArgument, RagmeshError, ResourceExhausted, Unavailable
+from ragmesh.errors import (
+    ConfigError, DeadlineExceeded, InvalidArgument, RagmeshError, ResourceExhausted, Unavailable,
+)
 from ragmesh.identity.authenticator import Audience, Authenticator
 from ragmesh.message_limits import MessageLimits
 from ragmesh.private_files import keep_private
@@ -121,7 +124,8 @@ class _Parser:
     deserialize: Callable[[bytes], Any] | None
     limit: int
     limit_source: str
-    error: InvalidArgument | None = None  # what ended a client stream early
+    idle_s: float = 0.0  # a client stream sending nothing for this long is ended (0: never)
+    error: InvalidArgument | DeadlineExceeded | None = None  # what ended a client stream early
 
     def __call__(self, raw: bytes) -> Any:
         if len(raw) > self.limit:
@@ -134,22 +138,30 @@ class _Parser:
                                              f"(malformed protobuf)") from None
 
     async def one(self, requests: AsyncIterator[bytes]) -> Any:
-        """The message of a unary call."""
-        async for raw in requests:
-            return self(raw)
-        raise InvalidArgument("request", "no message was sent")
+        """The message of a unary call (due within the idle timeout too)."""
+        stream = aiter(requests)
+        async with contextlib.aclosing(self.each(lambda: anext(stream, grpc.aio.EOF))) as messages:
+            async for message in messages:
+                return message
+        raise self.error or InvalidArgument("request", "no message was sent")
 
     async def each(self, read: Callable[[], Awaitable[Any]]) -> AsyncIterator[Any]:
-        """The messages of a client stream (`read`: the call's context.read). A bad one ends the stream
-        and is kept as the call's error: raised here it could be lost, when the handler forwards the
-        stream on a call of its own (the gateway's Ingest), whose sending task would swallow it and
-        leave the call hanging. Nothing here keeps a message, nor its bytes, once handed on (gRPC's
-        own request iterator keeps the last one until the next is read): a file waiting in a stream
-        is held by the handler alone, which may spool it."""
+        """The messages of a client stream (`read`: the call's context.read). A bad one, or none for
+        `idle_s`, ends the stream and is kept as the call's error: raised here it could be lost, when the
+        handler forwards the stream on a call of its own (the gateway's Ingest), whose sending task would
+        swallow it and leave the call hanging. The idle timeout frees the slot of a stream opened and left
+        open. Nothing here keeps a message, nor its bytes, once handed on (gRPC's own request iterator
+        keeps the last one until the next is read): a file waiting in a stream is held by the handler
+        alone, which may spool it."""
         box: list[Any] = []
         while True:
             try:
-                box.append(await self._next(read))
+                async with asyncio.timeout(self.idle_s or None):
+                    box.append(await self._next(read))
+            except TimeoutError:
+                self.error = DeadlineExceeded(f"request: the stream sent nothing for {self.idle_s:g} s "
+                                              f"(STREAM_IDLE_TIMEOUT_S); send each message within it")
+                return
             except InvalidArgument as exc:
                 self.error = exc
                 return
@@ -189,13 +201,22 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
     the peer are checked first, from the metadata and the connection."""
 
     def __init__(self, authenticator: Authenticator | None, admission: Admission, service_name: str = "",
-                 limits: MessageLimits | None = None, readiness: Readiness | None = None) -> None:
-        """`readiness`: the host's; None for a servicer driven without one (always ready)."""
+                 limits: MessageLimits | None = None, readiness: Readiness | None = None,
+                 stream_idle_s: float = 0.0) -> None:
+        """`readiness`: the host's; None for a servicer driven without one (always ready).
+        `stream_idle_s`: how long a client stream may send nothing (0: no limit)."""
         self.authenticator = authenticator  # None: a test server with no identity
         self.admission = admission
         self.service = metrics.service_label(service_name or admission.name)
         self.limits = limits or MessageLimits()
         self.readiness = readiness or Readiness(service_name or admission.name, State.SERVING)
+        self.stream_idle_s = stream_idle_s
+
+    def _admitted(self, stream: bool) -> contextlib.AbstractContextManager:
+        """A slot, counted against the caller's tenant and user (the tenant a service call acts for),
+        and for a client stream against the tenant's streams."""
+        who = identity_var.get()
+        return self.admission.slot(who.tenant if who else "", who.user if who else "", stream)
 
     @contextlib.contextmanager
     def _observed(self, method: str, metadata: dict, request_id: str) -> Iterator[_Outcome]:
@@ -239,8 +260,10 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
         metadata = dict(details.invocation_metadata or ())
         request_id = clean_request_id(metadata.get(REQUEST_ID_HEADER))
         method = details.method
-        parse = _Parser(method, handler.request_deserializer, *self.limits.of(method))
-        admission = self.admission.slot if not method.startswith(_OPEN_PREFIXES) else contextlib.nullcontext
+        parse = _Parser(method, handler.request_deserializer, *self.limits.of(method), self.stream_idle_s)
+        admission: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+        if not method.startswith(_OPEN_PREFIXES):
+            admission = functools.partial(self._admitted, handler.request_streaming)
         behavior = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
 
         async def request(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> Any:
@@ -347,17 +370,22 @@ class ServiceHost:
         self.port = port
         self.grace = grace
         authenticator = Authenticator(settings, app.key_store, app.audience) if app.key_store is not None else None
-        app.admission = self.admission = app.admission or Admission(app.service_name, settings.max_concurrent_calls)
+        app.admission = self.admission = app.admission or Admission(
+            app.service_name, settings.max_concurrent_calls, tenant_share=settings.tenant_call_share,
+            user_share=settings.user_call_share, stream_share=settings.tenant_stream_share)
+        self.admission.on_full_change = self._full_changed
         metrics.watch_in_flight(app.admission)
         limits = MessageLimits.from_settings(settings)
         self.readiness = Readiness(app.service_name)
         self.server = grpc.aio.server(
-            interceptors=[ContextInterceptor(authenticator, app.admission, app.service_name, limits, self.readiness)],
+            interceptors=[ContextInterceptor(authenticator, app.admission, app.service_name, limits, self.readiness,
+                                             settings.stream_idle_timeout_s)],
             options=_server_options(settings, limits.largest(app.service_name)))
         self.health = _BoundedHealth(Watchers(app.service_name, settings.health_watches_max,
                                               settings.health_watches_per_address))
         self._stopped = asyncio.Event()
         self._retrying: asyncio.Task | None = None
+        self._health_tasks: set[asyncio.Task] = set()
 
     @property
     def address(self) -> str:
@@ -366,6 +394,20 @@ class ServiceHost:
     async def _set_health(self, status: int) -> None:
         for name in ("", self.app.service_name):
             await self.health.set(name, status)
+
+    def _full_changed(self, full: bool) -> None:
+        """Every slot taken: health says NOT_SERVING (a load balancer sends calls elsewhere) until one
+        is free again. Told from inside a call's admission, so the health update runs as a task of its own."""
+        if self.readiness.serving:
+            self._health_tasks.add(task := asyncio.get_running_loop().create_task(self._follow_admission()))
+            task.add_done_callback(self._health_tasks.discard)
+
+    async def _follow_admission(self) -> None:
+        """Health as the admission is now (tasks may run after a later change: each reads it afresh)."""
+        if self.readiness.serving:
+            serving = not self.admission.full
+            await self._set_health(health_pb2.HealthCheckResponse.SERVING if serving
+                                   else health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async def start(self) -> int:
         """Binds, refuses calls (UNAVAILABLE, health NOT_SERVING) while it warms up, then takes them

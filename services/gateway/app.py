@@ -103,7 +103,8 @@ class GatewayApp(ServiceApp):
 
         checks = [check(n, c.channel) for n, c in
                   (("embedder", self.embedder), ("retriever", self.retriever), ("generator", self.generator))]
-        return {"gateway": "SERVING", **dict(await asyncio.gather(*checks))}
+        own = "NOT_SERVING" if self.admission is not None and self.admission.full else "SERVING"  # no free slot
+        return {"gateway": own, **dict(await asyncio.gather(*checks))}
 
     async def known_funds(self, tenant: str) -> list[str]:
         """Fund names in the documents the caller may read (what a question's fund mentions are matched

@@ -153,7 +153,8 @@ def test_a_server_fault_before_the_stream_is_500_with_a_request_id(stack: Stack,
 
 def test_over_the_concurrency_limit_asks_get_429_with_retry_after_and_nothing_wrong_is_saved(stack: Stack) -> None:
     slow = stack.start_variant("generator", extractive_delay_ms=150.0)
-    gateway = stack.start_variant("gateway", generator_addr=slow.address, max_concurrent_calls=2)
+    gateway = stack.start_variant("gateway", generator_addr=slow.address, max_concurrent_calls=2,
+                                  tenant_call_share=1, user_call_share=1)  # the whole service's limit, one user
     url = f"http://127.0.0.1:{gateway.app.http_port}"
     before = _answers(stack)
     results: list[httpx.Response] = []

@@ -27,6 +27,36 @@ def test_admission_refuses_past_the_limit_and_frees_slots_on_exit_even_after_err
         assert unlimited.in_flight == 3 and unlimited.quiet
 
 
+def test_a_tenant_and_a_user_hold_at_most_their_share_and_others_find_room() -> None:
+    gate = Admission("svc", 8, tenant_share=0.25, user_share=0.125)
+    told: list[bool] = []
+    gate.on_full_change = told.append
+    with gate.slot("a", "u1"), gate.slot("a", "u2"):
+        with pytest.raises(ResourceExhausted, match="TENANT_CALL_SHARE"):
+            with gate.slot("a", "u3"):
+                pass
+        with gate.slot("b", "v1"):
+            with pytest.raises(ResourceExhausted, match="USER_CALL_SHARE"):
+                with gate.slot("b", "v1"):
+                    pass
+            assert gate.by_tenant == {"a": 2, "b": 1} and gate.in_flight == 3
+    assert gate.in_flight == 0 and not gate.by_tenant and not gate.by_user and gate.refused == 2
+    assert told == []  # never full
+    uploads = Admission("svc", 8, tenant_share=0.5, stream_share=0.125)
+    with uploads.slot("a", "u1", stream=True):
+        with pytest.raises(ResourceExhausted, match="TENANT_STREAM_SHARE"):
+            with uploads.slot("a", "u2", stream=True):
+                pass
+        with uploads.slot("a", "u2"), uploads.slot("b", "v1", stream=True):  # its asks, another's upload
+            assert uploads.streams_by_tenant == {"a": 1, "b": 1}
+    assert not uploads.streams_by_tenant
+    small = Admission("svc", 2, tenant_share=0.25, user_share=0.125)  # a share is at least one slot
+    small.on_full_change = told.append
+    with small.slot("a"), small.slot("b"):
+        assert told == [True]
+    assert told == [True, False]
+
+
 def test_admission_is_quiet_up_to_half_its_slots() -> None:
     gate = Admission("svc", 4)
     quiet = []

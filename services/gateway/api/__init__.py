@@ -71,11 +71,12 @@ class FrontDoor:
     upload_timeout_s: float
     bodies_per_user: int
     api_docs: bool
+    idle_timeout_s: float = 0.0  # a body sending nothing this long is cut off (STREAM_IDLE_TIMEOUT_S)
 
     @classmethod
     def of(cls, s: Settings) -> "FrontDoor":
         return cls(s.http_unauthenticated_max, s.http_unauthenticated_queue, s.http_body_timeout_s,
-                   s.http_upload_timeout_s, s.http_bodies_per_user, s.api_docs)
+                   s.http_upload_timeout_s, s.http_bodies_per_user, s.api_docs, s.stream_idle_timeout_s)
 
 
 def _error(exc: RagmeshError) -> JSONResponse:
@@ -119,7 +120,8 @@ def create_app(
     identifier = Identifier(authenticator, front_door.checks, front_door.checks_waiting)
     app.add_middleware(AdmissionGuard, identifier=identifier, admission=admission, max_body=max_body_bytes,
                        max_upload=max_upload_bytes, body_timeout_s=front_door.body_timeout_s,
-                       upload_timeout_s=front_door.upload_timeout_s, bodies_per_user=front_door.bodies_per_user)
+                       upload_timeout_s=front_door.upload_timeout_s, bodies_per_user=front_door.bodies_per_user,
+                       idle_timeout_s=front_door.idle_timeout_s)
     app.add_middleware(BrowserGuard, hosts=allowed_hosts, router=app.router)
     app.add_middleware(RequestGuard)
     caller = caller_dependency()

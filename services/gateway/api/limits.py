@@ -6,8 +6,9 @@ headers alone (Identifier: 401 at once without a credential, the checks of the o
 their own), before anything else is done for it; admission (the gateway's calls in flight, shared
 with its gRPC server, so overload is refused fast with 429 and Retry-After); then its body, counted
 as it arrives, so a 50 MB question is refused before it is parsed, and timed, so a body that
-trickles in is cut off with 408 instead of holding its slot (and one caller has at most
-HTTP_BODIES_PER_USER bodies arriving at once)."""
+trickles in is cut off with 408 instead of holding its slot (as is one that sends nothing for
+STREAM_IDLE_TIMEOUT_S; and one caller has at most HTTP_BODIES_PER_USER bodies arriving at once). The
+slot counts against the caller's tenant and user, each of which holds at most a share of them."""
 from __future__ import annotations
 
 import asyncio
@@ -34,7 +35,7 @@ class _TooLarge(Exception):
 
 
 class _TooSlow(Exception):
-    pass
+    """The body was not in by its deadline, or sent nothing for the idle timeout (the message says which)."""
 
 
 async def send_error(send: Send, status: int, code: str, message: str, headers: list[tuple[bytes, bytes]]) -> None:
@@ -87,7 +88,8 @@ class AdmissionGuard:
     """Pure ASGI middleware, so streamed answers pass through untouched and keep their slot until done."""
 
     def __init__(self, app: ASGIApp, identifier: Identifier, admission: Admission, max_body: int, max_upload: int,
-                 body_timeout_s: float, upload_timeout_s: float, bodies_per_user: int) -> None:
+                 body_timeout_s: float, upload_timeout_s: float, bodies_per_user: int,
+                 idle_timeout_s: float = 0.0) -> None:
         self.app = app
         self.identifier = identifier
         self.admission = admission
@@ -96,6 +98,7 @@ class AdmissionGuard:
         self.body_timeout_s = body_timeout_s
         self.upload_timeout_s = upload_timeout_s
         self.bodies_per_user = bodies_per_user  # 0 = no limit
+        self.idle_timeout_s = idle_timeout_s  # 0 = none
         self.arriving: Counter[tuple[str, str]] = Counter()  # per (tenant, user): bodies still arriving
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -118,9 +121,10 @@ class AdmissionGuard:
             return
         identity = scope[IDENTITY_SCOPE_KEY]
         arriving = _Arriving(receive, asyncio.get_running_loop().time() + timeout, self.arriving,
-                             (identity.tenant, identity.user), self.bodies_per_user)
+                             (identity.tenant, identity.user), self.bodies_per_user, self.idle_timeout_s)
         try:
-            with arriving, self.admission.slot():
+            streams = upload and scope["method"] == "POST"  # an upload, not the documents' list
+            with arriving, self.admission.slot(identity.tenant, identity.user, streams):
                 started = False
 
                 async def sending(message: Message) -> None:
@@ -139,10 +143,10 @@ class AdmissionGuard:
                     if not started:
                         await send_error(send, 413, "INVALID_ARGUMENT", f"body: over the limit of {limit:,} bytes",
                                          [_CLOSE])
-                except _TooSlow:
+                except _TooSlow as slow:
                     if not started:
-                        await send_error(send, 408, "DEADLINE_EXCEEDED", f"body: not received within {timeout:g} s",
-                                         [_CLOSE])
+                        await send_error(send, 408, "DEADLINE_EXCEEDED", str(slow) or f"body: not received within "
+                                                                                      f"{timeout:g} s", [_CLOSE])
         except ResourceExhausted as exc:
             await _refuse(send, exc)
 
@@ -198,13 +202,15 @@ async def _refuse(send: Send, exc: RagmeshError) -> None:
 class _Arriving:
     """A request's body on its way in: due by `deadline` (the loop's clock; _TooSlow after it), and
     counted among its sender's bodies still arriving until its last part is in, so one caller cannot
-    hold many request slots by sending bodies slowly. After the last part, `receive` defers as is (a
-    streamed answer waits on it for a disconnect)."""
+    hold many request slots by sending bodies slowly; each part due within `idle_s` of the last (0:
+    no idle timeout). After the last part, `receive` defers as is (a streamed answer waits on it for a
+    disconnect)."""
 
     def __init__(self, receive: Receive, deadline: float, arriving: Counter[tuple[str, str]],
-                 sender: tuple[str, str], per_sender: int) -> None:
+                 sender: tuple[str, str], per_sender: int, idle_s: float = 0.0) -> None:
         self._receive = receive
         self.deadline = deadline
+        self.idle_s = idle_s
         self.arriving = arriving
         self.sender = sender
         self.per_sender = per_sender
@@ -230,11 +236,14 @@ class _Arriving:
     async def receive(self) -> Message:
         if self.complete:
             return await self._receive()
+        now = asyncio.get_running_loop().time()
+        idle = bool(self.idle_s) and now + self.idle_s < self.deadline
         try:
-            async with asyncio.timeout_at(self.deadline):
+            async with asyncio.timeout_at(now + self.idle_s if idle else self.deadline):
                 message = await self._receive()
         except TimeoutError:
-            raise _TooSlow from None
+            raise _TooSlow(f"body: nothing received for {self.idle_s:g} s (STREAM_IDLE_TIMEOUT_S)" if idle
+                           else "") from None
         if message["type"] != "http.request" or not message.get("more_body", False):
             self._done()
         return message
