@@ -121,7 +121,9 @@ def test_a_rival_holding_the_embed_queue_leaves_room_for_another_tenants_embeddi
     embeddings were refused. Now a tenant holds at most half the places the others leave: the rival's
     calls past that are refused (RESOURCE_EXHAUSTED naming EMBED_MAX_QUEUE), every one of the other
     tenant's calls is queued and answered."""
-    s = settings(embed_max_queue=4 * MAX_TEXTS, embed_slice_chars=0)
+    # the admission slots' shares off: the queue's share is what is tried (43 calls at once from one user
+    # would pass USER_CALL_SHARE, which tests/security/test_held_streams.py tries)
+    s = settings(embed_max_queue=4 * MAX_TEXTS, embed_slice_chars=0, tenant_call_share=1.0, user_call_share=1.0)
     backend = SteppedBackend()
     app = EmbedderApp(s, backend)
     big = embedder_pb2.EmbedRequest(texts=[f"rival {i:04d}" for i in range(MAX_TEXTS)], task=embedder_pb2.DOCUMENT)
