@@ -203,27 +203,29 @@ async def half_open(where: Where, stop: asyncio.Event, seen: list[str]) -> None:
     request = (f"POST /api/chat/ask HTTP/1.1\r\nHost: 127.0.0.1:{where.http_port}\r\n"
                "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"quest").encode()
 
-    async def holder() -> None:
-        while not stop.is_set():
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", where.http_port)
-            except OSError as exc:
-                seen.append(f"connect: {exc}")
-                await asyncio.sleep(1.0)
-                continue
-            writer.write(request)
-            try:
-                await writer.drain()
-                reply = await _until(reader, stop)
-                if reply:
-                    seen.append(reply.split(b"\r\n", 1)[0].decode(errors="replace"))
-            except (OSError, asyncio.IncompleteReadError):
-                pass
-            finally:
-                writer.close()
-            await asyncio.sleep(1.0)
+    await asyncio.gather(*(_hold(where.http_port, request, stop, seen) for _ in range(HALF_OPEN)))
 
-    await asyncio.gather(*(holder() for _ in range(HALF_OPEN)))
+
+async def _hold(port: int, head: bytes, stop: asyncio.Event, seen: list[str]) -> None:
+    """One connection that sends `head` and is held still until the server answers or closes it (its first
+    line kept in `seen`); then, a second later, another, until `stop` is set."""
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError as exc:
+            seen.append(f"connect: {exc}")
+            await asyncio.sleep(1.0)
+            continue
+        writer.write(head)
+        try:
+            await writer.drain()
+            if reply := await _until(reader, stop):
+                seen.append(reply.split(b"\r\n", 1)[0].decode(errors="replace"))
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+        await asyncio.sleep(1.0)
 
 
 async def _until(reader: asyncio.StreamReader, stop: asyncio.Event) -> bytes:
@@ -286,29 +288,11 @@ async def held(where: Where, stop: asyncio.Event, seen: list[str]) -> None:
                     seen.append(f"{exc.code().name}: {exc.details()}")
                 await asyncio.sleep(1.0)
 
-    async def upload(key: str) -> None:
-        while not stop.is_set():
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", where.http_port)
-            except OSError as exc:
-                seen.append(f"connect: {exc}")
-                await asyncio.sleep(1.0)
-                continue
-            writer.write(upload_head.format(key=key).encode())
-            try:
-                await writer.drain()
-                if reply := await _until(reader, stop):
-                    seen.append(reply.split(b"\r\n", 1)[0].decode(errors="replace"))
-            except (OSError, asyncio.IncompleteReadError):
-                pass
-            finally:
-                writer.close()
-            await asyncio.sleep(1.0)
-
     await asyncio.gather(*(part for i in range(HELD_STREAMS) for part in (
         stream(where.gateway, "/ragmesh.v1.Gateway/Ingest", keys[i % len(keys)]),
         stream(where.retriever, "/ragmesh.v1.Retriever/Ingest", keys[i % len(keys)]))),
-        *(upload(keys[i % len(keys)]) for i in range(HELD_UPLOADS)))
+        *(_hold(where.http_port, upload_head.format(key=keys[i % len(keys)]).encode(), stop, seen)
+          for i in range(HELD_UPLOADS)))
 
 
 LOADS = {"bombs": bombs, "halfopen": half_open, "embed": big_embeds, "held": held}
