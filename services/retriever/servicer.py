@@ -95,8 +95,13 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     ) -> AsyncIterator[retriever_pb2.IngestProgress]:
         tenant, who = _tenant(), identity.current()
 
+        uploaders: dict[str, permissions.Uploader] = {}  # per collection: the stream's documents ask once
+
         def uploader(doc) -> permissions.Uploader:
-            return permissions.Uploader(who, permissions.rule(self.store, tenant, doc.collection))
+            if doc.collection not in uploaders:
+                uploaders[doc.collection] = permissions.Uploader(who, permissions.rule(self.store, tenant,
+                                                                                        doc.collection))
+            return uploaders[doc.collection]
 
         async def received(doc: retriever_pb2.Document | None) -> Document | None:
             if doc is None:

@@ -247,3 +247,29 @@ def test_through_the_gateway_a_colleague_finds_a_share_only_while_it_lasts(stack
     text, cited, _ = ask(bob, conversation)
     assert "23 percent" not in text and not [c for c in cited if c["doc_id"] == "alice:osprey"]
     assert strategies[-1]["retrieval"] == "RAG_NEW_QUERY" and "cached sources changed" in strategies[-1]["reason"]
+
+
+def test_the_new_methods_refuse_no_credential_another_tenant_and_bad_input(callers: Callers) -> None:
+    """CheckChunks, SetDocumentAccess and SetCollectionAccess: without a credential UNAUTHENTICATED;
+    another tenant's caller learns nothing of this tenant's document; oversized or malformed input is
+    INVALID_ARGUMENT naming the field."""
+    chunk_id = _chunk_id(callers)
+    anonymous = retriever_pb2_grpc.RetrieverStub(channel(callers.address, ()))
+    check = retriever_pb2.CheckChunksRequest(chunks=[retriever_pb2.ChunkRef(chunk_id=chunk_id,
+                                                                            text_sha256=sha256(SECRET))])
+    assert _code(lambda: anonymous.CheckChunks(check))[0] == grpc.StatusCode.UNAUTHENTICATED
+    other = Callers(callers.stack, callers.address, callers.tenant + "-other").as_("alice", "admin")
+    assert other.CheckChunks(check).current == [False]
+    assert _code(lambda: other.SetDocumentAccess(retriever_pb2.SetDocumentAccessRequest(
+        collection=DOCS, doc_id=DOC, access=common_pb2.Access())))[0] == grpc.StatusCode.NOT_FOUND
+    alice = callers.as_("alice")
+    too_many = retriever_pb2.CheckChunksRequest(chunks=[retriever_pb2.ChunkRef(chunk_id=f"c{i}")
+                                                        for i in range(1_001)])
+    code, message = _code(lambda: alice.CheckChunks(too_many))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and message.startswith("chunks")
+    code, message = _code(lambda: alice.SetDocumentAccess(retriever_pb2.SetDocumentAccessRequest(
+        collection=DOCS, doc_id=DOC, access=common_pb2.Access(users=["not a name"]))))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and message.startswith("access.users[0]")
+    code, message = _code(lambda: callers.as_("boss", "admin").SetCollectionAccess(
+        retriever_pb2.CollectionAccess(collection="bad name!", default_access=common_pb2.Access())))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and message.startswith("collection")
