@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AskRequest(_message.Message):
-    __slots__ = ("question", "data_sources", "start_date", "end_date", "selected_funds", "conversation_id", "model", "tenant", "user_id", "top_k", "document_ids", "persona", "context_window")
+    __slots__ = ("question", "data_sources", "start_date", "end_date", "selected_funds", "conversation_id", "model", "tenant", "user_id", "top_k", "document_ids", "persona", "context_window", "conversation_history")
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     DATA_SOURCES_FIELD_NUMBER: _ClassVar[int]
     START_DATE_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,7 @@ class AskRequest(_message.Message):
     DOCUMENT_IDS_FIELD_NUMBER: _ClassVar[int]
     PERSONA_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_WINDOW_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_HISTORY_FIELD_NUMBER: _ClassVar[int]
     question: str
     data_sources: _containers.RepeatedScalarFieldContainer[str]
     start_date: str
@@ -36,7 +37,16 @@ class AskRequest(_message.Message):
     document_ids: _containers.RepeatedScalarFieldContainer[str]
     persona: str
     context_window: str
-    def __init__(self, question: _Optional[str] = ..., data_sources: _Optional[_Iterable[str]] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., selected_funds: _Optional[_Iterable[str]] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., top_k: _Optional[int] = ..., document_ids: _Optional[_Iterable[str]] = ..., persona: _Optional[str] = ..., context_window: _Optional[str] = ...) -> None: ...
+    conversation_history: _containers.RepeatedCompositeFieldContainer[HistoryTurn]
+    def __init__(self, question: _Optional[str] = ..., data_sources: _Optional[_Iterable[str]] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., selected_funds: _Optional[_Iterable[str]] = ..., conversation_id: _Optional[str] = ..., model: _Optional[str] = ..., tenant: _Optional[str] = ..., user_id: _Optional[str] = ..., top_k: _Optional[int] = ..., document_ids: _Optional[_Iterable[str]] = ..., persona: _Optional[str] = ..., context_window: _Optional[str] = ..., conversation_history: _Optional[_Iterable[_Union[HistoryTurn, _Mapping]]] = ...) -> None: ...
+
+class HistoryTurn(_message.Message):
+    __slots__ = ("question", "answer")
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    question: str
+    answer: str
+    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ...) -> None: ...
 
 class Strategy(_message.Message):
     __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks", "retrieval", "dense_skipped", "unavailable", "threshold_layer", "time_hint", "detected_funds", "context_chars", "corrections", "model", "variants", "rerank_count", "quality", "time_window", "embed_ms", "search_ms", "followup", "recency", "default_window", "relaxed")

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from ragmesh.errors import InvalidArgument
 from ragmesh.identity import Identity
 from ragmesh.models import KNOWN_MODELS
+from ragmesh.types import Turn
 from ragmesh.validation import (COLLECTION_NAME, MAX_TOP_K, NOT_BLANK, PATTERN_MEANINGS, WHITESPACE,
                                 check_date_range, invalid_argument)
 
@@ -24,6 +25,8 @@ MAX_FUND_CHARS = 200
 MAX_DOCUMENT_IDS = 20
 MAX_DOCUMENT_ID_CHARS = 512
 MAX_PERSONA_CHARS = 500
+MAX_HISTORY_TURNS = 100  # of a client-held conversation; the prompt carries the newest that fit its budget
+MAX_ANSWER_CHARS = 20_000  # an earlier answer a client sends back
 CONTEXT_WINDOWS = ("24h", "48h", "1w", "all")  # documents dated within the last day, two, a week; or any
 
 
@@ -97,6 +100,14 @@ def checked_conversation_id(value: str) -> str:
         raise invalid_argument([{**e, "loc": ("conversation_id",)} for e in exc.errors()]) from None
 
 
+class HistoryTurn(Declared):
+    """One earlier turn of a conversation the client holds (the fund-research design's
+    `conversation_history` pairs)."""
+
+    question: str = Field(max_length=MAX_QUESTION_CHARS)
+    answer: str = Field("", max_length=MAX_ANSWER_CHARS)
+
+
 class AskRequest(Declared):
     """An Ask as a client sends it (the JSON body of POST /api/chat/ask[/stream]; Gateway.Ask's
     AskRequest carries the same fields)."""
@@ -128,6 +139,10 @@ class AskRequest(Declared):
     context_window: Literal[("", *CONTEXT_WINDOWS)] | None = Field("", description=(  # type: ignore[valid-type]
         "Only documents dated within the last 24h, 48h or week (1w); all or empty: any date (the question may "
         "still name a window, \"in the last 24 hours\")"))
+    conversation_history: list[HistoryTurn] = Field(default_factory=list, max_length=MAX_HISTORY_TURNS,
+                                                    description=(
+        "The conversation so far as the client holds it, oldest first: routed, reused and carried into the prompt "
+        "as stored turns are; nothing is stored. Only without conversation_id (400 naming both)"))
     format: Literal[("", *RESPONSE_FORMATS)] | None = Field("", description=(  # type: ignore[valid-type]
         "Empty, null or ragmesh: the Answer; notes: POST /api/chat/ask answers in the notes contract (NotesAnswer: "
         "[N1] citations with cid, noteId, chunkId, createdAt, snippet, score). The stream's events are the same in "
@@ -145,6 +160,13 @@ class AskRequest(Declared):
         check_date_range(self.start_date or "", self.end_date or "")
         return self
 
+    @model_validator(mode="after")
+    def _one_history(self) -> AskRequest:
+        if self.conversation_id and self.conversation_history:
+            raise InvalidArgument("conversation_history", "give conversation_id (a stored conversation) or "
+                                                          "conversation_history (one the client holds), not both")
+        return self
+
     def to_input(self) -> AskInput:
         return AskInput(
             question=self.question, data_sources=self.data_sources, start_date=self.start_date or "",
@@ -152,6 +174,7 @@ class AskRequest(Declared):
             conversation_id=self.conversation_id or "", model=self.model or "", tenant=self.tenant,
             user_id=self.user_id, top_k=self.top_k, document_ids=self.document_ids, persona=self.persona or "",
             context_window=self.context_window or "", response_format=self.format or "ragmesh",
+            conversation_history=[Turn(t.question, t.answer) for t in self.conversation_history],
         )
 
 
@@ -178,6 +201,8 @@ class AskInput:
     persona: str = ""  # who the assistant is, put in the system prompt
     context_window: str = ""  # one of CONTEXT_WINDOWS, or "" (the question may set one)
     response_format: str = "ragmesh"  # one of RESPONSE_FORMATS; "notes" asks for the notes contract
+    # A conversation the client holds (oldest first), instead of a stored one: nothing is stored of it.
+    conversation_history: list[Turn] = field(default_factory=list)
     identity: Identity | None = None  # who asks, settled by AskPipeline.prepare from the credential
 
     @property

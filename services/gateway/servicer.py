@@ -46,6 +46,7 @@ def ask_from_proto(r: gateway_pb2.AskRequest, response_format: str = "") -> AskI
         "model": r.model, "tenant": r.tenant, "user_id": r.user_id,
         "top_k": r.top_k if r.HasField("top_k") else None, "document_ids": list(r.document_ids),
         "persona": r.persona, "context_window": r.context_window, "format": response_format,
+        "conversation_history": [{"question": t.question, "answer": t.answer} for t in r.conversation_history],
     }).to_input()
 
 
