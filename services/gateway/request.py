@@ -175,6 +175,7 @@ class AskRequest(Declared):
             user_id=self.user_id, top_k=self.top_k, document_ids=self.document_ids, persona=self.persona or "",
             context_window=self.context_window or "", response_format=self.format or "ragmesh",
             conversation_history=[Turn(t.question, t.answer) for t in self.conversation_history],
+            held=bool(self.conversation_history),
         )
 
 
@@ -203,6 +204,7 @@ class AskInput:
     response_format: str = "ragmesh"  # one of RESPONSE_FORMATS; "notes" asks for the notes contract
     # A conversation the client holds (oldest first), instead of a stored one: nothing is stored of it.
     conversation_history: list[Turn] = field(default_factory=list)
+    held: bool = False  # the client holds the conversation (conversation_history, the OpenAI edge): none stored
     identity: Identity | None = None  # who asks, settled by AskPipeline.prepare from the credential
 
     @property
