@@ -52,6 +52,7 @@ def kernels() -> dict[str, str]:
     import threadpoolctl
     import torch
 
+    from ragmesh.config import Settings
     from services.embedder.backends.local import native_bf16
 
     numpy_simd = np.show_config(mode="dicts")["SIMD Extensions"]
@@ -63,7 +64,8 @@ def kernels() -> dict[str, str]:
         "BLAS": ", ".join(blas) or "?",
         "torch": f"{torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}",
         "ONNX Runtime": f"{onnxruntime.__version__}, {', '.join(onnxruntime.get_available_providers())}",
-        "document encoder": "torch bf16 autocast (native bf16)" if native_bf16() else "ONNX Runtime float32",
+        "document encoder": "ONNX Runtime int8 (EMBED_DOCUMENTS_INT8)" if Settings().embed_documents_int8 else
+                            "torch bf16 autocast (native bf16)" if native_bf16() else "ONNX Runtime float32",
     }
 
 

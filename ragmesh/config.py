@@ -356,10 +356,16 @@ class EmbeddingSettings(Section):
         "EMBED_RUNTIME", "onnx",
         "How the local model runs: onnx (ONNX Runtime, the same vectors at a fraction of the CPU) or torch "
         "(sentence-transformers as shipped).")
+    embed_documents_int8: Flag = env(
+        "EMBED_DOCUMENTS_INT8", True,
+        "With the onnx runtime, documents (ingest) run on an int8 copy of the model (ONNX Runtime's dynamic "
+        "quantization; about half the CPU of float32 a chunk, vectors at cosine >= 0.99 to float32's). Off: "
+        "EMBED_DOCUMENTS_BF16 decides.")
     embed_documents_bf16: AutoOnOff = env(
         "EMBED_DOCUMENTS_BF16", "auto",
-        "With the onnx runtime, documents (ingest) run through torch in bfloat16: auto = on CPUs that multiply bf16 "
-        "in hardware (AMX, AVX512-BF16; 2.5x less CPU a chunk, cosine >= 0.9999 to float32), on, or off.")
+        "With the onnx runtime and EMBED_DOCUMENTS_INT8 off, documents (ingest) run through torch in bfloat16: auto "
+        "= on CPUs that multiply bf16 in hardware (AMX, AVX512-BF16; 2.5x less CPU a chunk, cosine >= 0.9999 to "
+        "float32), on, or off.")
     model_cache_dir: str = env("MODEL_CACHE_DIR", "",
                                "Where the local model's ONNX export is kept (made at first start); empty = "
                                "DATA_DIR/models.")

@@ -3,6 +3,7 @@ made by either), exported from the packaged weights once and reused from its cac
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -122,8 +123,9 @@ def test_8_bit_weights_multiply_as_the_float32_ones() -> None:
 
 def test_the_export_is_cached_and_reused(onnx_embedder: OnnxMiniLMEmbedder) -> None:
     exported = sorted(onnx_embedder.cache_dir.glob("*.onnx"))
-    assert len(exported) == 2 and not list(onnx_embedder.cache_dir.glob("tmp*")), exported
-    assert exported[0].name.endswith("-q8.onnx")  # the 8-bit copy beside the float32 model
+    assert len(exported) == 3 and not list(onnx_embedder.cache_dir.glob("tmp*")), exported
+    # the int8 copy for documents and the 8-bit one for short texts beside the float32 model
+    assert exported[0].name.endswith("-documents-int8.onnx") and exported[1].name.endswith("-q8.onnx")
     stamps = [path.stat().st_mtime_ns for path in exported]
     again = OnnxMiniLMEmbedder(onnx_embedder.cache_dir)
     again.warm_up()
@@ -157,7 +159,8 @@ def test_documents_in_bf16_stay_within_the_cosine_bound(onnx_embedder: OnnxMiniL
 
 
 def test_bf16_documents_follow_the_setting_and_the_cpu(tmp_path: Path) -> None:
-    base = config.load().replace(embed_backend="local", embed_runtime="onnx", model_cache_dir=str(tmp_path))
+    base = config.load().replace(embed_backend="local", embed_runtime="onnx", model_cache_dir=str(tmp_path),
+                                 embed_documents_int8=False)
     assert backends.create(base.replace(embed_documents_bf16="off")).documents is None
     on = backends.create(base.replace(embed_documents_bf16="on")).documents
     assert isinstance(on, SentenceTransformersEmbedder) and on.bf16
@@ -169,3 +172,64 @@ def test_bf16_documents_follow_the_setting_and_the_cpu(tmp_path: Path) -> None:
     assert not native_bf16(cpuinfo)
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_bf16\n")
     assert native_bf16(cpuinfo)
+
+
+@pytest.fixture(scope="module")
+def int8_embedder(onnx_embedder: OnnxMiniLMEmbedder) -> OnnxMiniLMEmbedder:
+    embedder = OnnxMiniLMEmbedder(onnx_embedder.cache_dir, int8_documents=True)  # the export made with the other
+    embedder.warm_up()
+    return embedder
+
+
+def test_int8_documents_stay_within_the_cosine_bound(onnx_embedder: OnnxMiniLMEmbedder,
+                                                     int8_embedder: OnnxMiniLMEmbedder) -> None:
+    float32 = SentenceTransformersEmbedder()
+    float32.warm_up()
+    texts = _texts()
+    ours, theirs = int8_embedder.embed(texts, "DOCUMENT"), float32.embed(texts, "DOCUMENT")
+    assert ours.shape == (len(texts), 384) and ours.dtype == np.float32
+    assert (ours * theirs).sum(axis=1).min() >= 0.99
+    # Past SHORT_RUN_TOKENS on the int8 copy; shorter ones as questions are, on the 8-bit copy.
+    long = np.array([len(int8_embedder._tokenizer.encode(text).ids) > SHORT_RUN_TOKENS for text in texts])
+    same = (ours * onnx_embedder.embed(texts, "DOCUMENT")).sum(axis=1)
+    assert same[long].max() < 0.99999, "the documents did not go through the int8 copy"
+    assert np.array_equal(ours[~long], onnx_embedder.embed([t for t, x in zip(texts, long) if not x], "QUERY"))
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    assert np.array_equal(int8_embedder.embed(texts, "QUERY"), onnx_embedder.embed(texts, "QUERY")), \
+        "queries stay on the float32 and 8-bit copies"
+    assert int8_embedder.embed([], "DOCUMENT").shape == (0, 384)
+
+
+def test_int8_documents_come_back_in_the_callers_order_whatever_their_company(
+        int8_embedder: OnnxMiniLMEmbedder) -> None:
+    """Sorted by length and spread over threads inside, a call's rows are the caller's, each the vector
+    its text gets alone (one run a text: no shared activation scale, no padding)."""
+    texts = _texts()
+    lengths = {len(int8_embedder._tokenizer.encode(text).ids) for text in texts}
+    assert len(lengths) > 10  # lengths vary, so the sort inside reorders them
+    forward = int8_embedder.embed(texts, "DOCUMENT")
+    assert np.allclose(int8_embedder.embed(texts[::-1], "DOCUMENT")[::-1], forward, atol=1e-6)
+    alone = np.concatenate([int8_embedder.embed([text], "DOCUMENT") for text in texts])
+    assert np.allclose(alone, forward, atol=1e-6)
+    distinct = [i for i, text in enumerate(texts) if texts.index(text) == i]
+    assert (np.argmax(forward[distinct] @ alone[distinct].T, axis=1) == np.arange(len(distinct))).all()
+
+
+def test_int8_documents_of_two_callers_at_once(int8_embedder: OnnxMiniLMEmbedder) -> None:
+    """Two calls at once (the batcher's two lanes, two tenants) share the cores and each gets its own rows."""
+    texts = _texts()
+    expected = int8_embedder.embed(texts, "DOCUMENT")
+    with ThreadPoolExecutor(2) as pool:
+        calls = [pool.submit(int8_embedder.embed, texts[start::2], "DOCUMENT") for start in (0, 1)] * 3
+        results = [call.result() for call in calls]
+    for start, result in zip((0, 1) * 3, results):
+        assert np.allclose(result, expected[start::2], atol=1e-6)
+    assert int8_embedder.lanes == 2
+
+
+def test_int8_documents_are_the_default(tmp_path: Path) -> None:
+    base = config.load().replace(embed_backend="local", embed_runtime="onnx", model_cache_dir=str(tmp_path))
+    chosen = backends.create(base)
+    assert chosen.int8_documents and chosen.documents is None
+    chosen = backends.create(base.replace(embed_documents_int8=False))
+    assert not chosen.int8_documents and (chosen.documents is not None) == native_bf16()

@@ -31,9 +31,12 @@ def create(settings: Settings) -> EmbeddingBackend:
 
         if settings.embed_documents_bf16 not in ("auto", "on", "off"):
             raise ValueError(f"EMBED_DOCUMENTS_BF16 must be auto, on or off, got {settings.embed_documents_bf16!r}")
+        cache = Path(settings.model_cache_dir or settings.data_dir / "models")
+        if settings.embed_documents_int8:
+            return OnnxMiniLMEmbedder(cache, int8_documents=True)
         bf16 = settings.embed_documents_bf16 == "on" or (settings.embed_documents_bf16 == "auto" and native_bf16())
         documents = SentenceTransformersEmbedder(settings.embed_batch_size, bf16=True) if bf16 else None
-        return OnnxMiniLMEmbedder(Path(settings.model_cache_dir or settings.data_dir / "models"), documents=documents)
+        return OnnxMiniLMEmbedder(cache, documents=documents)
     if settings.embed_backend == "local" and settings.embed_runtime == "torch":
         from services.embedder.backends.local import SentenceTransformersEmbedder
 
