@@ -22,18 +22,25 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from bench.search_bench import HNSW_RECALL_TARGET, REPO, Section, Target, compare_dense, log, percentiles, timed_ms
+from bench.search_bench import (BENCH_TENANT, HNSW_RECALL_TARGET, REPO, RetrieverProcess, Section, Target, channel,
+                                compare_dense, free_port, log, percentiles, timed_ms)
+from deploy.run import wait_serving
 from ragmesh.config import Settings
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import Document, SearchFilter
+from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
+from services.embedder import backends
 from services.embedder.backends.local import SentenceTransformersEmbedder  # torch loads in warm_up()
 from services.retriever import fusion
 from services.retriever.backend import Retrieved
@@ -177,6 +184,92 @@ def embed_alone_rate(model: SentenceTransformersEmbedder, index: CollectionIndex
     return len(texts) / (ms / 1000)
 
 
+# ----------------------------------------------------------------------------- through Retriever/Ingest
+
+GRPC_RATIO_TARGET = 0.8  # issue 37: Retriever/Ingest over gRPC against the model's own encoding rate
+MODEL_SAMPLE = 2048  # chunks the model's own rate is taken on (evenly spread over the ingested ones)
+MODEL_CALL = 64  # texts a call when the model encodes alone: EMBED_BATCH_SIZE's default
+
+
+@contextmanager
+def loopback() -> Iterator[RetrieverProcess]:
+    """An embedder and a retriever (memory backend), each its own process on a loopback port sharing
+    one DATA_DIR (so one service token), as deployed; the model export is cached where `make run`'s is."""
+    models = Settings().model_cache_dir or str(REPO / "data" / "models")
+    embedder_port = free_port()
+    common = {"MODEL_CACHE_DIR": models, "HF_HUB_OFFLINE": "1", "RETRIEVER_BACKEND": "memory", "SERVICE_TOKEN": "",
+              "API_KEY_PEPPER": "", "MONGODB_URI": "", "TLS_CERT": "", "TLS_KEY": "", "TLS_CA": "",
+              "RATE_LIMIT_PER_MINUTE": "0", "TENANT_CALL_SHARE": "1", "USER_CALL_SHARE": "1",
+              "TENANT_STREAM_SHARE": "1"}
+    retriever = RetrieverProcess({**common, "EMBEDDER_ADDR": f"127.0.0.1:{embedder_port}"}, start_timeout=300)
+    env = {**os.environ, **common, "DATA_DIR": str(retriever.data_dir), "EMBEDDER_PORT": str(embedder_port),
+           "RAGMESH_HOST": "127.0.0.1", "LOG_LEVEL": "WARNING", "METRICS_PORT": "0"}
+    with open(retriever.data_dir / "embedder.log", "ab") as out:
+        embedder = subprocess.Popen([sys.executable, "-m", "services.embedder"], env=env, cwd=REPO,
+                                    stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_serving(f"127.0.0.1:{embedder_port}", "embedder", embedder, timeout=300)
+        with retriever:
+            yield retriever
+    finally:
+        embedder.terminate()
+        embedder.wait(30)
+
+
+def ingest_grpc(data: SciFact, retriever: RetrieverProcess) -> IngestRun:
+    """The corpus in one `Retriever/Ingest` stream, as a user's client sends it (summaries off, as the
+    in-process run has no generator)."""
+    def sent() -> Iterator[retriever_pb2.Document]:
+        for doc_id, (title, text) in data.corpus.items():
+            yield retriever_pb2.Document(doc_id=doc_id, collection=COLLECTION, text=f"{title}\n\n{text}", title=title,
+                                         summarize=False)
+
+    run, start = IngestRun(), time.perf_counter()
+    with channel(retriever) as ch:
+        for p in retriever_pb2_grpc.RetrieverStub(ch).Ingest(sent(), timeout=3600):
+            if p.stage == retriever_pb2.INDEXED:
+                run.documents += 1
+                run.chunks += p.chunks
+                if run.documents % 1000 == 0:
+                    log(f"  scifact over gRPC: {run.documents:,} documents, "
+                        f"{run.chunks / (time.perf_counter() - start):.1f} chunks/s")
+            elif p.stage == retriever_pb2.FAILED:
+                run.failed.append(f"{p.doc_id}: {p.error}")
+    run.seconds = time.perf_counter() - start
+    return run
+
+
+def model_rate(texts: list[str]) -> tuple[float, str]:
+    """Chunks/s of the local model as the embedder runs it (backends.create: the same settings), encoding
+    `texts` in this process, MODEL_CALL a call; and the backend's name."""
+    model = backends.create(Settings(model_cache_dir=Settings().model_cache_dir or str(REPO / "data" / "models")))
+    model.warm_up()
+    started = time.perf_counter()
+    for start in range(0, len(texts), MODEL_CALL):
+        model.embed(texts[start : start + MODEL_CALL], "DOCUMENT")
+    return len(texts) / (time.perf_counter() - started), type(model).__name__
+
+
+def add_grpc_ingest(section: Section, data: SciFact) -> None:
+    """SciFact through `Retriever/Ingest` over gRPC (embedder and retriever processes, memory backend)
+    against the model's own rate on the same chunks."""
+    with loopback() as retriever:
+        log(f"scifact: ingesting {len(data.corpus):,} abstracts through Retriever/Ingest")
+        run = ingest_grpc(data, retriever)
+        store = SqliteStore(retriever.data_dir / "ragmesh.sqlite3")
+        texts = [s.chunk.text for s in store.iter_chunks(COLLECTION) if s.vector is not None]
+        store.close()
+    sample = texts[:: max(1, len(texts) // MODEL_SAMPLE)][:MODEL_SAMPLE]
+    log(f"scifact: the model alone on {len(sample):,} of the same chunks")
+    alone, backend = model_rate(sample)
+    grpc_rate = run.chunks / run.seconds
+    section.add("ingest through Retriever/Ingest over gRPC / the model alone", f"{grpc_rate:.1f} / {alone:.1f}",
+                "chunks/s", note=f"embedder and retriever processes, memory backend, one stream: {run.documents:,} "
+                                 f"docs, {run.chunks:,} chunks in {run.seconds:.0f} s, {len(run.failed)} failed; alone: "
+                                 f"{backend} in this process, {len(sample):,} of the same chunks, {MODEL_CALL} a call")
+    section.add("  ratio gRPC ingest / the model alone", grpc_rate / alone, "", Target(">=", GRPC_RATIO_TARGET))
+
+
 # ----------------------------------------------------------------------------- evaluation
 
 
@@ -315,6 +408,18 @@ def run(path: Path = DEFAULT_PATH, quick: bool = False) -> Section:
     if quick:
         data = subset(data, QUICK_QUERIES, QUICK_DISTRACTORS)
     section = asyncio.run(evaluate(data, full=not quick))
+    add_grpc_ingest(section, data)
     if quick:
         section.title += " [quick slice: not comparable to the targets]"
     return section
+
+
+if __name__ == "__main__":  # the gRPC ingest rows alone: python -m bench.scifact_eval [--quick]
+    from bench.search_bench import render
+
+    quick_data = load_scifact(DEFAULT_PATH)
+    if "--quick" in sys.argv:
+        quick_data = subset(quick_data, QUICK_QUERIES, QUICK_DISTRACTORS)
+    only = Section(f"SciFact through Retriever/Ingest over gRPC: {len(quick_data.corpus):,} abstracts")
+    add_grpc_ingest(only, quick_data)
+    print(render([only]))
