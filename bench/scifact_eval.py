@@ -33,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.search_bench import (BENCH_TENANT, HNSW_RECALL_TARGET, REPO, RetrieverProcess, Section, Target, channel,
+from bench.load_bench import usage
+from bench.search_bench import ( HNSW_RECALL_TARGET, REPO, RetrieverProcess, Section, Target, channel,
                                 compare_dense, free_port, log, percentiles, timed_ms)
 from deploy.run import wait_serving
 from ragmesh.config import Settings
@@ -191,8 +192,18 @@ MODEL_SAMPLE = 2048  # chunks the model's own rate is taken on (evenly spread ov
 MODEL_CALL = 64  # texts a call when the model encodes alone: EMBED_BATCH_SIZE's default
 
 
+@dataclass
+class Loopback:
+    retriever: RetrieverProcess
+    embedder: subprocess.Popen
+
+    def cpu_s(self) -> dict[str, float]:
+        """CPU seconds each process has used so far."""
+        return {"embedder": usage(self.embedder.pid).cpu_s, "retriever": usage(self.retriever.proc.pid).cpu_s}
+
+
 @contextmanager
-def loopback() -> Iterator[RetrieverProcess]:
+def loopback() -> Iterator[Loopback]:
     """An embedder and a retriever (memory backend), each its own process on a loopback port sharing
     one DATA_DIR (so one service token), as deployed; the model export is cached where `make run`'s is."""
     models = Settings().model_cache_dir or str(REPO / "data" / "models")
@@ -210,7 +221,7 @@ def loopback() -> Iterator[RetrieverProcess]:
     try:
         wait_serving(f"127.0.0.1:{embedder_port}", "embedder", embedder, timeout=300)
         with retriever:
-            yield retriever
+            yield Loopback(retriever, embedder)
     finally:
         embedder.terminate()
         embedder.wait(30)
@@ -239,35 +250,42 @@ def ingest_grpc(data: SciFact, retriever: RetrieverProcess) -> IngestRun:
     return run
 
 
-def model_rate(texts: list[str]) -> tuple[float, str]:
-    """Chunks/s of the local model as the embedder runs it (backends.create: the same settings), encoding
-    `texts` in this process, MODEL_CALL a call; and the backend's name."""
+def model_rate(texts: list[str]) -> tuple[float, float, str]:
+    """Chunks/s and CPU-ms a chunk of the local model as the embedder runs it (backends.create: the same
+    settings), encoding `texts` in this process, MODEL_CALL a call; and the backend's name."""
     model = backends.create(Settings(model_cache_dir=Settings().model_cache_dir or str(REPO / "data" / "models")))
     model.warm_up()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for start in range(0, len(texts), MODEL_CALL):
         model.embed(texts[start : start + MODEL_CALL], "DOCUMENT")
-    return len(texts) / (time.perf_counter() - started), type(model).__name__
+    return (len(texts) / (time.perf_counter() - started), (time.process_time() - cpu) / len(texts) * 1000,
+            type(model).__name__)
 
 
 def add_grpc_ingest(section: Section, data: SciFact) -> None:
     """SciFact through `Retriever/Ingest` over gRPC (embedder and retriever processes, memory backend)
     against the model's own rate on the same chunks."""
-    with loopback() as retriever:
+    with loopback() as services:
         log(f"scifact: ingesting {len(data.corpus):,} abstracts through Retriever/Ingest")
-        run = ingest_grpc(data, retriever)
-        store = SqliteStore(retriever.data_dir / "ragmesh.sqlite3")
+        before = services.cpu_s()
+        run = ingest_grpc(data, services.retriever)
+        cpu = {name: spent - before[name] for name, spent in services.cpu_s().items()}
+        store = SqliteStore(services.retriever.data_dir / "ragmesh.sqlite3")
         texts = [s.chunk.text for s in store.iter_chunks(COLLECTION) if s.vector is not None]
         store.close()
     sample = texts[:: max(1, len(texts) // MODEL_SAMPLE)][:MODEL_SAMPLE]
     log(f"scifact: the model alone on {len(sample):,} of the same chunks")
-    alone, backend = model_rate(sample)
+    alone, alone_cpu, backend = model_rate(sample)
     grpc_rate = run.chunks / run.seconds
     section.add("ingest through Retriever/Ingest over gRPC / the model alone", f"{grpc_rate:.1f} / {alone:.1f}",
                 "chunks/s", note=f"embedder and retriever processes, memory backend, one stream: {run.documents:,} "
                                  f"docs, {run.chunks:,} chunks in {run.seconds:.0f} s, {len(run.failed)} failed; alone: "
                                  f"{backend} in this process, {len(sample):,} of the same chunks, {MODEL_CALL} a call")
     section.add("  ratio gRPC ingest / the model alone", grpc_rate / alone, "", Target(">=", GRPC_RATIO_TARGET))
+    per_chunk = {name: spent / run.chunks * 1000 for name, spent in cpu.items()}
+    section.add("  CPU ms a chunk: embedder + retriever / the model alone",
+                f"{per_chunk['embedder']:.1f} + {per_chunk['retriever']:.1f} / {alone_cpu:.1f}", "",
+                note=f"ratio {alone_cpu / sum(per_chunk.values()):.2f}: steadier than the wall clock on a shared machine")
 
 
 # ----------------------------------------------------------------------------- evaluation

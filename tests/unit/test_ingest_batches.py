@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, StoredChunk
 from services.retriever.ingest.commit import Committer
-from services.retriever.ingest.pipeline import Ingestor, Progress
+from services.retriever.ingest.pipeline import CALLS_AHEAD, Ingestor, Progress
 from tests.unit.test_ingest_pipeline import FakeEmbedder, final, make, stored
 
 
@@ -76,7 +76,7 @@ def test_documents_ready_while_a_commit_runs_share_the_next_commit(tmp_path: Pat
 
 def test_a_stream_waits_once_its_commit_holds_its_rows(tmp_path: Path) -> None:
     """Documents wait for their commit up to `commit_rows` chunks; then the stream is read no further
-    until the commit under way ends."""
+    (than the embedding calls under way) until the commit under way ends."""
     ingestor = make(tmp_path, batch_size=1, commit_rows=2)
     committer = GatedCommitter(ingestor)
     committer.gate.clear()
@@ -90,7 +90,8 @@ def test_a_stream_waits_once_its_commit_holds_its_rows(tmp_path: Path) -> None:
     async def main() -> list[Progress]:
         collecting = asyncio.create_task(_collect(ingestor.ingest(stream())))
         await asyncio.sleep(0.3)
-        assert read == [0, 1, 2], "d0 is being committed, d1 and d2 wait: the stream waits"
+        assert CALLS_AHEAD == 2 and read == [0, 1, 2, 3, 4], \
+            "d0 is being committed, d1 and d2 wait, d3 and d4 are in embedding calls under way: the stream waits"
         committer.gate.set()
         return await asyncio.wait_for(collecting, 30)
 

@@ -18,7 +18,7 @@ from ragmesh.types import Document, SearchFilter
 from services.generator.backends import GenerationRequest
 from services.generator.backends.extractive import ExtractiveBackend
 from services.retriever.index import IndexRegistry
-from services.retriever.ingest.pipeline import Ingestor, Progress, SummaryPolicy
+from services.retriever.ingest.pipeline import CALLS_AHEAD, Ingestor, Progress, SummaryPolicy
 from services.retriever.ingest.summaries import Summarizer, SummaryPrompt
 from tests.unit.test_ingest_chunking import paragraphs
 from tests.unit.test_ingest_parsers import FACTSHEET, pdf_bytes, sentence
@@ -108,14 +108,15 @@ def test_every_chunk_carries_its_metadata_and_only_children_are_indexed(tmp_path
     assert set(index.parents) == parents
 
 
-def test_a_stream_is_read_ahead_no_further_than_one_embedding_call(tmp_path: Path) -> None:
-    """The next document is read once the ones in hand fill an embedding call (one text here):
-    a long stream never piles up."""
+def test_a_stream_is_read_ahead_no_further_than_its_embedding_calls_under_way(tmp_path: Path) -> None:
+    """The next document is read once the ones in hand fill an embedding call (one text here), while
+    at most CALLS_AHEAD earlier calls are under way besides the one waited for: the embedder finds the
+    next call queued, and a long stream never piles up."""
     ingestor = make(tmp_path, batch_size=1)
     events: list[str] = []
 
     async def stream() -> AsyncIterator[Document]:
-        for i in range(3):
+        for i in range(5):
             events.append(f"read d{i}")
             yield Document(f"d{i}", "c", text=f"Document {i} about the harbour.")
 
@@ -126,8 +127,10 @@ def test_a_stream_is_read_ahead_no_further_than_one_embedding_call(tmp_path: Pat
 
     asyncio.run(main())
     embedded = [e for e in events if not e.startswith("indexed")]
-    assert embedded == ["read d0", "embedded d0", "read d1", "embedded d1", "read d2", "embedded d2"]
-    assert {e for e in events if e.startswith("indexed")} == {"indexed d0", "indexed d1", "indexed d2"}
+    assert CALLS_AHEAD == 2
+    assert embedded == ["read d0", "read d1", "read d2", "embedded d0", "read d3", "embedded d1", "read d4",
+                        "embedded d2", "embedded d3", "embedded d4"]
+    assert {e for e in events if e.startswith("indexed")} == {f"indexed d{i}" for i in range(5)}
 
 
 def test_a_pdfs_chunks_carry_their_pages(tmp_path: Path) -> None:
