@@ -12,7 +12,9 @@ import pytest
 from ragmesh import config
 from services.embedder import backends
 from services.embedder.backends.local import SentenceTransformersEmbedder, native_bf16
-from services.embedder.backends.onnx import QUANT_BLOCK, SHORT_RUN_TOKENS, OnnxMiniLMEmbedder, quantize_weights
+from services.embedder.backends import onnx
+from services.embedder.backends.onnx import (QUANT_BLOCK, SHORT_RUN_TOKENS, OnnxMiniLMEmbedder, has_vnni,
+                                             quantize_weights)
 
 SCIFACT = Path(__file__).parents[3] / "shared" / "data" / "scifact" / "corpus.jsonl"
 
@@ -125,7 +127,8 @@ def test_the_export_is_cached_and_reused(onnx_embedder: OnnxMiniLMEmbedder) -> N
     exported = sorted(onnx_embedder.cache_dir.glob("*.onnx"))
     assert len(exported) == 3 and not list(onnx_embedder.cache_dir.glob("tmp*")), exported
     # the int8 copy for documents and the 8-bit one for short texts beside the float32 model
-    assert exported[0].name.endswith("-documents-int8.onnx") and exported[1].name.endswith("-q8.onnx")
+    assert exported[0].name.endswith(f"-documents-{'int8' if has_vnni() else 'int7'}.onnx")
+    assert exported[1].name.endswith("-q8.onnx")
     stamps = [path.stat().st_mtime_ns for path in exported]
     again = OnnxMiniLMEmbedder(onnx_embedder.cache_dir)
     again.warm_up()
@@ -233,3 +236,22 @@ def test_int8_documents_are_the_default(tmp_path: Path) -> None:
     assert chosen.int8_documents and chosen.documents is None
     chosen = backends.create(base.replace(embed_documents_int8=False))
     assert not chosen.int8_documents and (chosen.documents is not None) == native_bf16()
+
+
+def test_cpus_without_vnni_get_7_bit_document_weights_within_the_cosine_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without VNNI, int8 products are added in pairs into 16 bits, where full-range weights can
+    overflow: such CPUs get a copy with 7-bit weights, which stays within the bound too."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
+    assert not has_vnni(cpuinfo)
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx_vnni\n")
+    assert has_vnni(cpuinfo)
+    monkeypatch.setattr(onnx, "has_vnni", lambda: False)
+    seven = OnnxMiniLMEmbedder(tmp_path / "models", int8_documents=True)
+    seven.warm_up()
+    assert [p.name.split("-")[-1] for p in (tmp_path / "models").glob("*-documents-*")] == ["int7.onnx"]
+    float32 = SentenceTransformersEmbedder()
+    float32.warm_up()
+    texts = _texts()
+    assert (seven.embed(texts, "DOCUMENT") * float32.embed(texts, "DOCUMENT")).sum(axis=1).min() >= 0.99

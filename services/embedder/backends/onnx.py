@@ -130,18 +130,29 @@ def quantize_weights(model: onnx.ModelProto) -> None:
     graph.node.extend(nodes)
 
 
-def quantize_documents(fused: Path, target: Path) -> None:
+def quantize_documents(fused: Path, target: Path, seven_bit: bool) -> None:
     """The document copy: ONNX Runtime's dynamic quantization of the fused graph (int8 weights per output
-    channel; activations per tensor at run time), DOCUMENT_FLOAT_NODES and the embeddings left float32."""
+    channel; activations per tensor at run time), DOCUMENT_FLOAT_NODES and the embeddings left float32.
+    `seven_bit` weights for CPUs without VNNI, whose 8-bit products add pairs into 16 bits: a pair of
+    full-range products can overflow there, of 7-bit weights cannot (cosine min 0.992 instead of 0.993)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(fused, target, op_types_to_quantize=list(DOCUMENT_QUANTIZED_OPS), per_channel=True,
-                     weight_type=QuantType.QInt8, nodes_to_exclude=list(DOCUMENT_FLOAT_NODES),
+                     reduce_range=seven_bit, weight_type=QuantType.QInt8, nodes_to_exclude=list(DOCUMENT_FLOAT_NODES),
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fused ops infer no type
 
 
-def export(model_dir: Path, target: Path, short: Path, documents: Path) -> None:
+def has_vnni(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this CPU has int8 dot products into 32 bits (AVX512-VNNI or AVX-VNNI)."""
+    try:
+        flags = next((line.split() for line in cpuinfo.read_text().splitlines() if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
+def export(model_dir: Path, target: Path, short: Path, documents: Path, seven_bit: bool) -> None:
     """Exports the encoder to ONNX, fuses it for CPU inference and writes `target`, its 8-bit copy for
     short texts `short` and its int8 copy for documents `documents` atomically."""
     import torch
@@ -175,7 +186,7 @@ def export(model_dir: Path, target: Path, short: Path, documents: Path) -> None:
         partial = Path(scratch) / "fused.onnx"
         fused.save_model_to_file(str(partial))
         partial_documents = Path(scratch) / "documents.onnx"
-        quantize_documents(partial, partial_documents)
+        quantize_documents(partial, partial_documents, seven_bit)
         quantize_weights(fused.model)
         partial_short = Path(scratch) / "short.onnx"
         fused.save_model_to_file(str(partial_short))
@@ -217,10 +228,11 @@ class OnnxMiniLMEmbedder:
         model_dir = packaged_model()
         name = f"all-MiniLM-L6-v2-{fingerprint(model_dir)}"
         path, short = self.cache_dir / f"{name}.onnx", self.cache_dir / f"{name}-q8.onnx"
-        documents = self.cache_dir / f"{name}-documents-int8.onnx"
+        seven_bit = not has_vnni()
+        documents = self.cache_dir / f"{name}-documents-{'int7' if seven_bit else 'int8'}.onnx"
         if not (path.exists() and short.exists() and documents.exists()):
             log.info("exporting the embedding model to ONNX", extra={"path": str(path)})
-            export(model_dir, path, short, documents)
+            export(model_dir, path, short, documents, seven_bit)
         self._session = _session(ort, path, self._cores)
         self._short = _session(ort, short, self._cores)
         if self.int8_documents:
