@@ -39,7 +39,7 @@ from bench.search_bench import ( HNSW_RECALL_TARGET, REPO, RetrieverProcess, Sec
 from deploy.run import wait_serving
 from ragmesh.config import Settings
 from ragmesh.store.sqlite import SqliteStore
-from ragmesh.types import Document, SearchFilter
+from ragmesh.types import Document, SearchFilter, StoredChunk
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
 from services.embedder import backends
 from services.embedder.backends.local import SentenceTransformersEmbedder  # torch loads in warm_up()
@@ -188,6 +188,7 @@ def embed_alone_rate(model: SentenceTransformersEmbedder, index: CollectionIndex
 # ----------------------------------------------------------------------------- through Retriever/Ingest
 
 GRPC_RATIO_TARGET = 0.8  # issue 37: Retriever/Ingest over gRPC against the model's own encoding rate
+NDCG_BOUND = 0.005  # issue 37: the faster document path's nDCG@10 within this of float32's
 MODEL_SAMPLE = 2048  # chunks the model's own rate is taken on (evenly spread over the ingested ones)
 MODEL_CALL = 64  # texts a call when the model encodes alone: EMBED_BATCH_SIZE's default
 
@@ -250,32 +251,48 @@ def ingest_grpc(data: SciFact, retriever: RetrieverProcess) -> IngestRun:
     return run
 
 
-def model_rate(texts: list[str]) -> tuple[float, float, str]:
-    """Chunks/s and CPU-ms a chunk of the local model as the embedder runs it (backends.create: the same
-    settings), encoding `texts` in this process, MODEL_CALL a call; and the backend's name."""
-    model = backends.create(Settings(model_cache_dir=Settings().model_cache_dir or str(REPO / "data" / "models")))
-    model.warm_up()
+def model_rate(model: backends.EmbeddingBackend, texts: list[str]) -> tuple[float, float]:
+    """Chunks/s and CPU-ms a chunk of `model` encoding `texts` in this process, MODEL_CALL a call."""
     started, cpu = time.perf_counter(), time.process_time()
     for start in range(0, len(texts), MODEL_CALL):
         model.embed(texts[start : start + MODEL_CALL], "DOCUMENT")
-    return (len(texts) / (time.perf_counter() - started), (time.process_time() - cpu) / len(texts) * 1000,
-            type(model).__name__)
+    return len(texts) / (time.perf_counter() - started), (time.process_time() - cpu) / len(texts) * 1000
 
 
-def add_grpc_ingest(section: Section, data: SciFact) -> None:
+def stored_dense_ndcg(data: SciFact, stored: list[StoredChunk], model: backends.EmbeddingBackend) -> float:
+    """Dense nDCG@10 of exact search over the chunks' stored vectors, the queries embedded by `model`."""
+    vectors = np.stack([s.vector for s in stored])
+    doc_ids = np.array([s.chunk.doc_id for s in stored])
+    scores = model.embed(list(data.queries.values()), "QUERY") @ vectors.T
+    depth = min(EVAL_DEPTH, len(stored))
+    top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
+    total = 0.0
+    for (qid, _), row, candidates in zip(data.queries.items(), scores, top):
+        ranked = candidates[np.argsort(-row[candidates])]
+        total += ndcg_at(list(dict.fromkeys(doc_ids[ranked])), data.qrels[qid])
+    return total / len(data.queries)
+
+
+def add_grpc_ingest(section: Section, data: SciFact, reference_ndcg: float | None = None, full: bool = False) -> None:
     """SciFact through `Retriever/Ingest` over gRPC (embedder and retriever processes, memory backend)
-    against the model's own rate on the same chunks."""
+    against the model's own rate on the same chunks; the dense nDCG@10 of the vectors it stored beside
+    `reference_ndcg` (the in-process run's, float32) when given."""
     with loopback() as services:
         log(f"scifact: ingesting {len(data.corpus):,} abstracts through Retriever/Ingest")
         before = services.cpu_s()
         run = ingest_grpc(data, services.retriever)
         cpu = {name: spent - before[name] for name, spent in services.cpu_s().items()}
         store = SqliteStore(services.retriever.data_dir / "ragmesh.sqlite3")
-        texts = [s.chunk.text for s in store.iter_chunks(COLLECTION) if s.vector is not None]
+        stored = [s for s in store.iter_chunks(COLLECTION) if s.vector is not None]
         store.close()
+    texts = [s.chunk.text for s in stored]
     sample = texts[:: max(1, len(texts) // MODEL_SAMPLE)][:MODEL_SAMPLE]
     log(f"scifact: the model alone on {len(sample):,} of the same chunks")
-    alone, alone_cpu, backend = model_rate(sample)
+    model = backends.create(Settings(model_cache_dir=Settings().model_cache_dir or str(REPO / "data" / "models")))
+    model.warm_up()
+    backend = type(model).__name__
+    alone, alone_cpu = model_rate(model, sample)
+    ndcg = stored_dense_ndcg(data, stored, model)
     grpc_rate = run.chunks / run.seconds
     section.add("ingest through Retriever/Ingest over gRPC / the model alone", f"{grpc_rate:.1f} / {alone:.1f}",
                 "chunks/s", note=f"embedder and retriever processes, memory backend, one stream: {run.documents:,} "
@@ -286,6 +303,12 @@ def add_grpc_ingest(section: Section, data: SciFact) -> None:
     section.add("  CPU ms a chunk: embedder + retriever / the model alone",
                 f"{per_chunk['embedder']:.1f} + {per_chunk['retriever']:.1f} / {alone_cpu:.1f}", "",
                 note=f"ratio {alone_cpu / sum(per_chunk.values()):.2f}: steadier than the wall clock on a shared machine")
+    documents = "int8 documents" if getattr(model, "int8_documents", False) else "documents as configured"
+    if reference_ndcg is None:
+        section.add(f"  dense nDCG@10 of the vectors it stored ({documents})", ndcg, "")
+    else:
+        section.add(f"  dense nDCG@10, |stored over gRPC ({documents}) - in-process float32|", abs(ndcg - reference_ndcg),
+                    "", Target("<=", NDCG_BOUND) if full else None, note=f"{ndcg:.4f} vs {reference_ndcg:.4f}")
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -426,7 +449,7 @@ def run(path: Path = DEFAULT_PATH, quick: bool = False) -> Section:
     if quick:
         data = subset(data, QUICK_QUERIES, QUICK_DISTRACTORS)
     section = asyncio.run(evaluate(data, full=not quick))
-    add_grpc_ingest(section, data)
+    add_grpc_ingest(section, data, next(f.value for f in section.figures if f.name == "nDCG@10, dense"), not quick)
     if quick:
         section.title += " [quick slice: not comparable to the targets]"
     return section
