@@ -11,13 +11,13 @@ OpenMP team size is its own once it sets one), so one tenant's long slice does n
 upload waiting, and the two never ask for more threads than there are cores."""
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+from services.embedder.backends.cores import CoreShare
 
 
 LANES = 2  # encodes at once: a second tenant's short call need not wait for a long one
@@ -36,10 +36,8 @@ class SentenceTransformersEmbedder:
         self.bf16 = bf16  # DOCUMENT batches under bfloat16 autocast (queries stay float32)
         self._model = None
         self.lanes = LANES
-        self.cores = os.cpu_count() or 1
         self._lanes = threading.BoundedSemaphore(LANES)
-        self._guard = threading.Lock()
-        self._running = 0  # encodes under way
+        self._cores = CoreShare()
         self._thread = threading.local()  # the thread count each worker thread last set
 
     def warm_up(self) -> None:
@@ -58,7 +56,7 @@ class SentenceTransformersEmbedder:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         import torch
 
-        with self._lanes, self._share() as threads:
+        with self._lanes, self._cores.share() as threads:
             if getattr(self._thread, "threads", 0) != threads:  # setting it clears oneDNN's kernel cache
                 torch.set_num_threads(threads)  # the calling thread's own OpenMP team from here on
                 self._thread.threads = threads
@@ -70,18 +68,6 @@ class SentenceTransformersEmbedder:
         vectors = np.asarray(vectors, dtype=np.float32)
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)  # unit length after bf16 too
 
-
-    @contextlib.contextmanager
-    def _share(self) -> Iterator[int]:
-        """This encode's threads: every core when it runs alone, an even share beside another."""
-        with self._guard:
-            self._running += 1
-            threads = max(1, self.cores // self._running)
-        try:
-            yield threads
-        finally:
-            with self._guard:
-                self._running -= 1
 
 
 def native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:

@@ -38,7 +38,6 @@ default busy-waiting burns the CPU the other services need.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -53,6 +52,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from services.embedder.backends import EmbeddingBackend
+from services.embedder.backends.cores import CoreShare
 
 if TYPE_CHECKING:
     import onnx
@@ -216,10 +216,8 @@ class OnnxMiniLMEmbedder:
         self._documents = None  # the int8 copy, single-threaded runs side by side
         self._tokenizer = None
         self._lock = threading.Lock()  # one run at a time: a run already uses every core
-        self._cores = self.threads or (os.cpu_count() or 1)
-        self._pool = ThreadPoolExecutor(max(1, self._cores - 1), thread_name_prefix="embed-documents")
-        self._guard = threading.Lock()
-        self._running = 0  # document calls under way
+        self._cores = CoreShare(self.threads)
+        self._pool = ThreadPoolExecutor(max(1, self._cores.cores - 1), thread_name_prefix="embed-documents")
 
     def warm_up(self) -> None:
         import onnxruntime as ort
@@ -233,8 +231,8 @@ class OnnxMiniLMEmbedder:
         if not (path.exists() and short.exists() and documents.exists()):
             log.info("exporting the embedding model to ONNX", extra={"path": str(path)})
             export(model_dir, path, short, documents, seven_bit)
-        self._session = _session(ort, path, self._cores)
-        self._short = _session(ort, short, self._cores)
+        self._session = _session(ort, path, self._cores.cores)
+        self._short = _session(ort, short, self._cores.cores)
         if self.int8_documents:
             self._documents = _session(ort, documents, 1)  # runs side by side, each on its caller's thread
         limit = json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"]
@@ -281,23 +279,11 @@ class OnnxMiniLMEmbedder:
                     return
                 out[i] = self._run([encoded[i]], self._documents)[0]
 
-        with self._share() as threads:
+        with self._cores.share() as threads:
             helpers = [self._pool.submit(work) for _ in range(min(threads, len(order)) - 1)]
             work()
             for helper in helpers:
                 helper.result()
-
-    @contextlib.contextmanager
-    def _share(self) -> Iterator[int]:
-        """This call's threads: every core when it runs alone, an even share beside another."""
-        with self._guard:
-            self._running += 1
-            threads = max(1, self._cores // self._running)
-        try:
-            yield threads
-        finally:
-            with self._guard:
-                self._running -= 1
 
     def _runs(self, order: list[int], tokens: list[int]) -> Iterator[tuple[list[int], object]]:
         """Texts past SHORT_RUN_TOKENS on float32, RUN_BATCH a run; shorter ones on the 8-bit copy, as
@@ -309,8 +295,7 @@ class OnnxMiniLMEmbedder:
         for run in budgeted(order[len(long) :], tokens, SHORT_RUN_TOKENS):
             yield run, self._short
 
-    @staticmethod
-    def _run(encoded: list[Encoding], session) -> np.ndarray:  # noqa: ANN001 - an InferenceSession
+    def _run(self, encoded: list[Encoding], session) -> np.ndarray:  # noqa: ANN001 - an InferenceSession
         ids = np.zeros((len(encoded), max(len(e.ids) for e in encoded)), dtype=np.int64)  # 0 = [PAD]
         mask = np.zeros_like(ids)
         for row, encoding in enumerate(encoded):
