@@ -130,18 +130,27 @@ def doc_ranking(index: CollectionIndex, slots: Sequence[int]) -> Ranking:
 
 
 class TimedEmbed:
-    """The embed function the pipeline calls, timing every call: embedding's share of ingest."""
+    """The embed function the pipeline calls, timing the calls: embedding's share of ingest. The
+    pipeline keeps calls under way side by side, so `seconds` is the time at least one was."""
 
     def __init__(self, model: SentenceTransformersEmbedder) -> None:
         self.model = model
         self.seconds = 0.0
         self.calls = 0
         self.texts = 0
+        self._running = 0
+        self._since = 0.0
 
     async def __call__(self, texts: list[str], task: str) -> np.ndarray:
-        start = time.perf_counter()
-        vectors = await asyncio.to_thread(self.model.embed, texts, task)
-        self.seconds += time.perf_counter() - start
+        if not self._running:
+            self._since = time.perf_counter()
+        self._running += 1
+        try:
+            vectors = await asyncio.to_thread(self.model.embed, texts, task)
+        finally:
+            self._running -= 1
+            if not self._running:
+                self.seconds += time.perf_counter() - self._since
         self.calls += 1
         self.texts += len(texts)
         return vectors
