@@ -145,7 +145,8 @@ class GatewayApp(ServiceApp):
         )
         self.http_app = app  # the FastAPI app (tests read its routes)
         tls_files = {"ssl_certfile": s.tls_cert, "ssl_keyfile": s.tls_key} if s.tls_cert else {}
-        config = uvicorn.Config(app, host=s.host, port=self.http_port, log_config=None, lifespan="off",
+        # lifespan on: the MCP server's session manager runs for as long as the bridge serves (api/mcp_tools.py)
+        config = uvicorn.Config(app, host=s.host, port=self.http_port, log_config=None, lifespan="on",
                                 access_log=False, http=with_header_deadline(s.http_header_timeout_s),
                                 proxy_headers=bool(s.forwarded_allow_ips.strip()),
                                 forwarded_allow_ips=s.forwarded_allow_ips, **tls_files)
