@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field, create_model, model_validator
 from starlette.types import ASGIApp
 
 from ragmesh.clients import RetrieverClient
-from ragmesh.errors import RagmeshError
+from ragmesh.errors import RagmeshError, Unauthenticated
 from ragmesh.identity import Identity
 from ragmesh.paging import DEFAULT_PAGE
 from ragmesh.request_context import identity_var, request_id_var
@@ -170,9 +170,8 @@ def mcp_endpoint(pipeline: AskPipeline, library: Library, retriever: Callable[[]
         if run is None:
             raise MCPError(INVALID_PARAMS, f"name: unknown tool {shown(params.name)}; the tools are "
                                            f"{', '.join(tools)}")
-        who: Identity = ctx.request.scope[IDENTITY_SCOPE_KEY]  # AdmissionGuard's, from the bearer credential
-        identity_var.set(who)  # the internal services are called as this caller
         try:
+            who = _caller(ctx)
             found = await run(who, TOOL_ARGUMENTS[params.name].checked(params.arguments or {}))
         except RagmeshError as exc:  # a bad argument, something not found, a limit: the caller's to read
             return _tool_error(f"{exc.code}: {exc}")
@@ -189,6 +188,16 @@ def mcp_endpoint(pipeline: AskPipeline, library: Library, retriever: Callable[[]
     manager = StreamableHTTPSessionManager(server, json_response=True, stateless=True,
                                            max_request_body_size=max_body_bytes)
     return McpEndpoint(StreamableHTTPASGIApp(manager), manager.run)
+
+
+def _caller(ctx: ServerRequestContext) -> Identity:
+    """Who sent the request: AdmissionGuard's identity, from its bearer credential. The internal
+    services are called as this caller from here on."""
+    who = None if ctx.request is None else ctx.request.scope.get(IDENTITY_SCOPE_KEY)
+    if who is None:  # only past the guards, which refuse a request without a credential
+        raise Unauthenticated("missing credential: send 'authorization: Bearer <API key or token>'")
+    identity_var.set(who)
+    return who
 
 
 def _tool_error(message: str) -> CallToolResult:
