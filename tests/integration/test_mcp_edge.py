@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -306,3 +307,30 @@ def test_sessions_opened_and_abandoned_hold_nothing_on_the_server(callers: Calle
     before = stack.call(tasks())
     asyncio.run(abandon(40))
     assert stack.call(tasks()) <= before + 5
+
+
+@pytest.fixture()
+def slow_generation(stack: Stack) -> Iterator[None]:
+    backend = stack.app("generator").service.backends["extractive"]
+    backend.delay, saved = 0.25, backend.delay
+    yield
+    backend.delay = saved
+
+
+@pytest.mark.parametrize("era", ["handshake", "per-request"])
+def test_a_client_that_goes_mid_ask_stops_the_generation(stack: Stack, slow_generation: None, era: str) -> None:
+    generator = stack.app("generator").service
+    cancelled = generator.cancelled
+    params: dict[str, Any] = {"name": "ask", "arguments": {"question": "How did Harborview change its net exposure?"}}
+    sent = {**JSON_RPC, **stack.headers}
+    if era == "per-request":
+        sent |= {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "ask"}
+        params["_meta"] = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                           "io.modelcontextprotocol/clientCapabilities": {}}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up mid-answer and closes its connection
+        httpx.post(stack.http_url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                                  "params": params}, headers=sent, timeout=3)
+    deadline = time.monotonic() + 15
+    while generator.cancelled == cancelled and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert generator.cancelled == cancelled + 1, "the generator never saw the cancellation"

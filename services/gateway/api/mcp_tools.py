@@ -21,13 +21,14 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Annotated, Any, Self
 
+import anyio
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from mcp_types import (INVALID_PARAMS, CallToolRequestParams, CallToolResult, ListToolsResult,
                        PaginatedRequestParams, TextContent, Tool, ToolAnnotations)
 from pydantic import BaseModel, Field, create_model, model_validator
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragmesh.clients import RetrieverClient
 from ragmesh.errors import RagmeshError, Unauthenticated
@@ -187,7 +188,36 @@ def mcp_endpoint(pipeline: AskPipeline, library: Library, retriever: Callable[[]
         on_list_tools=list_tools, on_call_tool=call_tool)
     manager = StreamableHTTPSessionManager(server, json_response=True, stateless=True,
                                            max_request_body_size=max_body_bytes)
-    return McpEndpoint(StreamableHTTPASGIApp(manager), manager.run)
+    return McpEndpoint(_EndsWithItsClient(StreamableHTTPASGIApp(manager)), manager.run)
+
+
+class _EndsWithItsClient:
+    """An ASGI app whose work for a request is cancelled when the client goes (an `ask` stops
+    generating, and its request slot is freed): the body arrives whole (AdmissionGuard read it), so
+    what comes after it on the connection can only be its end, watched for while the request is served."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body, gone = [await receive()], anyio.Event()
+
+        async def replayed() -> Message:
+            if body:
+                return body.pop()
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async with anyio.create_task_group() as watching:
+            async def watch() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                gone.set()
+                watching.cancel_scope.cancel()
+
+            watching.start_soon(watch)
+            await self.app(scope, replayed, send)
+            watching.cancel_scope.cancel()
 
 
 def _caller(ctx: ServerRequestContext) -> Identity:
