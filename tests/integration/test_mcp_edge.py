@@ -334,3 +334,25 @@ def test_a_client_that_goes_mid_ask_stops_the_generation(stack: Stack, slow_gene
     while generator.cancelled == cancelled and time.monotonic() < deadline:
         time.sleep(0.05)
     assert generator.cancelled == cancelled + 1, "the generator never saw the cancellation"
+
+
+def test_a_jwt_is_a_bearer_credential_here_too(callers: Callers, stack: Stack) -> None:
+    """A gateway that takes JWTs: the token's user reads what that user may read; an expired one is 401."""
+    import jwt
+
+    secret = "s" * 48
+    gateway = stack.start_variant("gateway", jwt_secret=secret, jwt_audience="ragmesh")
+    url = f"http://127.0.0.1:{gateway.app.http_port}/mcp"
+    now = int(time.time())
+
+    def token(user: str, expires: int = 60) -> str:
+        return jwt.encode({"tenant": "mcp-a", "sub": user, "aud": "ragmesh", "exp": now + expires}, secret,
+                          algorithm="HS256")
+
+    def listed(user: str) -> set[str]:
+        return {d["doc_id"] for d in found(call(url, token(user), "list_documents", {}))["documents"]}
+
+    assert "ana:osprey" in listed("ana") and "ana:osprey" not in listed("ben") and "policy" in listed("ben")
+    reply = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                       headers={**JSON_RPC, **headers(token("ana", -120))}, timeout=30)
+    assert reply.status_code == 401 and reply.json()["error"]["code"] == "UNAUTHENTICATED"
