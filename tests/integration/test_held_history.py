@@ -127,7 +127,13 @@ def _remembered(stack: Stack, user: str) -> list[str]:
 def test_nothing_of_a_held_conversation_is_stored(stack: Stack, asker: Asker) -> None:
     user = f"held-nothing-{asker.__name__}"
     key = _user(stack, user)
-    turned = [asker(stack, key, WHY, [(FIRST, SAID)]), asker(stack, key, SUMMARIZE, [(FIRST, SAID), (WHY, SAID)])]
+    turned = [asker(stack, key, WHY, [(FIRST, SAID)]), asker(stack, key, SUMMARIZE, [(FIRST, SAID), (WHY, SAID)]),
+              asker(stack, key, "bye", [(FIRST, SAID)])]
+    assert "saved" not in turned[-1].answer, "a goodbye does not say the conversation is saved"
+    whole = httpx.post(stack.http_url + "/api/chat/ask", headers=headers(key), timeout=60,
+                       json={"question": WHY, "conversation_history": _turns([(FIRST, SAID)])}).json()
+    assert whole["conversation_id"] == turned[0].conversation_id
+    assert whole["meta"]["strategy"]["reason"].endswith(HELD_NOTE)
     stack.call(stack.app("gateway").memory.idle())
     assert _listed(stack, key) == [], "no conversation (nor title) is made"
     assert _remembered(stack, user) == [], "no message goes into the conversation memory"
@@ -163,6 +169,18 @@ def test_a_held_scope_is_never_reused_by_another_tenant_or_a_colleague(stack: St
     reply = httpx.post(stack.http_url + "/api/chat/ask", headers=headers(_user(stack, "bob")), timeout=30,
                        json={"question": WHY, "conversation_id": mine.conversation_id})
     assert reply.status_code == 404
+
+
+def test_two_held_conversations_opening_alike_never_answer_from_each_others_search(stack: Stack) -> None:
+    """They share their id, so the scope entry: one asks about another topic (its search replaces the
+    entry), then the other's follow-up finds hits that lack its words and searches again."""
+    key = _user(stack, "held-twins")
+    history = [(FIRST, over_http(stack, key, FIRST).answer)]
+    elsewhere = over_http(stack, key, "What were the top holdings in the healthcare portfolio?", history)
+    assert elsewhere.retrieval == "RAG_NEW_QUERY", elsewhere.reason
+    why = over_http(stack, key, WHY, history)
+    assert why.retrieval == "RAG_NEW_QUERY" and not why.cache_hit, why.reason
+    assert not set(why.cited) & set(elsewhere.cited), "none of the other conversation's hits"
 
 
 @pytest.mark.parametrize(("turns", "extra", "named"), [
