@@ -87,7 +87,8 @@ def held_conversation_id(tenant: str, user: str, first_question: str) -> str:
     answers: the same for every turn of it (its first question: the first of its history, or the
     question itself when it has none), so a held follow-up may reuse the scope of the turn before, as a
     stored one does (checked as then: filters, topic, the hits holding the question's words, and the
-    retriever's CheckChunks as the asker).
+    retriever's CheckChunks as the asker). A stored conversation's first search is kept under it too
+    (AskPipeline._keep_for_held): a client may hold the conversation from its second turn on.
 
     The hash covers the tenant and the user, so no other caller's held conversation, nor any stored one,
     has this id; sent back as a conversation_id it names no stored conversation (404). Two held

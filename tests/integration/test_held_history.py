@@ -13,10 +13,14 @@ import grpc
 import httpx
 import pytest
 
+from ragmesh.errors import InvalidArgument
+from ragmesh.identity import Identity
 from ragmesh.store.sqlite import SqliteStore
-from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION
+from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION, Turn
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
 from services.gateway.pipeline import HELD_NOTE
+from services.gateway.request import AskInput
+from services.gateway.whole_answer import WholeAnswer, whole_answer
 from tests.auth import bearer, channel, headers
 from tests.conftest import one, sse
 from tests.integration.test_conversation import _wait_for, slow_generation  # noqa: F401 (the fixture)
@@ -112,6 +116,25 @@ def test_a_held_follow_up_is_routed_reused_and_prompted_as_a_stored_one(stack: S
     assert why.conversation_id == summary.conversation_id != opening.conversation_id
     assert summary.conversation_id.startswith("held-") and summary.message_id == ""
     assert summary.reason.endswith(HELD_NOTE)
+
+
+def test_a_conversation_held_from_its_first_question_reuses_as_a_stored_one(stack: Stack) -> None:
+    """As the OpenAI-compatible edge asks (held even with no earlier turn; no native edge can say so)."""
+    pipeline, user = stack.app("gateway").pipeline, "held-from-the-start"
+    who = Identity(DEMO, user, "member", "key")
+
+    async def turn(question: str, history: list[Turn], conversation_id: str = "") -> WholeAnswer:
+        ask = AskInput(question=question, conversation_history=history, held=True, conversation_id=conversation_id)
+        return await whole_answer(pipeline, await pipeline.prepare(ask, who))
+
+    first = stack.call(turn(FIRST, []))
+    why = stack.call(turn(WHY, [Turn(FIRST, first.answer)]))
+    assert first.conversation_id == why.conversation_id and why.conversation_id.startswith("held-")
+    assert why.strategy is not None and (why.strategy.retrieval, why.strategy.cache_hit) == ("RAG_REUSE", True)
+    assert _listed(stack, _user(stack, user)) == []
+    with pytest.raises(InvalidArgument) as err:  # an edge that would neither read nor write the named one
+        stack.call(turn(WHY, [], conversation_id=first.conversation_id))
+    assert err.value.field == "conversation_id"
 
 
 def _remembered(stack: Stack, user: str) -> list[str]:
