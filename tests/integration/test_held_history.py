@@ -25,6 +25,7 @@ from tests.auth import bearer, channel, headers
 from tests.conftest import one, sse
 from tests.integration.test_conversation import _wait_for, slow_generation  # noqa: F401 (the fixture)
 from tests.integration.test_memory_and_recency import prompts  # noqa: F401 (the fixture)
+from tests.integration.test_replicas import Replica, redis, replicas  # noqa: F401 (the fixtures)
 from tests.stack import DEMO, Stack
 
 FIRST = "What did Kestrel do with its Brazil exposure?"
@@ -57,9 +58,9 @@ def _turns(history: History) -> list[dict[str, str]]:
     return [{"question": q, "answer": a} for q, a in history]
 
 
-def over_http(stack: Stack, key: str, question: str, history: History = (), **extra) -> Turned:
+def over_http(stack: Stack, key: str, question: str, history: History = (), url: str = "", **extra) -> Turned:
     body = {"question": question, **extra} | ({"conversation_history": _turns(history)} if history else {})
-    events = sse(stack.http_url + "/api/chat/ask/stream", body, headers(key))
+    events = sse((url or stack.http_url) + "/api/chat/ask/stream", body, headers(key))
     s, done = one(events, "strategy"), events[-1]
     return Turned(s["route"], s["retrieval"], s["cache_hit"], s["followup"]["signal"], s["reason"],
                   done["conversation_id"], done["message_id"], "".join(e["content"] for e in events if "content" in e),
@@ -135,6 +136,17 @@ def test_a_conversation_held_from_its_first_question_reuses_as_a_stored_one(stac
     with pytest.raises(InvalidArgument) as err:  # an edge that would neither read nor write the named one
         stack.call(turn(WHY, [], conversation_id=first.conversation_id))
     assert err.value.field == "conversation_id"
+
+
+def test_a_held_follow_up_on_another_replica_reuses_the_scope_searched_on_the_first(
+        stack: Stack, replicas: tuple[Replica, Replica]) -> None:
+    a, b = replicas
+    key = _user(stack, "held-replicas")
+    history = [(FIRST, over_http(stack, key, FIRST, url=a.url).answer)]
+    why = over_http(stack, key, WHY, history, url=b.url)
+    assert (why.retrieval, why.cache_hit) == ("RAG_REUSE", True), why.reason
+    summary = over_http(stack, key, SUMMARIZE, [*history, (WHY, why.answer)], url=a.url)
+    assert summary.decision == ("NO_RAG", "NO_RAG", False, "rework"), summary.reason
 
 
 def _remembered(stack: Stack, user: str) -> list[str]:
