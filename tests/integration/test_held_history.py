@@ -175,8 +175,8 @@ def test_nothing_of_a_held_conversation_is_stored(stack: Stack, asker: Asker) ->
     store = stack.app("gateway").store
     for t in turned:
         assert t.conversation_id.startswith("held-") and t.message_id == "" and t.reason.endswith(HELD_NOTE)
-        assert store.conversation_owner(t.conversation_id) is None and store.conversation_summary(t.conversation_id) == ""
-        assert store.messages(t.conversation_id) == []
+        assert store.conversation_owner(t.conversation_id) is None and store.messages(t.conversation_id) == []
+        assert store.conversation_summary(t.conversation_id) == ""
 
     # The id a held answer names is no stored conversation, for its own caller too: 404, never its scope.
     held = turned[0].conversation_id
