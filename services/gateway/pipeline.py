@@ -273,7 +273,7 @@ class AskPipeline:
                 await asyncio.to_thread(log.drop_question, ask.tenant, ask.conversation_id, question_id)
                 finished = True
                 yield Event("citations", Sources([], [], {}))
-                yield Event("done", Done(ask.conversation_id, "", answer.model, True, answer.usage))
+                yield Event("done", Done(ask.conversation_id, "", answer.model, True, answer.usage, ask.held))
                 return
             citations = _citations(text, ctx.blocks) + _web_citations(answer.web, len(ctx.blocks))
             meta = {
@@ -297,7 +297,7 @@ class AskPipeline:
                 self.memory.after_turn(ask.tenant, ask.user_id, ask.conversation_id, conversation.count + 1, s.model,
                                        [(question_id, "user", ask.question), (answer_id, "assistant", text)])
             yield Event("citations", Sources(citations, answer.web_queries, scores))
-            yield Event("done", Done(ask.conversation_id, answer_id, answer.model, answer.stopped, answer.usage))
+            yield Event("done", Done(ask.conversation_id, answer_id, answer.model, answer.stopped, answer.usage, ask.held))
         except RagmeshError as exc:
             failure = exc.code
             raise

@@ -47,6 +47,7 @@ class Turned:
     conversation_id: str
     message_id: str
     answer: str
+    held: bool  # the done event says the client holds the conversation
     cited: list[str] = field(default_factory=list)  # chunk ids
 
     @property
@@ -64,7 +65,7 @@ def over_http(stack: Stack, key: str, question: str, history: History = (), url:
     s, done = one(events, "strategy"), events[-1]
     return Turned(s["route"], s["retrieval"], s["cache_hit"], s["followup"]["signal"], s["reason"],
                   done["conversation_id"], done["message_id"], "".join(e["content"] for e in events if "content" in e),
-                  [c["chunk_id"] for c in one(events, "citations")])
+                  done["held"], [c["chunk_id"] for c in one(events, "citations")])
 
 
 def over_grpc(stack: Stack, key: str, question: str, history: History = (), **extra) -> Turned:
@@ -77,7 +78,7 @@ def over_grpc(stack: Stack, key: str, question: str, history: History = (), **ex
     [cited] = [e.citations for e in events if e.WhichOneof("event") == "citations"]
     return Turned(s.route, s.retrieval, s.cache_hit, s.followup.signal, s.reason, done.conversation_id,
                   done.message_id, "".join(e.content for e in events if e.WhichOneof("event") == "content"),
-                  [c.chunk_id for c in cited.items])
+                  done.held, [c.chunk_id for c in cited.items])
 
 
 Asker = Callable[..., Turned]
@@ -115,7 +116,8 @@ def test_a_held_follow_up_is_routed_reused_and_prompted_as_a_stored_one(stack: S
     assert f"User: {FIRST}" in prompts[-1] and f"User: {WHY}" in prompts[-1], "the client's turns reach the prompt"
     assert "12% to 4%" in summary.answer, "answered from the turns the client sent"
     assert why.conversation_id == summary.conversation_id != opening.conversation_id
-    assert summary.conversation_id.startswith("held-") and summary.message_id == ""
+    assert summary.conversation_id.startswith("held-") and summary.message_id == "" and summary.held
+    assert not opening.held, "a first question with no history is stored, as before"
     assert summary.reason.endswith(HELD_NOTE)
 
 
@@ -175,6 +177,7 @@ def test_nothing_of_a_held_conversation_is_stored(stack: Stack, asker: Asker) ->
     store = stack.app("gateway").store
     for t in turned:
         assert t.conversation_id.startswith("held-") and t.message_id == "" and t.reason.endswith(HELD_NOTE)
+        assert t.held
         assert store.conversation_owner(t.conversation_id) is None and store.messages(t.conversation_id) == []
         assert store.conversation_summary(t.conversation_id) == ""
 
