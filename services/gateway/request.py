@@ -137,8 +137,8 @@ class AskRequest(Declared):
     persona: Annotated[str, Field(max_length=MAX_PERSONA_CHARS)] | None = Field("", description=(
         "Who the assistant is (\"You are terse.\"), put in the system prompt"))
     context_window: Literal[("", *CONTEXT_WINDOWS)] | None = Field("", description=(  # type: ignore[valid-type]
-        "Only documents dated within the last 24h, 48h or week (1w); all or empty: any date (the question may "
-        "still name a window, \"in the last 24 hours\")"))
+        "Only documents dated within the last 24h, 48h or week (1w); all: any date, whatever the question says; "
+        "empty: any date unless the question names a window (\"in the last 24 hours\")"))
     conversation_history: list[HistoryTurn] = Field(default_factory=list, max_length=MAX_HISTORY_TURNS,
                                                     description=(
         "The conversation so far as the client holds it, oldest first: routed, reused and carried into the prompt "

@@ -8,7 +8,10 @@ FastAPI generates it.
 And every Ask field reaches every edge: each edge names the Ask fields it carries and those it leaves out
 (with why), which together are the declaration's; a field it carries, sent with a value the declaration
 refuses, is refused naming it (the edge handed it to the declaration); and through both native edges each
-field reaches the domain's AskInput. Adding an edge is one entry in EDGES."""
+field reaches the domain's AskInput. Adding an edge is one entry in EDGES.
+
+And the scope a cached search is reused under is declared once (services/gateway/scope.py): every Ask field
+sets it or is listed as not setting it, and its key is made of every field it has."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
@@ -17,6 +20,8 @@ from typing import Any
 
 import grpc
 import httpx
+import dataclasses
+
 import pytest
 from google.protobuf import json_format
 
@@ -26,6 +31,7 @@ from services.gateway.api.conversations import RenameBody
 from services.gateway.correction_request import CorrectionBody
 from ragmesh.errors import InvalidArgument
 from services.gateway.request import AskInput, AskRequest
+from services.gateway.scope import ASKED, NOT_SCOPING, READ_FROM_QUESTION, Scope
 from services.gateway.servicer import ASK_LEFT_OUT, ask_from_proto
 from services.gateway.transcript_request import TranscriptBody
 from tests.auth import bearer, channel, headers
@@ -247,3 +253,28 @@ def test_every_ask_field_an_edge_carries_reaches_the_declaration(stack: Stack, k
         for field in sorted(edge.carries):
             code, message = send({**BASE, field: REFUSED[field]})
             assert code == "INVALID_ARGUMENT" and message.startswith(field), (edge.name, field, code, message)
+
+
+def test_every_ask_field_sets_the_scope_or_is_listed_as_not_setting_it() -> None:
+    """A filter added to the Ask is either a field of the scope (so in the cache key) or says why hits found
+    under another value of it answer as well; each Scope field is set by the request or read from the question."""
+    assert not set(ASKED) & set(NOT_SCOPING)
+    assert set(ASKED) | set(NOT_SCOPING) == ASK_FIELDS, sorted(ASK_FIELDS - set(ASKED) - set(NOT_SCOPING))
+    assert set(ASKED.values()) | READ_FROM_QUESTION == {f.name for f in dataclasses.fields(Scope)}
+    assert all(why.strip() for why in NOT_SCOPING.values())
+
+
+@pytest.mark.parametrize("field", sorted(ASKED))
+def test_each_scoping_field_of_the_ask_is_in_the_key(field: str) -> None:
+    """ASKED says which Scope field an Ask field sets: Scope.asked reads it, so another value is another key."""
+    default, changed = (Scope.asked(AskRequest.checked(sent).to_input())
+                        for sent in (BASE, {**BASE, field: ACCEPTED[field]}))
+    assert changed.key != default.key
+    assert getattr(changed, ASKED[field]) != getattr(default, ASKED[field])
+
+
+def test_a_field_added_to_the_scope_is_in_the_key() -> None:
+    """The key is made of the declaration's fields, none named: an `authors` filter added is in it."""
+    widened = dataclasses.make_dataclass("WithAuthors", [("authors", tuple, ())], bases=(Scope,), frozen=True)
+    assert widened(authors=("Ana",)).key != widened(authors=("Bo",)).key != widened().key == Scope().key
+    assert Scope(funds=("A", "B")).key != Scope(funds=("A",)).key != Scope(documents=("A",)).key
