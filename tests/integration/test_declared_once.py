@@ -14,14 +14,13 @@ And the scope a cached search is reused under is declared once (services/gateway
 sets it or is listed as not setting it, and its key is made of every field it has."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import httpx
-import dataclasses
-
 import pytest
 from google.protobuf import json_format
 
