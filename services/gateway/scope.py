@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from ragmesh.types import SearchFilter
 from services.gateway.request import AskInput
 
+
 @dataclass(frozen=True)
 class Scope:
     """What a search is limited to. Each field is one the request sets (`ASKED`) or one read from the
     question (`READ_FROM_QUESTION`)."""
 
-    collections: tuple[str, ...] = ()  # searched: the request's data sources
+    collections: tuple[str, ...] = ()  # searched (the request's data sources), sorted
     start_date: str = ""
     end_date: str = ""
     funds: tuple[str, ...] = ()  # sorted
@@ -36,7 +37,7 @@ class Scope:
     @classmethod
     def asked(cls, ask: AskInput) -> Scope:
         """The scope the request sets (nothing read from its question yet)."""
-        return cls(collections=tuple(ask.collections), start_date=ask.start_date, end_date=ask.end_date,
+        return cls(collections=tuple(sorted(ask.collections)), start_date=ask.start_date, end_date=ask.end_date,
                    funds=tuple(sorted(ask.selected_funds)), window=ask.context_window,
                    documents=tuple(sorted(ask.document_ids)), linear=ask.notes_contract)
 
