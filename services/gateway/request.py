@@ -25,8 +25,8 @@ MAX_FUND_CHARS = 200
 MAX_DOCUMENT_IDS = 20
 MAX_DOCUMENT_ID_CHARS = 512
 MAX_PERSONA_CHARS = 500
-MAX_HISTORY_TURNS = 100  # of a client-held conversation; the prompt carries the newest that fit its budget
-MAX_ANSWER_CHARS = 20_000  # an earlier answer a client sends back
+MAX_HISTORY_TURNS = 50  # of a client-held conversation; the prompt carries the newest that fit its budget
+MAX_ANSWER_CHARS = 8_000  # an earlier answer a client sends back; 50 such turns fit HTTP_MAX_BODY_BYTES
 CONTEXT_WINDOWS = ("24h", "48h", "1w", "all")  # documents dated within the last day, two, a week; or any
 
 

@@ -19,7 +19,7 @@ from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION, Turn
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
 from services.gateway.pipeline import HELD_NOTE
-from services.gateway.request import AskInput
+from services.gateway.request import MAX_ANSWER_CHARS, MAX_HISTORY_TURNS, MAX_QUESTION_CHARS, AskInput
 from services.gateway.whole_answer import WholeAnswer, whole_answer
 from tests.auth import bearer, channel, headers
 from tests.conftest import one, sse
@@ -223,8 +223,8 @@ def test_two_held_conversations_opening_alike_never_answer_from_each_others_sear
 
 @pytest.mark.parametrize(("turns", "extra", "named"), [
     ([{"question": FIRST, "answer": SAID}], {"conversation_id": "0" * 32}, "conversation_history"),
-    ([{"question": FIRST, "answer": SAID}] * 101, {}, "conversation_history"),
-    ([{"question": FIRST, "answer": "x" * 20_001}], {}, "conversation_history[0].answer"),
+    ([{"question": FIRST, "answer": SAID}] * (MAX_HISTORY_TURNS + 1), {}, "conversation_history"),
+    ([{"question": FIRST, "answer": "x" * (MAX_ANSWER_CHARS + 1)}], {}, "conversation_history[0].answer"),
     ([{"question": "q" * 4001, "answer": SAID}], {}, "conversation_history[0].question"),
     ([{"question": FIRST, "answer": SAID, "speaker": "user"}], {}, "conversation_history[0].speaker"),
     ([{"answer": SAID}], {}, "conversation_history[0].question"),
@@ -240,8 +240,8 @@ def test_bad_history_is_400_naming_the_field(stack: Stack, turns: list, extra: d
 
 @pytest.mark.parametrize(("turns", "extra", "named"), [
     ([gateway_pb2.HistoryTurn(question=FIRST, answer=SAID)], {"conversation_id": "0" * 32}, "conversation_history"),
-    ([gateway_pb2.HistoryTurn(question=FIRST, answer=SAID)] * 101, {}, "conversation_history"),
-    ([gateway_pb2.HistoryTurn(question=FIRST, answer="x" * 20_001)], {}, "conversation_history[0].answer"),
+    ([gateway_pb2.HistoryTurn(question=FIRST, answer=SAID)] * (MAX_HISTORY_TURNS + 1), {}, "conversation_history"),
+    ([gateway_pb2.HistoryTurn(question=FIRST, answer="x" * (MAX_ANSWER_CHARS + 1))], {}, "conversation_history[0].answer"),
 ])
 def test_bad_history_over_grpc_is_invalid_argument_naming_the_field(stack: Stack, turns: list, extra: dict,
                                                                     named: str) -> None:
@@ -258,11 +258,12 @@ def test_a_long_held_conversation_carries_its_newest_turns_that_fit_and_no_summa
     planner = stack.app("gateway").pipeline.planner
     monkeypatch.setattr(planner, "settings", planner.settings.replace(history_char_budget=1500))
     history = [(f"What did the fund report in week {i}?", f"Turn {i} said: " + "flat returns. " * 25)
-               for i in range(100)]  # the most a client may send, each turn about 400 characters
+               for i in range(MAX_HISTORY_TURNS)]  # the most a client may send, each turn about 400 characters
     over_http(stack, _user(stack, "held-long"), "What premium was paid for Brightwater Bio?", history)
     prompt = prompts[-1]
-    carried = [i for i in range(100) if f"Turn {i} said:" in prompt]
-    assert carried == [97, 98, 99], "the newest turns that fit 1500 characters (400 each), whole"
+    carried = [i for i in range(MAX_HISTORY_TURNS) if f"Turn {i} said:" in prompt]
+    newest = MAX_HISTORY_TURNS - 1
+    assert carried == [newest - 2, newest - 1, newest], "the newest turns that fit 1500 characters (400 each), whole"
     assert "Conversation summary" not in prompt
 
 
@@ -289,3 +290,14 @@ def test_a_client_closing_a_held_answer_stops_the_generation(stack: Stack, slow_
                     break
     assert _wait_for(lambda: generator.cancelled == cancelled + 1), "generator never saw the cancellation"
     assert _listed(stack, key) == [], "nothing of the stopped answer is stored"
+
+
+def test_the_largest_history_the_declaration_takes_fits_the_body_limit(stack: Stack) -> None:
+    """Every bound at its largest (ASCII) is still a body the bridge reads: refused as too large, a client
+    within the documented bounds would get a 413 it cannot understand."""
+    key = _user(stack, "largest-history")
+    turns = [{"question": "q" * MAX_QUESTION_CHARS, "answer": "a" * MAX_ANSWER_CHARS}] * MAX_HISTORY_TURNS
+    reply = httpx.post(stack.http_url + "/api/chat/ask", headers=headers(key), timeout=60,
+                       json={"question": WHY, "conversation_history": turns})
+    assert reply.status_code == 200, reply.text
+
