@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import re
 import time
+import typing
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from langchain_openai import ChatOpenAI
 
+from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
+
 from ragmesh.errors import Unavailable
+from services.gateway.api.openai_request import ASK_FIELDS, EXTENSIONS, OPENAI_FIELDS, PROFILES, REFUSED
+from services.gateway.request import AskRequest
 from tests.auth import headers
 from tests.conftest import one, sse
 from tests.stack import DEMO, Stack
@@ -59,6 +65,18 @@ def _wait_for(predicate, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+# -- declarations ------------------------------------------------------------------------------------
+
+def test_every_field_of_openais_request_is_taken_or_refused_and_documented() -> None:
+    """A field a new SDK adds fails here until it is decided (honoured or refused) and documented."""
+    sent = set(typing.get_type_hints(CompletionCreateParamsStreaming))
+    assert sent <= set(OPENAI_FIELDS) | set(REFUSED), sent - set(OPENAI_FIELDS) - set(REFUSED)
+    assert set(ASK_FIELDS) == set(AskRequest.model_fields) and set(EXTENSIONS) <= set(AskRequest.model_fields)
+    section = Path("docs/api.md").read_text().split("## OpenAI SDK")[1].split("\n## Documents")[0]
+    for name in (*OPENAI_FIELDS, *REFUSED, *EXTENSIONS, *(p.id for p in PROFILES)):
+        assert f"`{name}`" in section, name
 
 
 # -- answers ------------------------------------------------------------------------------------------
