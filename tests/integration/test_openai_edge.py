@@ -221,6 +221,29 @@ def test_a_colleagues_private_memo_and_another_tenants_data_are_never_reached(st
         assert "12% to 4%" not in demo.choices[0].message.content and not demo.citations, who
 
 
+def test_a_jwt_is_a_key_as_good_and_held_to_the_same_rules(stack: Stack, memo_keys: dict[str, str]) -> None:
+    import jwt
+
+    secret = "j" * 48
+    gateway = stack.start_variant("gateway", jwt_secret=secret, jwt_audience="ragmesh")
+    base = f"http://{stack.settings.host}:{gateway.app.http_port}"
+    claims = {"tenant": TENANT, "aud": "ragmesh", "exp": int(time.time()) + 120}
+    try:
+        def asked(token: str) -> openai.types.chat.ChatCompletion:
+            return client(base, token).chat.completions.create(model="ragmesh-documents",
+                                                               messages=[{"role": "user", "content": MEMO_Q}])
+
+        ana = asked(jwt.encode({**claims, "sub": "ana"}, secret, algorithm="HS256"))
+        assert "23 percent" in ana.choices[0].message.content
+        ben = asked(jwt.encode({**claims, "sub": "ben"}, secret, algorithm="HS256"))
+        assert "23 percent" not in ben.choices[0].message.content and not ben.citations
+        expired = jwt.encode({**claims, "sub": "ana", "exp": int(time.time()) - 120}, secret, algorithm="HS256")
+        refused(lambda: asked(expired), openai.AuthenticationError, None, "invalid_api_key")
+    finally:
+        stack.extra.remove(gateway)
+        stack.call(gateway.stop())
+
+
 def test_another_users_conversation_is_not_found(stack: Stack, sdk: openai.OpenAI, memo_keys: dict[str, str]) -> None:
     events = sse(stack.http_url + "/api/chat/ask/stream", {"question": KESTREL_Q}, headers(memo_keys["ana"]))
     conv = one(events, "strategy")["conversation_id"]
@@ -312,6 +335,16 @@ def test_a_body_over_the_limit_is_413_in_openais_shape(stack: Stack, sdk: openai
                        json={"model": "ragmesh", "messages": [{"role": "user", "content": "x" * limit}]})
     assert reply.status_code == 413
     assert reply.json()["error"]["type"] == "invalid_request_error" and "limit" in reply.json()["error"]["message"]
+
+
+def test_the_browser_rules_hold_under_v1_in_openais_shape(stack: Stack, sdk: openai.OpenAI) -> None:
+    body = {"model": "ragmesh", "messages": [{"role": "user", "content": "Hi"}]}
+    elsewhere = httpx.post(stack.http_url + "/v1/chat/completions", json=body, timeout=30,
+                           headers={**headers(sdk.api_key), "origin": "https://evil.example"})
+    assert elsewhere.status_code == 403 and elsewhere.json()["error"]["type"] == "permission_error"
+    text = httpx.post(stack.http_url + "/v1/chat/completions", content=b"{}", timeout=30,
+                      headers={**headers(sdk.api_key), "content-type": "text/plain"})
+    assert text.status_code == 415 and text.json()["error"]["type"] == "invalid_request_error"
 
 
 def test_an_unknown_path_under_v1_is_404_in_openais_shape(stack: Stack, sdk: openai.OpenAI) -> None:
