@@ -102,6 +102,12 @@ def test_a_whole_answer_with_its_citations(sdk: openai.OpenAI) -> None:
     assert completion.usage.total_tokens > 0
 
 
+def test_completions_are_counted_by_their_route(stack: Stack, sdk: openai.OpenAI) -> None:
+    sdk.models.list()
+    scraped = httpx.get(stack.http_url + "/metrics", timeout=30).text
+    assert 'ragmesh_http_requests_total{code="200",route="/v1/models"}' in scraped, "counted as /api requests are"
+
+
 def test_a_streamed_answer_ends_with_its_citations_usage_and_done(stack: Stack, sdk: openai.OpenAI) -> None:
     chunks = list(sdk.chat.completions.create(model="ragmesh", stream=True, stream_options={"include_usage": True},
                                               messages=[{"role": "user", "content": KESTREL_Q}]))

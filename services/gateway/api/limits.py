@@ -76,7 +76,8 @@ class RequestGuard:
             try:
                 await self.app(scope, receive, observed)
             finally:
-                route = getattr(scope.get("route"), "path", "(unmatched)")
+                matched = getattr(scope.get("route"), "path", "")  # under a mount (/v1), its path within it
+                route = scope.get("root_path", "") + matched if matched else "(unmatched)"
                 metrics.http_request(route, status, time.perf_counter() - started)
                 if span is not None:
                     span.update_name(f"{scope['method']} {route}")
