@@ -128,8 +128,32 @@ def test_langchain_chat_openai_invokes_and_streams(stack: Stack, sdk: openai.Ope
     llm = ChatOpenAI(model="ragmesh", base_url=stack.http_url + "/v1", api_key=sdk.api_key, max_retries=0)
     reply = llm.invoke([("system", "You are terse."), ("user", KESTREL_Q)])
     assert "12% to 4%" in reply.content and markers(reply.content)
-    streamed = "".join(chunk.content for chunk in llm.stream(KESTREL_Q))
+    chunks = list(llm.stream(KESTREL_Q, stream_usage=True))
+    streamed = "".join(chunk.content for chunk in chunks)
     assert "12% to 4%" in streamed and markers(streamed)
+    assert sum((c.usage_metadata or {}).get("total_tokens", 0) for c in chunks) > 0
+
+
+def test_system_messages_are_the_persona_and_earlier_pairs_the_history(stack: Stack, sdk: openai.OpenAI,
+                                                                       monkeypatch) -> None:
+    generator = stack.app("gateway").pipeline.generator
+    calls: list[dict] = []
+    generate = generator.generate
+
+    def recorded(**kwargs):
+        calls.append(kwargs)
+        return generate(**kwargs)
+
+    monkeypatch.setattr(generator, "generate", recorded)
+    sdk.chat.completions.create(model="ragmesh", messages=[
+        {"role": "system", "content": "You are the quarterly-letter assistant."},
+        {"role": "user", "content": [{"type": "text", "text": "Who manages Northwind?"}]},
+        {"role": "assistant", "content": "Eleanor Whitcombe [1]."},
+        {"role": "developer", "content": "Answer in one line."},
+        {"role": "user", "content": KESTREL_Q}])
+    assert calls and calls[-1]["question"] == KESTREL_Q
+    system = calls[-1]["system_instruction"]
+    assert "You are the quarterly-letter assistant." in system and "Answer in one line." in system
 
 
 def test_filters_through_extra_body_narrow_the_citations(sdk: openai.OpenAI) -> None:
@@ -142,6 +166,12 @@ def test_filters_through_extra_body_narrow_the_citations(sdk: openai.OpenAI) -> 
     none = sdk.chat.completions.create(model="ragmesh", messages=question,
                                        extra_body={"start_date": "2019-01-01", "end_date": "2019-12-31"})
     assert none.citations == [] and "no data" in none.choices[0].message.content.lower()
+
+
+def test_data_sources_through_extra_body_choose_what_the_default_profile_searches(sdk: openai.OpenAI) -> None:
+    facts = sdk.chat.completions.create(model="ragmesh", messages=[{"role": "user", "content": KESTREL_Q}],
+                                        extra_body={"data_sources": ["Factsheet"]})
+    assert facts.citations and {c["collection"] for c in facts.citations} == {"factsheets"}
 
 
 def test_a_profile_searches_its_data_sources_only(sdk: openai.OpenAI) -> None:
