@@ -74,6 +74,9 @@ def test_every_field_of_openais_request_is_taken_or_refused_and_documented() -> 
     sent = set(typing.get_type_hints(CompletionCreateParamsStreaming))
     assert sent <= set(OPENAI_FIELDS) | set(REFUSED), sent - set(OPENAI_FIELDS) - set(REFUSED)
     assert set(ASK_FIELDS) == set(AskRequest.model_fields) and set(EXTENSIONS) <= set(AskRequest.model_fields)
+    for p in PROFILES:  # each profile's sources are an Ask's
+        assert AskRequest.checked({"question": "q", "data_sources": list(p.data_sources)}).data_sources == \
+            list(p.data_sources)
     section = Path("docs/api.md").read_text().split("## OpenAI SDK")[1].split("\n## Documents")[0]
     for name in (*OPENAI_FIELDS, *REFUSED, *EXTENSIONS, *(p.id for p in PROFILES)):
         assert f"`{name}`" in section, name
@@ -313,6 +316,9 @@ def ask_with(sdk: openai.OpenAI, content: str = KESTREL_Q, **fields):
     ({"response_format": {"type": "json_object"}}, "response_format.type", "invalid_value"),
     ({"stream_options": {"include_usage": True}}, "stream_options", "invalid_value"),
     ({"extra_body": {"bogus": 1}}, "bogus", "unknown_parameter"),
+    ({"extra_body": {"x" * 10_000: 1}}, "'" + "x" * 40 + "'... (10,000 characters)", "unknown_parameter"),
+    ({"extra_body": {"question": "Who manages Kestrel?"}}, "question", "unknown_parameter"),
+    ({"extra_body": {"tenant": "another"}}, "tenant", "unknown_parameter"),
     ({"extra_body": {"top_k": 0}}, "top_k", "invalid_value"),
     ({"extra_body": {"selected_funds": "Kestrel"}}, "selected_funds", "invalid_value"),
     ({"extra_body": {"start_date": "2024-05-01", "end_date": "2024-01-01"}}, "end_date", "invalid_value"),

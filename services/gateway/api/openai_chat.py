@@ -124,12 +124,12 @@ def openai_app(pipeline: AskPipeline, caller: Callable[..., Awaitable[Identity]]
         return JSONResponse(error_object(500, "INTERNAL", f"internal error (request id {request_id})"),
                             status_code=500, headers={REQUEST_ID_HEADER: request_id})
 
-    @app.get("/models")
-    async def list_models(who: Identity = Depends(caller)) -> dict[str, Any]:
+    @app.get("/models", dependencies=[Depends(caller)])
+    async def list_models() -> dict[str, Any]:
         return {"object": "list", "data": [model_json(p) for p in PROFILES]}
 
-    @app.get("/models/{model}")
-    async def get_model(model: str, who: Identity = Depends(caller)) -> dict[str, Any]:
+    @app.get("/models/{model}", dependencies=[Depends(caller)])
+    async def get_model(model: str) -> dict[str, Any]:
         return model_json(profile(model))
 
     @app.post("/chat/completions")

@@ -14,9 +14,9 @@ from pydantic import Field, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from ragmesh.errors import InvalidArgument
+from ragmesh.validation import shown
 from services.gateway.api.openai_errors import ModelNotFound, Unsupported, UnknownParameter
-from services.gateway.request import MAX_HISTORY_TURNS, MAX_NAME_CHARS, SOURCE_COLLECTIONS, AskInput, AskRequest, \
-    Declared
+from services.gateway.request import MAX_HISTORY_TURNS, MAX_NAME_CHARS, AskInput, AskRequest, Declared
 
 # Ask fields sent as extension fields of the same name and type (the SDK's extra_body).
 EXTENSIONS = ("data_sources", "selected_funds", "start_date", "end_date", "document_ids", "context_window", "top_k",
@@ -70,7 +70,6 @@ PROFILES = (
     Profile("ragmesh-factsheets", "Factsheets only", ("Factsheet",)),
     Profile("ragmesh-documents", "Uploaded documents only", ("Documents",)),
 )
-assert all(set(p.data_sources) <= set(SOURCE_COLLECTIONS) for p in PROFILES)
 
 
 def profile(model: str) -> Profile:
@@ -134,8 +133,8 @@ class _OpenAIFields(Declared):
                 if name in REFUSED and value is not None:
                     raise Unsupported(name, REFUSAL)
                 if name not in REFUSED and name not in cls.model_fields:
-                    raise UnknownParameter(name, f"unrecognized request argument; ragmesh's extension fields: "
-                                                 f"{', '.join(EXTENSIONS)}")
+                    raise UnknownParameter(name if len(name) <= MAX_NAME_CHARS else shown(name), (
+                        f"unrecognized request argument; ragmesh's extension fields: {', '.join(EXTENSIONS)}"))
         return sent
 
     @model_validator(mode="after")
