@@ -183,8 +183,6 @@ def test_a_profile_searches_its_data_sources_only(sdk: openai.OpenAI) -> None:
     assert notes.model == "ragmesh-notes"
 
 
-@pytest.mark.xfail(reason="held asks are routed from their history once the held-history branch is merged",
-                   strict=False)
 def test_a_follow_up_is_answered_from_the_messages_and_nothing_is_stored(stack: Stack, sdk: openai.OpenAI,
                                                                            monkeypatch) -> None:
     pipeline = stack.app("gateway").pipeline
