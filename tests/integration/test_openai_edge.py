@@ -204,6 +204,12 @@ def test_a_follow_up_is_answered_from_the_messages_and_nothing_is_stored(stack: 
         {"role": "user", "content": "summarize that"}])
     assert strategies[-1].route == "NO_RAG", strategies[-1]
     assert "12% to 4%" in follow.choices[0].message.content
+    searched = stack.app("retriever").engine.searches
+    sdk.chat.completions.create(model="ragmesh", messages=[
+        {"role": "user", "content": KESTREL_Q}, {"role": "assistant", "content": said},
+        {"role": "user", "content": "Why did Kestrel cut the Brazil exposure in March 2024?"}])
+    assert strategies[-1].retrieval == "RAG_REUSE", strategies[-1]
+    assert stack.app("retriever").engine.searches == searched, "the first question's search is reused"
     assert httpx.get(stack.http_url + "/api/conversations", headers=headers(sdk.api_key),
                      timeout=30).json() == listed, "a conversation the client holds is not stored"
 
