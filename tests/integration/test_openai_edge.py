@@ -349,6 +349,12 @@ def test_bad_input_is_refused_in_openais_error_shape(sdk: openai.OpenAI, fields:
     refused(ask_with(sdk, **fields), openai.BadRequestError, param, code)
 
 
+def test_openais_fields_at_their_taken_values_are_accepted(sdk: openai.OpenAI) -> None:
+    completion = ask_with(sdk, model="", n=1, logprobs=False, response_format={"type": "text"}, user="u-17",
+                          temperature=None, tools=None)()
+    assert completion.model == "ragmesh" and "12% to 4%" in completion.choices[0].message.content
+
+
 def test_an_unknown_model_is_not_found_as_openai_says(sdk: openai.OpenAI) -> None:
     message = refused(ask_with(sdk, model="gpt-5"), openai.NotFoundError, "model", "model_not_found")
     assert message == "The model `gpt-5` does not exist or you do not have access to it."

@@ -127,15 +127,17 @@ class _OpenAIFields(Declared):
     @model_validator(mode="before")
     @classmethod
     def _honoured_only(cls, sent: Any) -> Any:
-        """OpenAI's fields this endpoint does not honour, and fields no one defines, refused by name."""
-        if isinstance(sent, dict):
-            for name, value in sent.items():
-                if name in REFUSED and value is not None:
-                    raise Unsupported(name, REFUSAL)
-                if name not in REFUSED and name not in cls.model_fields:
-                    raise UnknownParameter(name if len(name) <= MAX_NAME_CHARS else shown(name), (
-                        f"unrecognized request argument; ragmesh's extension fields: {', '.join(EXTENSIONS)}"))
-        return sent
+        """OpenAI's fields this endpoint does not honour (null: not sent), and fields no one defines,
+        refused by name."""
+        if not isinstance(sent, dict):
+            return sent
+        for name, value in sent.items():
+            if name in REFUSED and value is not None:
+                raise Unsupported(name, REFUSAL)
+            if name not in REFUSED and name not in cls.model_fields:
+                raise UnknownParameter(name if len(name) <= MAX_NAME_CHARS else shown(name), (
+                    f"unrecognized request argument; ragmesh's extension fields: {', '.join(EXTENSIONS)}"))
+        return {name: value for name, value in sent.items() if name not in REFUSED}
 
     @model_validator(mode="after")
     def _options_with_stream(self) -> _OpenAIFields:
