@@ -25,6 +25,7 @@ import pytest
 from google.protobuf import json_format
 
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from services.gateway.api import openai_request
 from services.gateway.api.chat import StopBody
 from services.gateway.api.conversations import RenameBody
 from services.gateway.correction_request import CorrectionBody
@@ -98,6 +99,23 @@ def grpc_sender(call: Callable, message: type, streaming: bool = False) -> Send:
         except grpc.RpcError as exc:
             return exc.code().name, exc.details()
         return "OK", ""
+    return send
+
+
+def openai_sender(stack: Stack, key: str) -> Send:
+    """Ask fields as a chat completion: the question and the history in `messages`, the persona a system
+    message, the filters extension fields."""
+    def send(fields: dict[str, Any]) -> tuple[str, str]:
+        rest = dict(fields)
+        messages = [{"role": "system", "content": rest.pop("persona")}] if "persona" in rest else []
+        for turn in rest.pop("conversation_history", []):
+            messages += [{"role": "user", "content": turn["question"]},
+                         {"role": "assistant", "content": turn.get("answer", "")}]
+        messages.append({"role": "user", "content": rest.pop("question")})
+        reply = httpx.post(stack.http_url + "/v1/chat/completions", json={"messages": messages, **rest},
+                           headers=headers(key), timeout=30)
+        error = reply.json().get("error") or {}
+        return ("INVALID_ARGUMENT" if reply.status_code == 400 else str(reply.status_code)), error.get("message", "")
     return send
 
 
@@ -199,9 +217,11 @@ EDGES = (
          lambda stack, key: grpc_sender(gateway_pb2_grpc.GatewayStub(channel(stack.address("gateway"),
                                                                              bearer(key))).Ask,
                                         gateway_pb2.AskRequest, streaming=True)),
-    # The OpenAI-compatible edge and MCP: an entry each, built from the table their module keeps of how each
-    # Ask field travels there (ASK_FIELDS), with a sender that puts Ask fields where that edge takes them
-    # (the OpenAI edge: the question and history in `messages`, the filters in extra_body).
+    # The OpenAI-compatible edge: its module's table of how each Ask field travels there (a message, an
+    # extension field, or not carried and why); a refusal names `messages[i].content` and then the field.
+    Edge("openai", frozenset(f for f, how in openai_request.ASK_FIELDS.items() if not how.startswith("not carried")),
+         {f: how for f, how in openai_request.ASK_FIELDS.items() if how.startswith("not carried")},
+         openai_sender, lambda field, message: field in message),
 )
 ASK_FIELDS = frozenset(AskRequest.model_fields)
 BASE = {"question": "What changed?"}
