@@ -9,16 +9,11 @@ import asyncio
 import dataclasses
 
 from ragmesh.clients import RetrieverClient
-from ragmesh.types import MEMORY_COLLECTION, Hit, SearchFilter
+from ragmesh.types import MEMORY_COLLECTION, Hit
 from services.gateway.request import AskInput
+from services.gateway.scope import Scope
 
 DEFAULT_TOP_K = 10  # hits when the caller names no top_k
-
-
-def filter_of(ask: AskInput) -> SearchFilter:
-    """The filters the caller set (dates, funds), as the planner starts from them."""
-    return SearchFilter(tenant=ask.tenant, start_date=ask.start_date, end_date=ask.end_date,
-                        any_of={"fund_name": sorted(ask.selected_funds)} if ask.selected_funds else {})
 
 
 async def search(retriever: RetrieverClient, ask: AskInput, collections: list[str]) -> list[Hit]:
@@ -28,7 +23,7 @@ async def search(retriever: RetrieverClient, ask: AskInput, collections: list[st
     if not collections:
         collections = sorted(c.name for c in await retriever.own_collections())
     top_k = ask.top_k or DEFAULT_TOP_K
-    base = filter_of(ask)
+    base = Scope.asked(ask).search_filter(ask.tenant)  # the filters the caller set, as an Ask's start
     searches = [retriever.search(ask.question, [c], dataclasses.replace(base, doc_ids=picked), top_k)
                 for c in dict.fromkeys(collections) if c != MEMORY_COLLECTION
                 if (picked := ask.picked(c)) is None or picked]

@@ -140,6 +140,7 @@ def test_search_finds_what_the_caller_may_read_and_explains_each_hit(callers: Ca
         h["collection"] == DOCS for h in hits(url, callers.ana, "walrus-lantern desk", collections=[DOCS]))
     assert {h["doc_id"] for h in hits(url, callers.boss, "desk", document_ids=[f"{NOTES}/policy"])} == {"policy"}
     assert hits(url, callers.boss, "desk", document_ids=[f"{NOTES}/no-such-doc"]) == []
+    assert hits(url, callers.boss, "walrus-lantern desk", selected_funds=["Nowhere Fund"]) == []
     assert len(hits(url, callers.boss, "desk bonus pool Kestrel", top_k=1)) <= 1
     # the conversation memory is never searched here
     assert hits(url, callers.ana, "quokka-teapot", collections=["conversations"]) == []
