@@ -25,7 +25,7 @@ import pytest
 from google.protobuf import json_format
 
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
-from services.gateway.api import openai_request
+from services.gateway.api import mcp_tools, openai_request
 from services.gateway.api.chat import StopBody
 from services.gateway.api.conversations import RenameBody
 from services.gateway.correction_request import CorrectionBody
@@ -116,6 +116,19 @@ def openai_sender(stack: Stack, key: str) -> Send:
                            headers=headers(key), timeout=30)
         error = reply.json().get("error") or {}
         return ("INVALID_ARGUMENT" if reply.status_code == 400 else str(reply.status_code)), error.get("message", "")
+    return send
+
+
+def mcp_sender(stack: Stack, key: str) -> Send:
+    """Ask fields as the arguments of the MCP `ask` tool (JSON-RPC over streamable HTTP); a tool error reads
+    `<code>: <field>: ...`."""
+    def send(fields: dict[str, Any]) -> tuple[str, str]:
+        reply = httpx.post(stack.http_url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                                          "params": {"name": "ask", "arguments": fields}},
+                           headers={**headers(key), "accept": "application/json, text/event-stream"}, timeout=30)
+        result = reply.json()["result"]
+        code, _, message = result["content"][0]["text"].partition(": ") if result["isError"] else ("OK", "", "")
+        return code, message
     return send
 
 
@@ -222,6 +235,9 @@ EDGES = (
     Edge("openai", frozenset(f for f, how in openai_request.ASK_FIELDS.items() if not how.startswith("not carried")),
          {f: how for f, how in openai_request.ASK_FIELDS.items() if how.startswith("not carried")},
          openai_sender, lambda field, message: field in message),
+    # The MCP server's tools: ASK_FIELDS in services/gateway/api/mcp_tools.py says which Ask field each of
+    # a tool's arguments is; `ask` takes them all.
+    Edge("mcp", frozenset(mcp_tools.ASK_FIELDS["ask"].values()), {}, mcp_sender),
 )
 ASK_FIELDS = frozenset(AskRequest.model_fields)
 BASE = {"question": "What changed?"}
