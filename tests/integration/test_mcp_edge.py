@@ -182,6 +182,12 @@ def test_documents_and_collections_are_listed_as_the_caller_may_read_them(caller
 
 def test_ask_answers_as_the_caller_with_citations_and_keeps_nothing(callers: Callers, stack: Stack) -> None:
     url, question = callers.url, {"question": "What is the quokka-teapot bonus pool?", "data_sources": ["Documents"]}
+
+    def conversations(key: str) -> list[str]:
+        reply = httpx.get(stack.http_url + "/api/conversations", headers=headers(key), timeout=30)
+        return [c["conversation_id"] for c in reply.json()["conversations"]]
+
+    kept = conversations(callers.ana)
     answer = found(call(url, callers.ana, "ask", question))
     assert "23 percent" in answer["answer"] and "[1]" in answer["answer"]
     assert [c["doc_id"] for c in answer["citations"]][:1] == ["ana:osprey"] and answer["citations"][0]["chunk_id"]
@@ -192,6 +198,15 @@ def test_ask_answers_as_the_caller_with_citations_and_keeps_nothing(callers: Cal
     # the notes contract, as POST /api/chat/ask answers it
     notes = found(call(url, callers.ana, "ask", {**question, "format": "notes"}))
     assert notes["citations"] and "[N1]" in notes["answer"]
+    assert conversations(callers.ana) == kept
+    # a conversation of her own is continued; to her colleague it is as unknown as one that never was
+    started = httpx.post(stack.http_url + "/api/chat/ask", json=question, headers=headers(callers.ana), timeout=60)
+    conversation = started.json()["conversation_id"]
+    followed = found(call(url, callers.ana, "ask", {"question": "And last year?", "conversation_id": conversation}))
+    assert followed["conversation_id"] == conversation
+    theirs, none = (refusal(call(url, callers.ben, "ask", {"question": "And last year?", "conversation_id": c}))
+                    for c in (conversation, "c" * 32))
+    assert theirs.startswith("NOT_FOUND: ") and theirs == none.replace("c" * 32, conversation)
 
 
 def test_bad_arguments_are_tool_errors_naming_the_field(callers: Callers) -> None:
