@@ -42,6 +42,8 @@ def _cross_field_rules(context: schemathesis.HookContext, case: schemathesis.Cas
     if isinstance(start, str) and isinstance(end, str) and _DATE.fullmatch(start) and _DATE.fullmatch(end) \
             and end < start:  # end_date before start_date is a 400
         body["start_date"], body["end_date"] = end, start
+    if body.get("conversation_id") and body.get("conversation_history"):  # a stored or a held one: a 400
+        del body["conversation_history"]
     case.body = body
     return case
 
