@@ -85,7 +85,9 @@ class GatewayApp(ServiceApp):
         self.pipeline = AskPipeline(self.history, self.generator, planner, self.memory,
                                     UsageLimiter(self.store, s.monthly_message_limit, s.monthly_token_limit),
                                     RateLimiter(s.rate_limit_per_minute, self.shared.rates),
-                                    Admission("gateway: retrieval", s.max_concurrent_retrievals), self.shared)
+                                    Admission("gateway: retrieval", s.max_concurrent_retrievals,
+                                              tenant_share=s.tenant_call_share, user_share=s.user_call_share),
+                                    self.shared)
         self.conversations = Conversations(self.history, self.memory, self.pipeline)
         self.transcripts = Transcripts(self.retriever, self.generator, self.pipeline.default_model)
         self.library = Library(lambda: self.retriever, self.known_funds)
