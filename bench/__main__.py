@@ -51,9 +51,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-import faiss
 
-from bench import scifact_eval
+from bench import machine, scifact_eval
 from bench.access_bench import run_access
 from bench.auth_bench import run_auth
 from bench.backends_bench import run_backends
@@ -66,7 +65,7 @@ from bench.peers_bench import run_peers
 from bench.pipeline_bench import run_pipeline
 from bench.replicas_bench import run_replicas
 from bench.search_bench import (
-    Section, cpu_model, failed_targets, log, machine_load, render, run_bm25, run_hnsw, run_search,
+    Section, failed_targets, log, machine_load, render, run_bm25, run_hnsw, run_search,
 )
 from services.retriever.dense import IVF
 
@@ -149,9 +148,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
 
 def header() -> str:
     """Where the figures were measured: they mean little without the machine and its load."""
-    return (f"## ragmesh benchmarks ({time.strftime('%Y-%m-%d %H:%M')})\n\n"
-            f"{os.cpu_count()} CPUs ({cpu_model()}), Python {platform.python_version()}, faiss {faiss.__version__}; "
-            f"at the start: {machine_load()}.\n")
+    return (f"## ragmesh benchmarks ({time.strftime('%Y-%m-%d %H:%M')})\n\n{machine.describe()}\n\n"
+            f"Python {platform.python_version()}, {os.cpu_count()} CPUs usable; at the start: {machine_load()}.\n")
 
 
 def report(text: str, results: Path) -> None:

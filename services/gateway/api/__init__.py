@@ -34,6 +34,8 @@ from services.gateway.api.chunks import chunks_router
 from services.gateway.api.conversations import conversations_router
 from services.gateway.api.documents import documents_router
 from services.gateway.api.limits import AdmissionGuard, RequestGuard
+from services.gateway.api.openai_chat import openai_app
+from services.gateway.api.openai_errors import OpenAIErrors
 from services.gateway.api.openapi import install as install_openapi
 from services.gateway.api.schemas import Error, Health, Meta, returns
 from services.gateway.api.transcripts import transcripts_router
@@ -124,6 +126,7 @@ def create_app(
                        idle_timeout_s=front_door.idle_timeout_s)
     app.add_middleware(BrowserGuard, hosts=allowed_hosts, router=app.router)
     app.add_middleware(RequestGuard)
+    app.add_middleware(OpenAIErrors)  # outermost: the guards' refusals of /v1 requests in OpenAI's error shape
     caller = caller_dependency()
 
     @app.exception_handler(RagmeshError)
@@ -206,6 +209,7 @@ def create_app(
     app.include_router(transcripts_router(transcripts, caller))
     app.include_router(chunks_router(library, caller))
     app.include_router(catalog_router(library, caller))
+    app.mount("/v1", openai_app(pipeline, caller))  # the OpenAI-compatible chat edge, under the same guards
     install_openapi(app, offered_models=pipeline.models.offered_now, max_body_bytes=max_body_bytes,
                     max_upload_bytes=max_upload_bytes)
     return app
