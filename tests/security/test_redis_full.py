@@ -28,7 +28,9 @@ FOLLOW_UP = "What did Kestrel say about the Brazil exposure cut?"
 
 @pytest.fixture
 def full_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    """A redis-server with 2 MB of room past what it holds, then filled until it refuses a write."""
+    """A redis-server with 2 MB of room past what it holds, filled until it refuses a write; then its
+    `maxmemory` set 1 MB below what it holds, so a write is refused however the server's own buffers
+    come and go (just at the limit, one that frees a little lets a small write in)."""
     server = RedisServer(tmp_path).start()
     client = redis_client.Redis(port=server.port)
     try:
@@ -37,6 +39,7 @@ def full_redis(tmp_path: Path) -> Iterator[RedisServer]:
         with pytest.raises(redis_client.exceptions.OutOfMemoryError):
             for i in range(1000):
                 client.set(f"filler:{i}", b"x" * 256 * 1024)
+        client.config_set("maxmemory", client.info("memory")["used_memory"] - 1024 * 1024)
         yield server
     finally:
         client.close()
