@@ -185,7 +185,7 @@ class AskPipeline:
             yield Event("searching", True)
             # The user's corrections are looked up while the question is planned, not after.
             lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
-            with self.planning.slot():
+            with self.planning.slot(ask.tenant, ask.user_id):  # a tenant plans at most its share
                 plan = await self.planner.plan(ask, conversation, embedding)
             metrics.route_taken(plan.route)
             # Said after the plan's reason: web search the model cannot do, stop and reuse reaching this

@@ -243,15 +243,20 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 async def _writable(documents: AsyncIterator[retriever_pb2.Document], uploads: Uploads, tenant: str
                     ) -> AsyncIterator[retriever_pb2.Document | SpooledMessage]:
     """The client's documents, refusing (and so ending the stream at) one for a collection it may not write
-    or whose access the upload's declaration refuses (the retriever decides who may share how). A file is
+    or whose access the upload's declaration refuses (the retriever decides who may share how). Each is
+    read within its tenant's share of receiving (RESOURCE_EXHAUSTED past it: services/gateway/upload_memory),
     spooled as it arrives and read back as it is sent, within its tenant's share of memory."""
-    async for doc in documents:
-        check_writable("collection", doc.collection)
-        if doc.HasField("access"):
-            AccessRequest.checked_at("access", access_fields(doc.access))
-        if not doc.content:
-            yield doc
-            continue
-        spooled = await SpooledMessage.of(doc, uploads.spool, uploads.memory, tenant)
-        del doc  # the message is on disk now
-        yield spooled
+    while True:
+        receiving = uploads.receiving.take_now(tenant, uploads.message_bytes)
+        try:
+            doc = await anext(documents, None)
+            if doc is None:
+                return
+            check_writable("collection", doc.collection)
+            if doc.HasField("access"):
+                AccessRequest.checked_at("access", access_fields(doc.access))
+            sent = await SpooledMessage.of(doc, uploads.spool, uploads.memory, tenant) if doc.content else doc
+            del doc  # a file is on disk now
+        finally:
+            uploads.receiving.give(tenant, receiving)
+        yield sent
