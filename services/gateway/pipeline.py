@@ -230,11 +230,11 @@ class AskPipeline:
 
     async def _keep_for_held(self, ask: AskInput) -> None:
         """A stored conversation's first search, kept under the id a client that holds the conversation
-        from its next turn on derives too (the seed's front end sends no history with its first question,
-        and an Ask without any is stored): a held follow-up then reuses it as the stored one's would. It
-        takes a second place in the tenant's share of the scope cache (the same objects in this process,
-        a second copy in Redis) until its TTL or the least-recently-used rule drops it. After the context
-        is built: that read the cached entry last."""
+        from its next turn on derives too (a front end that keeps the conversation sends no history with its
+        first question, and an Ask without any is stored): a held follow-up then reuses it as the stored one's
+        would. It takes a second place in the tenant's share of the scope cache (the same objects in this
+        process, a second copy in Redis) until its TTL or the least-recently-used rule drops it. After the
+        context is built: that read the cached entry last."""
         entry = await self.cache.get(ask.tenant, ask.conversation_id)
         if entry is not None:
             await self.cache.put(ask.tenant, held_conversation_id(ask.tenant, ask.user_id, ask.question), entry)
