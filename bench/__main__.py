@@ -19,9 +19,10 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
            without and with the 10% filter, ragmesh's ratio to each (bench/peers_bench.py; the `peers`
            extra: a peer that is not installed or cannot do a step is reported with its error)
   fairness another tenant's small upload and ask, p50/p99, while a rival's decompression bombs parse, 300
-           anonymous half-open connections are held, the largest allowed Embed runs, or the rival holds idle
-           Ingest streams and stalled uploads at its share, each as a ratio to the same on an idle stack
-           (bench/fairness_bench.py)
+           anonymous half-open connections are held, the largest allowed Embed runs, the rival holds idle
+           Ingest streams and stalled uploads at its share, sends eight concurrent 40 MB uploads (with each
+           service's peak RSS beside its manifest limit) or fills its Redis share with metadata-heavy asks,
+           each as a ratio to the same on an idle stack (bench/fairness_bench.py)
   conversations  the labelled conversations (tests/data/conversations.yaml) on the whole stack: stale answers,
            fact recall on fresh turns, wasted searches on transforms (bench/conversations_bench.py, issue 24)
   pipeline the whole stack over 100k chunks, one question at a time per route (NEW_QUERY, REUSE, NO_RAG,

@@ -22,35 +22,53 @@ on an idle stack, then while the rival (or nobody in particular) does one thing 
            comes (HELD_STREAMS of each gRPC kind, more than a service's slots; HELD_UPLOADS), each opened
            again a second after it is ended (the idle timeout) or refused (the tenant's share).
 
-Each load runs in a process of its own (the victim's client keeps its CPU time). Each figure is the
-victim's p50 and p99 under load divided by the same on the idle stack (target <= 2); a victim request
-refused or failed makes its figure infinite.
+  uploads  eight concurrent 40 MB uploads (a damaged PDF: its parse fails fast) from the rival's keys in
+           turn over HTTP, each sent again as soon as it is answered; the peak RSS of each service process
+           during it (VmRSS sampled every 0.1 s) beside its limit in deploy/k8s/base/<service>.yaml;
+  metadata metadata-heavy asks (top_k 50 on the rival's documents with 64 metadata keys of 4,000
+           characters) from eight askers of the rival, each in a new conversation, so each writes a scope
+           entry to the tenant's share of Redis: Redis's used_memory before and after, and the tenant's
+           scope bytes against SCOPE_CACHE_BYTES.
+
+The stack shares its state in a real redis-server (tests/redis_server.py) run as the production overlay
+runs it: `--maxmemory 200mb --maxmemory-policy noeviction`. Each load runs in a process of its own (the
+victim's client keeps its CPU time). Each figure is the victim's p50 and p99 under load divided by the
+same on the idle stack, measured in the same run (target <= 2); a victim request refused or failed makes
+its figure infinite. Each load's rows are printed as it ends.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import multiprocessing
 import multiprocessing.process
 import queue
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import zipfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event as EventType
+from pathlib import Path
 
 import grpc
 import httpx
 import numpy as np
+import redis
+import yaml
 
-from bench.load_bench import QUESTIONS, Stack
+from bench.load_bench import QUESTIONS, SERVICES, Stack
 from bench.search_bench import REPO, Section, Target, log
 from ragmesh import config
 from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
 from services.embedder.limits import EmbedLimits
+from services.gateway.shared_state.redis_state import _key
+from tests.redis_server import RedisServer
 
 RIVAL = "rival"
 VICTIM_USERS = 10  # the victim's requests come from this many users in turn, each within its rate limit
@@ -60,7 +78,13 @@ HELD_UPLOADS = 50  # stalled uploads (past HTTP_BODIES_PER_USER for five keys)
 RIVAL_KEYS = 5
 BOMB_XML_BYTES = 50 * 2**20
 TARGET_RATIO = 2.0
+UPLOADERS, UPLOAD_BYTES = 8, 40 * 2**20
+METADATA_KEYS, METADATA_CHARS, METADATA_DOCS, ASKERS, TOP_K = 64, 4000, 20, 8, 50
+HEAVY_QUESTION = "How many turbines did the Quillmere lighthouse fund buy for the Skerry wind farm?"
+REDIS_MAXMEMORY = "200mb"  # deploy/k8s/overlays/prod/redis.yaml
+MB = 2**20
 SETTLE_S = 2.0  # the load takes hold before the victim measures
+FILL_S = 360.0  # at most this long for the metadata-heavy asks to fill the rival's share of Redis
 TIMEOUT_S = 300.0
 
 
@@ -167,6 +191,8 @@ class Where:
     gateway: str = ""  # gRPC addresses, for the held streams
     retriever: str = ""
     keys: tuple[str, ...] = ()  # the rival's other admin keys
+    uploaders: tuple[str, ...] = ()  # keys of the rival's users of their own for the large uploads
+    askers: tuple[str, ...] = ()  # and for the metadata-heavy asks (each within its own rate window)
 
     @property
     def http_url(self) -> str:
@@ -295,7 +321,55 @@ async def held(where: Where, stop: asyncio.Event, seen: list[str]) -> None:
           for i in range(HELD_UPLOADS)))
 
 
-LOADS = {"bombs": bombs, "halfopen": half_open, "embed": big_embeds, "held": held}
+async def big_uploads(where: Where, stop: asyncio.Event, seen: list[str]) -> None:
+    """UPLOADERS concurrent uploads of UPLOAD_BYTES each from the rival's keys in turn, again as soon as
+    one is answered."""
+    content = np.random.default_rng(0).bytes(UPLOAD_BYTES)  # not a PDF: its parse fails fast
+
+    async def uploader(i: int) -> None:
+        n = 0
+        async with httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT_S)) as client:
+            while not stop.is_set():
+                n += 1
+                files = {"files": (f"big-{i}-{n}.pdf", content, "application/pdf")}
+                try:
+                    reply = await client.post(where.http_url + "/api/documents", files=files,
+                                              data={"collection": "documents", "summarize": "false"},
+                                              headers={"authorization": f"Bearer {where.uploaders[i]}"})
+                    last = [line for line in reply.text.splitlines() if line.startswith("data:")][-2:-1]
+                    seen.append(f"{reply.status_code} {last[0][6:120] if last else reply.text[:120]}")
+                    if reply.status_code == 429:
+                        await asyncio.sleep(float(reply.headers.get("retry-after", "1")))
+                except httpx.HTTPError as exc:
+                    seen.append(f"{type(exc).__name__}: {exc}")
+                    await asyncio.sleep(1.0)
+
+    await asyncio.gather(*(uploader(i) for i in range(UPLOADERS)))
+
+
+async def heavy_asks(where: Where, stop: asyncio.Event, seen: list[str]) -> None:
+    """ASKERS askers of the rival asking, top_k TOP_K, about its metadata-heavy documents, each in a new
+    conversation (a scope entry each)."""
+
+    async def asker(i: int) -> None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT_S)) as client:
+            while not stop.is_set():
+                try:
+                    reply = await client.post(where.http_url + "/api/chat/ask", headers={
+                        "authorization": f"Bearer {where.askers[i]}"},
+                        json={"question": HEAVY_QUESTION, "top_k": TOP_K, "data_sources": ["Documents"]})
+                    seen.append(f"{reply.status_code}")
+                    if reply.status_code == 429:
+                        await asyncio.sleep(float(reply.headers.get("retry-after", "1")))
+                except httpx.HTTPError as exc:
+                    seen.append(f"{type(exc).__name__}: {exc}")
+                    await asyncio.sleep(1.0)
+
+    await asyncio.gather(*(asker(i) for i in range(ASKERS)))
+
+
+LOADS = {"bombs": bombs, "halfopen": half_open, "embed": big_embeds, "held": held, "uploads": big_uploads,
+         "metadata": heavy_asks}
 
 
 def _load_process(kind: str, where: Where, stop: EventType, out: Queue) -> None:
@@ -318,12 +392,102 @@ def _load_process(kind: str, where: Where, stop: EventType, out: Queue) -> None:
     out.put((len(seen), seen[:1]))
 
 
+# ----------------------------------------------------------------------------- memory and Redis
+
+
+def service_pids(stack: Stack) -> dict[str, int]:
+    """The pid of each service process `deploy.run` started (`python -m services.<name>`)."""
+    found: dict[str, int] = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) != \
+                    stack.proc.pid:
+                continue
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        for name in SERVICES:
+            if f"services.{name}".encode() in args:
+                found[name] = int(proc.name)
+    return found
+
+
+class PeakRss:
+    """The largest VmRSS of each process seen while it runs (sampled every 0.1 s in a thread)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids, self.peak_kb = pids, dict.fromkeys(pids, 0)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self.stop.wait(0.1):
+            for name, pid in self.pids.items():
+                with contextlib.suppress(OSError, ValueError, StopIteration):
+                    line = next(li for li in Path(f"/proc/{pid}/status").read_text().splitlines()
+                                if li.startswith("VmRSS:"))
+                    self.peak_kb[name] = max(self.peak_kb[name], int(line.split()[1]))
+
+    def __enter__(self) -> "PeakRss":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+def manifest_limits() -> dict[str, str]:
+    """Each service's memory limit in deploy/k8s/base/<service>.yaml."""
+    limits = {}
+    for name in SERVICES:
+        for doc in yaml.safe_load_all((REPO / "deploy" / "k8s" / "base" / f"{name}.yaml").read_text()):
+            if doc and doc.get("kind") in ("Deployment", "StatefulSet"):
+                limits[name] = doc["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    return limits
+
+
+def mebibytes(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
+    return float(quantity[:-2]) * units[quantity[-2:]] if quantity[-2:] in units else float(quantity) / MB
+
+
+def ingest_heavy(stack: Stack, key: str) -> None:
+    """METADATA_DOCS documents of the rival with METADATA_KEYS metadata keys of METADATA_CHARS characters."""
+    rng = np.random.default_rng(1)
+    docs = []
+    for d in range(METADATA_DOCS):
+        metadata = {f"field{i:02}": rng.bytes(METADATA_CHARS // 2).hex() for i in range(METADATA_KEYS - 1)}
+        text = " ".join(f"Quillmere lighthouse memo {d} part {i}. The Quillmere lighthouse fund bought {i} more "
+                        f"turbines for the Skerry wind farm in quarter {i % 4 + 1}." for i in range(40))
+        docs.append({"doc_id": f"heavy-{d}", "text": text, "metadata": metadata | {"fund_name": "Quillmere"}})
+    for d in docs:  # one a request: each within the body limit
+        reply = httpx.post(stack.http_url + "/api/documents", json={"collection": "documents", "documents": [d]},
+                           headers={"authorization": f"Bearer {key}"}, timeout=TIMEOUT_S)
+        if reply.status_code != 200 or '"INDEXED"' not in reply.text:
+            raise RuntimeError(f"metadata-heavy ingest: {reply.status_code} {reply.text[:300]}")
+
+
+def share_full(client: redis.Redis) -> bool:
+    """The rival's scope entries are at SCOPE_CACHE_SIZE, or within an entry of SCOPE_CACHE_BYTES."""
+    settings = config.load()
+    stored, entries = scope_bytes(client, RIVAL)
+    return entries >= settings.scope_cache_size or stored >= settings.scope_cache_bytes - (64 << 10)
+
+
+def scope_bytes(client: redis.Redis, tenant: str) -> tuple[int, int]:
+    """(stored bytes, entries) of a tenant's scope entries in Redis."""
+    sizes = client.hvals(_key("sizes", tenant))
+    return sum(int(v) for v in sizes), client.zcard(_key("scopes", tenant))
+
+
 # ----------------------------------------------------------------------------- the part
 
 
 async def measure(stack: Stack, plan: FairnessPlan, offset: int, load: str | None, where: Where,
-                  keys: list[str]) -> tuple[dict[str, Measured], str]:
-    """The victim's figures while `load` runs in its own process (None: idle); and what the load saw."""
+                  keys: list[str], taken_hold: Callable[[], bool] = lambda: True) -> tuple[dict[str, Measured], str]:
+    """The victim's figures while `load` runs in its own process (None: idle), once it has taken hold
+    (SETTLE_S, and `taken_hold` says so, or FILL_S passed); and what the load saw."""
     if load is None:
         return await victim(stack, plan, offset, keys), ""
     ctx = multiprocessing.get_context("spawn")
@@ -332,6 +496,9 @@ async def measure(stack: Stack, plan: FairnessPlan, offset: int, load: str | Non
     process.start()
     try:
         await asyncio.sleep(SETTLE_S)
+        deadline = time.monotonic() + FILL_S
+        while not taken_hold() and time.monotonic() < deadline:
+            await asyncio.sleep(1.0)
         return await victim(stack, plan, offset, keys), _described(stop, out, process)
     finally:
         stop.set()
@@ -356,36 +523,90 @@ def p(measured: Measured, q: float) -> float:
     return float(np.percentile(measured.seconds, q)) * 1000
 
 
+def _rows(section: Section, name: str, idle: dict[str, Measured], figures: dict[str, Measured], what: str,
+          quick: bool) -> None:
+    """The victim's ratios during one load, added and printed as the load ends."""
+    for kind in ("upload", "ask"):
+        for q in (50, 99):
+            base, now = p(idle[kind], q), p(figures[kind], q)
+            failed = figures[kind].failed
+            note = (f"{len(failed)} of {len(failed) + len(figures[kind].seconds)} failed, first: {failed[0][:100]}"
+                    if failed else f"{now:,.0f} ms vs {base:,.0f} ms idle")
+            section.add(f"{kind} p{q} during {name}", round(now / base, 2), "x",
+                        Target("<=", TARGET_RATIO) if not quick else None,
+                        note + (f"; {what}" if kind == "upload" and q == 50 else ""))
+            log(f"  {kind} p{q} during {name}: {now / base:.2f}x ({note})")
+    if what:
+        log(f"  the load: {what[:300]}")
+
+
 def run_fairness(quick: bool = False) -> Section:
     plan = QUICK if quick else FULL
     section = Section("Fairness between tenants (victim's p50 / p99 under another's load, as a ratio to idle)")
+    with tempfile.TemporaryDirectory(prefix="ragmesh-bench-redis-") as redis_dir:
+        server = RedisServer(Path(redis_dir)).start()
+        try:
+            client = redis.Redis(port=server.port)
+            client.config_set("maxmemory", REDIS_MAXMEMORY)
+            client.config_set("maxmemory-policy", "noeviction")
+            _run(section, plan, quick, server.url, client)
+            client.close()
+        finally:
+            server.kill()
+    return section
+
+
+def _run(section: Section, plan: FairnessPlan, quick: bool, redis_url: str, client: redis.Redis) -> None:
     # the deployment's default limits and shares, for the rival too
-    with Stack(RATE_LIMIT_PER_MINUTE="", TENANT_CALL_SHARE="", USER_CALL_SHARE="", TENANT_STREAM_SHARE="") as stack:
+    with Stack(RATE_LIMIT_PER_MINUTE="", TENANT_CALL_SHARE="", USER_CALL_SHARE="", TENANT_STREAM_SHARE="",
+               REDIS_URL=redis_url) as stack:
         where = Where(stack.ports["http"], stack.address("embedder"), make_key(stack, RIVAL, "eve"),
                       stack.address("gateway"), stack.address("retriever"),
-                      tuple(make_key(stack, RIVAL, f"eve-{i}") for i in range(1, RIVAL_KEYS)))
+                      tuple(make_key(stack, RIVAL, f"eve-{i}") for i in range(1, RIVAL_KEYS)),
+                      tuple(make_key(stack, RIVAL, f"uploader-{i}") for i in range(UPLOADERS)),
+                      tuple(make_key(stack, RIVAL, f"asker-{i}") for i in range(ASKERS)))
         keys = [make_key(stack, "demo", f"analyst-{i}") for i in range(VICTIM_USERS)]
         loads = {"idle": None, "two bombs parsing": "bombs", f"{HALF_OPEN} half-open connections": "halfopen",
-                 "the costliest allowed Embed": "embed", "one tenant holding idle streams at its share": "held"}
-        results: dict[str, tuple[dict[str, Measured], str]] = {}
+                 "the costliest allowed Embed": "embed", "one tenant holding idle streams at its share": "held",
+                 f"{UPLOADERS} concurrent {UPLOAD_BYTES // MB} MB uploads of one tenant": "uploads",
+                 "metadata-heavy asks filling one tenant's Redis share": "metadata"}
+        limits, pids = manifest_limits(), service_pids(stack)
+        idle: dict[str, Measured] = {}
         for i, (name, load) in enumerate(loads.items()):
             log(f"fairness: {name}")
-            results[name] = asyncio.run(measure(stack, plan, 1000 * i, load, where, keys))
-        idle = results.pop("idle")[0]
-        for name, (figures, what) in results.items():
-            for kind in ("upload", "ask"):
-                for q in (50, 99):
-                    base, now = p(idle[kind], q), p(figures[kind], q)
-                    failed = figures[kind].failed
-                    note = (f"{len(failed)} of {len(failed) + len(figures[kind].seconds)} failed, first: {failed[0][:100]}"
-                            if failed else f"{now:,.0f} ms vs {base:,.0f} ms idle")
-                    section.add(f"{kind} p{q} during {name}", round(now / base, 2), "x",
-                                Target("<=", TARGET_RATIO) if not quick else None,
-                                note + (f"; {what}" if kind == "upload" and q == 50 else ""))
+            if load == "metadata":
+                ingest_heavy(stack, make_key(stack, RIVAL, "librarian"))
+                used_before, share_before = client.info("memory")["used_memory"], scope_bytes(client, RIVAL)
+            with PeakRss(pids) as rss:
+                figures, what = asyncio.run(measure(stack, plan, 1000 * i, load, where, keys,
+                                                    (lambda: share_full(client)) if load == "metadata" else
+                                                    (lambda: True)))
+            if load is None:
+                idle = figures
+                continue
+            _rows(section, name, idle, figures, what, quick)
+            if load == "uploads":
+                for service in SERVICES:
+                    peak = rss.peak_kb.get(service, 0) / 1024
+                    section.add(f"peak RSS of the {service} during the uploads", round(peak), "MB",
+                                Target("<=", mebibytes(limits[service])),
+                                f"limit {limits[service]} (deploy/k8s/base/{service}.yaml)")
+                    log(f"  {service}: peak RSS {peak:,.0f} MB, limit {limits[service]}")
+            if load == "metadata":
+                used_after, (stored, entries) = client.info("memory")["used_memory"], scope_bytes(client, RIVAL)
+                cap = config.load().scope_cache_bytes
+                section.add("the rival's scope bytes in Redis after its metadata-heavy asks", round(stored / MB, 2),
+                            "MB", Target("<=", cap / MB), f"{entries:,} entries (was {share_before[1]:,}; "
+                            f"SCOPE_CACHE_SIZE {config.load().scope_cache_size:,}); SCOPE_CACHE_BYTES {cap / MB:g} MB")
+                section.add("Redis used_memory during the metadata-heavy asks", round(used_after / MB, 1), "MB", None,
+                            f"before {used_before / MB:.1f} MB; maxmemory {REDIS_MAXMEMORY}, noeviction")
+                log(f"  Redis used_memory {used_before / MB:.1f} -> {used_after / MB:.1f} MB; the rival's scope "
+                    f"entries {stored / MB:.2f} MB in {entries} (SCOPE_CACHE_BYTES {cap / MB:g} MB)")
         texts, chars = largest_embed()
         section.notes.append(f"{plan.uploads} uploads and {plan.asks} asks per row, one at a time, from "
                              f"{VICTIM_USERS} users of the victim in turn; the deployment's default limits (the "
                              f"rival's uploads count against its per-user rate); the load in a "
                              f"process of its own; the costliest Embed: {texts} texts of {chars:,} characters; "
-                             f"the bombs: DOCX of {len(docx_bomb()):,} bytes inflating to {BOMB_XML_BYTES // 2**20} MB.")
-    return section
+                             f"the bombs: DOCX of {len(docx_bomb()):,} bytes inflating to "
+                             f"{BOMB_XML_BYTES // 2**20} MB; the metadata-heavy documents: {METADATA_DOCS}, asked by "
+                             f"{ASKERS} askers.")

@@ -654,7 +654,9 @@ class HttpBridgeSettings(Section):
     upload_memory_per_tenant_mb: Int = env("UPLOAD_MEMORY_PER_TENANT_MB", 64,
                                            "MB of one tenant's uploaded files (HTTP and gRPC) the gateway holds in "
                                            "memory at once while it sends them to the retriever; the others wait on "
-                                           "disk for their turn (a file over it goes alone).")
+                                           "disk for their turn (a file over it goes alone). gRPC files are received "
+                                           "within a share of the same size, each counted as the largest a message "
+                                           "may be: past it RESOURCE_EXHAUSTED.")
     http_unauthenticated_max: Int = env("HTTP_UNAUTHENTICATED_MAX", 32, _UNIDENTIFIED)
     http_unauthenticated_queue: Int = env("HTTP_UNAUTHENTICATED_QUEUE", 512, _UNIDENTIFIED)
     http_header_timeout_s: Float = env("HTTP_HEADER_TIMEOUT_S", 10.0,

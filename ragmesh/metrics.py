@@ -59,6 +59,8 @@ INGEST_DOCS = Counter("ragmesh_ingest_documents", "Documents ingested, by outcom
 INGEST_CHUNKS = Counter("ragmesh_ingest_chunks", "Chunks indexed by ingestion", registry=REGISTRY)
 PARSE_WORKERS_KILLED = Counter("ragmesh_parse_workers_killed", "Parse worker processes killed, by reason (timeout, "
                                "memory, crash, cancelled)", ("reason",), registry=REGISTRY)
+SHARED_STATE_REFUSED = Counter("ragmesh_shared_state_refused", "Commands Redis refused (full: past maxmemory under "
+                               "noeviction; other: a key of another type)", ("reason",), registry=REGISTRY)
 STORE_LATENCY = Histogram("ragmesh_store_latency_seconds", "Time of each store call, by operation",
                           ("operation",), buckets=(*_FAST, 5.0, 10.0), registry=REGISTRY)
 
@@ -236,6 +238,11 @@ def retrieval_stages(timings_ms: dict[str, float], embedded: bool) -> None:
 def route_taken(route: str) -> None:
     if _enabled:
         ROUTES.labels(route).inc()
+
+
+def shared_state_refused(full: bool) -> None:
+    if _enabled:
+        SHARED_STATE_REFUSED.labels("full" if full else "other").inc()
 
 
 def scope_cache(hit: bool) -> None:

@@ -158,18 +158,20 @@ class Citations(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[_common_pb2.Citation, _Mapping]]] = ..., web_queries: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ChatDone(_message.Message):
-    __slots__ = ("conversation_id", "message_id", "model", "stopped", "usage")
+    __slots__ = ("conversation_id", "message_id", "model", "stopped", "usage", "held")
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     STOPPED_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     conversation_id: str
     message_id: str
     model: str
     stopped: bool
     usage: _common_pb2.Usage
-    def __init__(self, conversation_id: _Optional[str] = ..., message_id: _Optional[str] = ..., model: _Optional[str] = ..., stopped: _Optional[bool] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ...) -> None: ...
+    held: bool
+    def __init__(self, conversation_id: _Optional[str] = ..., message_id: _Optional[str] = ..., model: _Optional[str] = ..., stopped: _Optional[bool] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., held: _Optional[bool] = ...) -> None: ...
 
 class ChatEvent(_message.Message):
     __slots__ = ("searching", "strategy", "generating", "thinking", "content", "citations", "done", "error")

@@ -18,6 +18,7 @@ from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient, Retriev
 from ragmesh.config import GatewaySettings
 from ragmesh.errors import RagmeshError
 from ragmesh.identity.authenticator import Authenticator
+from ragmesh.message_limits import MessageLimits
 from ragmesh.models import default_model
 from ragmesh.request_context import identity_var
 from ragmesh.serving import ServiceApp
@@ -38,7 +39,7 @@ from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.servicer import GatewayServicer
 from services.gateway.shared_state import open_shared_state
 from services.gateway.transcripts import Transcripts
-from services.gateway.upload_memory import TenantBytes, Uploads
+from services.gateway.upload_memory import Uploads
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,9 @@ class GatewayApp(ServiceApp):
         auth = ClientAuth.service(s)  # on behalf of the caller the gateway authenticated
         self.embedder = EmbedderClient(s.address("embedder"), s.embed_timeout, auth)
         self.retriever = RetrieverClient(s.address("retriever"), s.search_timeout, s.ingest_timeout, auth)
-        self.uploads = Uploads(Spool(s.data_dir / SPOOL_DIR / "gateway"),
-                               TenantBytes(s.upload_memory_per_tenant_mb * 1024 * 1024))
+        self.uploads = Uploads.of(Spool(s.data_dir / SPOOL_DIR / "gateway"),
+                                  s.upload_memory_per_tenant_mb * 1024 * 1024,
+                                  MessageLimits.from_settings(s).of("/ragmesh.v1.Gateway/Ingest")[0])
         self.generator = GeneratorClient(s.address("generator"), s.generate_timeout, auth)
         self.memory = Memory(self.store, self.retriever, self.generator, self.embedder, s.history_char_budget,
                              s.memory_queue_max)
@@ -83,7 +85,9 @@ class GatewayApp(ServiceApp):
         self.pipeline = AskPipeline(self.history, self.generator, planner, self.memory,
                                     UsageLimiter(self.store, s.monthly_message_limit, s.monthly_token_limit),
                                     RateLimiter(s.rate_limit_per_minute, self.shared.rates),
-                                    Admission("gateway: retrieval", s.max_concurrent_retrievals), self.shared)
+                                    Admission("gateway: retrieval", s.max_concurrent_retrievals,
+                                              tenant_share=s.tenant_call_share, user_share=s.user_call_share),
+                                    self.shared)
         self.conversations = Conversations(self.history, self.memory, self.pipeline)
         self.transcripts = Transcripts(self.retriever, self.generator, self.pipeline.default_model)
         self.library = Library(lambda: self.retriever, self.known_funds)
@@ -145,7 +149,8 @@ class GatewayApp(ServiceApp):
         )
         self.http_app = app  # the FastAPI app (tests read its routes)
         tls_files = {"ssl_certfile": s.tls_cert, "ssl_keyfile": s.tls_key} if s.tls_cert else {}
-        config = uvicorn.Config(app, host=s.host, port=self.http_port, log_config=None, lifespan="off",
+        # lifespan on: the MCP server's session manager runs for as long as the bridge serves (api/mcp_tools.py)
+        config = uvicorn.Config(app, host=s.host, port=self.http_port, log_config=None, lifespan="on",
                                 access_log=False, http=with_header_deadline(s.http_header_timeout_s),
                                 proxy_headers=bool(s.forwarded_allow_ips.strip()),
                                 forwarded_allow_ips=s.forwarded_allow_ips, **tls_files)

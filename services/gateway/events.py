@@ -27,14 +27,16 @@ class Sources:
 
 @dataclass(frozen=True)
 class Done:
-    """The answer's end: where it is stored (no message id when it was stopped before any content), the
-    model that answered, whether the user stopped it, and the tokens it took."""
+    """The answer's end: where it is stored (no message id when it was stopped before any content, or the
+    client holds the conversation), the model that answered, whether the user stopped it, and the tokens it
+    took."""
 
     conversation_id: str
     message_id: str
     model: str
     stopped: bool
     usage: dict[str, int]
+    held: bool = False  # the client holds the conversation: the id is derived, nothing was stored
 
 
 def event_json(event: Event) -> dict[str, Any]:

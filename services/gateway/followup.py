@@ -28,7 +28,8 @@ from ragmesh.text import STOPWORDS, strip_citations
 from ragmesh.types import Hit, Turn
 from services.gateway.query_analysis import time_hint, time_window
 from services.gateway.request import AskInput
-from services.gateway.scope_cache import ScopeEntry, scope_key
+from services.gateway.scope import Scope
+from services.gateway.scope_cache import ScopeEntry
 
 # The signals, in the order they are checked; the first that decides is named in the strategy event.
 NO_REFERENT = "no_referent"  # the question does not refer back: it asks something of its own
@@ -110,7 +111,7 @@ def may_rework(question: str) -> bool:
 
 def asked_key(ask: AskInput) -> str:
     """The scope the user set on the request (not what the gateway reads from the question)."""
-    return scope_key(ask.start_date, ask.end_date, ask.selected_funds, ask.context_window, ask.document_ids)
+    return Scope.asked(ask).key
 
 
 def _content(question: str) -> dict[str, str]:

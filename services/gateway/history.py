@@ -1,15 +1,20 @@
 """Conversation history in the store: the question is saved before generation,
 the answer right after (or the partial answer when the user stopped it); and what of it
 a prompt carries: the whole conversation while it fits a character budget, past that the
-running summary and every turn after what it covers."""
+running summary and every turn after what it covers.
+
+A conversation the client holds (an Ask's `conversation_history`) is read as a stored one is and
+stored nowhere: `held_recent`, `held_remembered` and `held_conversation_id`."""
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
 from ragmesh.errors import NotFound
 from ragmesh.identity import Identity
 from ragmesh.store import ConversationInfo, ConversationStore, MessageRecord
+from ragmesh.text import sha256
 from ragmesh.types import Turn
 from ragmesh.validation import shown
 
@@ -62,6 +67,39 @@ def carried_whole(recent: Recent, budget: int) -> Remembered | None:
     return None
 
 
+def held_recent(turns: list[Turn], keep: int) -> Recent:
+    """A conversation the client holds, as `History.recent` reads a stored one: how many turns it has,
+    and its newest `keep`."""
+    return Recent(len(turns), turns[max(0, len(turns) - keep):])
+
+
+def held_remembered(turns: list[Turn], budget: int) -> Remembered:
+    """What a prompt carries of a conversation the client holds: its newest turns that fit `budget`.
+    Nothing of it is stored, so no summary is made of the turns that no longer fit, nor read."""
+    return Remembered("", 0, turns[len(turns) - fitting(turns, budget):])
+
+
+HELD_PREFIX = "held-"  # a stored conversation's id is 32 hex digits (uuid4().hex): never this
+
+
+def held_conversation_id(tenant: str, user: str, first_question: str) -> str:
+    """The id that names a conversation the client holds in the events, the scope cache and the running
+    answers: the same for every turn of it (its first question: the first of its history, or the
+    question itself when it has none), so a held follow-up may reuse the scope of the turn before, as a
+    stored one does (checked as then: filters, topic, the hits holding the question's words, and the
+    retriever's CheckChunks as the asker). A stored conversation's first search is kept under it too
+    (AskPipeline._keep_for_held): a client may hold the conversation from its second turn on.
+
+    The hash covers the tenant and the user, so no other caller's held conversation, nor any stored one,
+    has this id; sent back as a conversation_id it names no stored conversation (404). Two held
+    conversations of one user that open with the same question (two tabs, or many opening "hi") share
+    the id: each turn reuses the latest search made under it only when that search passes the same
+    checks (same filters and topic, the question's words in its hits): hits of the same user that a
+    search of this question under these filters would find; a NO_RAG follow-up answers from its own
+    turns only. Each still ends its own answer: a closed stream stops its own generation."""
+    return HELD_PREFIX + sha256(json.dumps([tenant, user, first_question]))[:32]
+
+
 def with_coverage(summary: str, covered: int) -> str:
     return f"Turns 1-{covered}:\n{summary}"
 
@@ -84,6 +122,21 @@ def _pairs(messages: list[MessageRecord]) -> list[Turn]:
             pairs.append(Turn(pending, m.content))
             pending = None
     return pairs
+
+
+class Unstored:
+    """Where the turns of a conversation the client holds are written: nowhere (no conversation, message,
+    title or summary is made of them). The ids it returns are empty: the done event names no message."""
+
+    def save_question(self, tenant: str, user_id: str, conversation_id: str, question: str) -> str:
+        return ""
+
+    def save_answer(self, conversation_id: str, answer: str, meta: dict, stopped: bool = False,
+                    failed: str = "") -> str:
+        return ""
+
+    def drop_question(self, tenant: str, conversation_id: str, question_id: str) -> None:
+        """Nothing was saved."""
 
 
 class History:

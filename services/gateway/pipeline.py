@@ -23,7 +23,7 @@ from ragmesh import metrics, tracing
 from ragmesh.admission import Admission
 from ragmesh.clients import GeneratorClient
 from ragmesh.config import AnsweringSettings
-from ragmesh.errors import RagmeshError, Unavailable
+from ragmesh.errors import InvalidArgument, RagmeshError, Unavailable
 from ragmesh.identity import Identity
 from ragmesh.models import EXTRACTIVE
 from ragmesh.request_context import identity_var, request_id_var
@@ -33,7 +33,8 @@ from ragmesh.types import Citation, GenEvent, Hit
 from services.gateway import context, generation_params, router
 from services.gateway.answer_guard import AnswerGuard
 from services.gateway.events import Done, Event, Sources
-from services.gateway.history import History, Recent, carried_whole
+from services.gateway.history import (History, Recent, Unstored, carried_whole, held_conversation_id,
+                                      held_recent, held_remembered)
 from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory, corrections_text
 from services.gateway.models_offered import ModelCatalog, web_search_note
@@ -45,10 +46,13 @@ from services.gateway.strategy import Strategy, strategy_event, strategy_json
 
 log = logging.getLogger(__name__)
 
+GOODBYE = "Goodbye! Your conversation is saved; come back any time."
+GOODBYE_HELD = "Goodbye! Come back any time."  # nothing of a conversation the client holds is saved
+HELD_NOTE = "the client holds the conversation: nothing of it is stored"
 NO_MATCH = "I don't have any notes that match this question and these filters, so there is no data I can answer from."
 DIRECT_ANSWERS = (
     (re.compile(r"\b(thanks|thank you|thx|cheers)\b", re.I), "You're welcome! Ask me anything about your meeting notes, factsheets and documents."),
-    (re.compile(r"\b(bye|goodbye)\b", re.I), "Goodbye! Your conversation is saved; come back any time."),
+    (re.compile(r"\b(bye|goodbye)\b", re.I), GOODBYE),
     (re.compile(r"\b(name|who are you|called)\b", re.I), "I'm ragmesh, a research assistant that answers from your meeting notes, factsheets and documents, with citations."),
 )
 STOP_WAIT_S = 5.0  # a stop waits this long at most for the answer to end (planning ends within its deadline)
@@ -63,6 +67,7 @@ class Prepared:
     ask: AskInput
     conversation: Recent
     embedding: asyncio.Future[tuple[Any, float]] | None = None
+    opens: bool = False  # a stored conversation's first turn (no earlier one)
 
 
 class Stopped(Exception):
@@ -124,13 +129,17 @@ class AskPipeline:
     async def prepare(self, ask: AskInput, caller: Identity) -> Prepared:
         """Settles who asks (the caller itself: naming another user is refused), checks usage limits
         and that a named conversation is the asker's own, all before anything is written; fills defaults. `ask`
-        arrives checked by its edge, through AskRequest (the one declaration of an Ask).
+        arrives checked by its edge, through AskRequest (the one declaration of an Ask). A conversation
+        the client holds (`ask.held`) is its turns as a stored one's would be read, under an id derived
+        from them (history.held_conversation_id).
 
         A question every route searches for is embedded from here on (once every check but the
         conversation's has passed), while its conversation is read, so one that reuses its scope waits
         for little more than its embedding; only while at most half the planning slots are taken: nearer
         the limit a question let in now may be refused when it asks for its slot a moment later, and
         its embedding would be wasted."""
+        if ask.held and ask.conversation_id:  # an edge's fault: it would be neither read nor written
+            raise InvalidArgument("conversation_id", "names a stored conversation, but the client holds this one")
         who = caller.acting_for(ask.tenant, ask.user_id)
         ask.tenant, ask.user_id, ask.identity = who.tenant, who.user, who
         await self.rate.check(who.tenant, who.user)
@@ -139,7 +148,12 @@ class AskPipeline:
             await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
         embedding = self.planner.embed_early(ask) if self.planning.quiet else None
         conversation = Recent(0, [])
-        if ask.conversation_id:  # another's, or unknown: the same NotFound
+        if ask.held:  # nothing to read: the client sent its turns; the id only names them (held_conversation_id)
+            turns = ask.conversation_history
+            conversation = held_recent(turns, self.settings.history_turns)
+            ask.conversation_id = held_conversation_id(who.tenant, who.user,
+                                                       turns[0].question if turns else ask.question)
+        elif ask.conversation_id:  # another's, or unknown: the same NotFound
             try:
                 if embedding is not None:
                     await asyncio.sleep(0)  # its request leaves before the read's thread takes the GIL
@@ -150,7 +164,7 @@ class AskPipeline:
                 raise
         else:
             ask.conversation_id = uuid.uuid4().hex
-        return Prepared(ask, conversation, embedding)
+        return Prepared(ask, conversation, embedding, opens=not (ask.held or conversation.count))
 
     async def stop(self, conversation_id: str, wait_s: float = STOP_WAIT_S) -> bool:
         """Stops a running answer and waits (at most `wait_s`) until it has ended, so what it leaves
@@ -171,12 +185,13 @@ class AskPipeline:
             yield Event("searching", True)
             # The user's corrections are looked up while the question is planned, not after.
             lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
-            with self.planning.slot():
+            with self.planning.slot(ask.tenant, ask.user_id):  # a tenant plans at most its share
                 plan = await self.planner.plan(ask, conversation, embedding)
             metrics.route_taken(plan.route)
-            # Said after the plan's reason: web search the model cannot do, and stop and reuse reaching
-            # this replica only while the shared state is degraded.
-            notes = [n for n in (web_search_note(plan.model, ask.web_search), self.shared.problem) if n]
+            # Said after the plan's reason: web search the model cannot do, stop and reuse reaching this
+            # replica only while the shared state is degraded, and a conversation stored nowhere.
+            notes = [n for n in (web_search_note(plan.model, ask.web_search), self.shared.problem,
+                                 HELD_NOTE if ask.held else "") if n]
             if plan.retrieval != NO_RETRIEVAL:
                 metrics.scope_cache(plan.cache_hit)
             with tracing.span("context"):
@@ -185,6 +200,8 @@ class AskPipeline:
                 hits = compressed.hits if compressed else plan.hits
                 ctx = await self._context(ask, hits)
                 tracing.annotate(blocks=len(ctx.blocks), chars=len(ctx.text))
+            if prepared.opens and plan.searched:
+                await self._keep_for_held(ask)
             if plan.retrieval != NO_RETRIEVAL and not ctx.blocks and plan.unavailable:
                 # Nothing arrived in time: an error, not "no notes match", and nothing is stored.
                 raise Unavailable(f"retrieval: no answer in time from {', '.join(plan.unavailable)}, so "
@@ -196,7 +213,7 @@ class AskPipeline:
             yield Event("searching", False)
             yield Event("strategy", strategy)
             with tracing.span("storing", record="question"):
-                question_id = await asyncio.to_thread(self.history.save_question, ask.tenant, ask.user_id, conv,
+                question_id = await asyncio.to_thread(self._log(ask).save_question, ask.tenant, ask.user_id, conv,
                                                       ask.question)
             async for event in self._answer(ask, strategy, conversation, stop, question_id, ctx, corrections, scores):
                 yield event
@@ -210,6 +227,21 @@ class AskPipeline:
             _discard(lookup)
             _discard(embedding)
             self.shared.runs.end(conv, running)
+
+    async def _keep_for_held(self, ask: AskInput) -> None:
+        """A stored conversation's first search, kept under the id a client that holds the conversation
+        from its next turn on derives too (a front end that keeps the conversation sends no history with its
+        first question, and an Ask without any is stored): a held follow-up then reuses it as the stored one's
+        would. It takes a second place in the tenant's share of the scope cache (the same objects in this
+        process, a second copy in Redis) until its TTL or the least-recently-used rule drops it. After the
+        context is built: that read the cached entry last."""
+        entry = await self.cache.get(ask.tenant, ask.conversation_id)
+        if entry is not None:
+            await self.cache.put(ask.tenant, held_conversation_id(ask.tenant, ask.user_id, ask.question), entry)
+
+    def _log(self, ask: AskInput) -> History | Unstored:
+        """Where the ask's question and answer are stored: nowhere when the client holds the conversation."""
+        return Unstored() if ask.held else self.history
 
     async def _context(self, ask: AskInput, hits: list[Hit]) -> context.Context:
         """The context of the planned hits. A question that reuses its scope mostly has the very hits
@@ -229,6 +261,7 @@ class AskPipeline:
                       scores: dict[str, float]) -> AsyncIterator[Event]:
         answer = Generated(s.model)
         finished, failure = False, ""
+        log = self._log(ask)
         yield Event("generating", True)
         try:
             # closed on the way out, so a client that goes cancels the generator call upstream
@@ -237,10 +270,10 @@ class AskPipeline:
                     yield event
             text = answer.text
             if answer.stopped and not text:  # stopped before any content: the question goes too
-                await asyncio.to_thread(self.history.drop_question, ask.tenant, ask.conversation_id, question_id)
+                await asyncio.to_thread(log.drop_question, ask.tenant, ask.conversation_id, question_id)
                 finished = True
                 yield Event("citations", Sources([], [], {}))
-                yield Event("done", Done(ask.conversation_id, "", answer.model, True, answer.usage))
+                yield Event("done", Done(ask.conversation_id, "", answer.model, True, answer.usage, ask.held))
                 return
             citations = _citations(text, ctx.blocks) + _web_citations(answer.web, len(ctx.blocks))
             meta = {
@@ -255,27 +288,27 @@ class AskPipeline:
                             "generation_ms": round((time.monotonic() - answer.started) * 1000, 2), **answer.marks},
             }
             with tracing.span("storing", record="answer"):
-                answer_id = await asyncio.to_thread(self.history.save_answer, ask.conversation_id, text, meta,
+                answer_id = await asyncio.to_thread(log.save_answer, ask.conversation_id, text, meta,
                                                     answer.stopped)
             finished = True
             tokens = answer.usage.get("total_tokens") or len(text.split())
             await asyncio.to_thread(self.limits.record, ask.tenant, ask.user_id, tokens)
-            self.memory.after_turn(ask.tenant, ask.user_id, ask.conversation_id, conversation.count + 1, s.model,
-                                   [(question_id, "user", ask.question), (answer_id, "assistant", text)])
+            if not ask.held:  # held: no conversation memory, no running summary
+                self.memory.after_turn(ask.tenant, ask.user_id, ask.conversation_id, conversation.count + 1, s.model,
+                                       [(question_id, "user", ask.question), (answer_id, "assistant", text)])
             yield Event("citations", Sources(citations, answer.web_queries, scores))
-            yield Event("done", Done(ask.conversation_id, answer_id, answer.model, answer.stopped, answer.usage))
+            yield Event("done", Done(ask.conversation_id, answer_id, answer.model, answer.stopped, answer.usage, ask.held))
         except RagmeshError as exc:
             failure = exc.code
             raise
         finally:
             if not finished and not failure and not answer.parts:  # the client went before any content
-                self.history.drop_question(ask.tenant, ask.conversation_id, question_id)
+                log.drop_question(ask.tenant, ask.conversation_id, question_id)
             elif not finished:
                 # Keep what was said: marked failed when generation failed, stopped when the client went.
                 meta = {"model": answer.model, "route": s.route, "strategy": strategy_json(s),
                         **({"failed": failure} if failure else {})}
-                self.history.save_answer(ask.conversation_id, answer.text, meta, stopped=not failure,
-                                         failed=failure)
+                log.save_answer(ask.conversation_id, answer.text, meta, stopped=not failure, failed=failure)
 
     async def _generate(self, ask: AskInput, s: Strategy, conversation: Recent, stop: asyncio.Event,
                         ctx: context.Context, corrections: list[CorrectionRecord],
@@ -323,7 +356,7 @@ class AskPipeline:
     def _canned(self, ask: AskInput, s: Strategy, ctx: context.Context) -> tuple[str, str] | None:
         """(model, answer) for answers made without the generator, or None."""
         if s.route == router.DIRECT:
-            return "direct_response", _direct_answer(ask.question)
+            return "direct_response", _direct_answer(ask.question, ask.held)
         if s.retrieval != NO_RETRIEVAL and not ctx.blocks:
             return "no_context_response", NO_MATCH
         if s.route == router.SUMMARY and s.model == EXTRACTIVE:  # the offline backend quotes; a summary is quoted whole
@@ -334,10 +367,13 @@ class AskPipeline:
     async def _generation(self, ask: AskInput, s: Strategy, conversation: Recent, ctx: context.Context,
                           corrections: list[CorrectionRecord]) -> AsyncIterator[GenEvent]:
         # The whole conversation while it fits the history budget; past it, the running summary and
-        # every turn after what it covers.
+        # every turn after what it covers. One the client holds: its newest turns that fit.
         budget = self.settings.history_char_budget
-        remembered = carried_whole(conversation, budget) or await asyncio.to_thread(
-            self.history.remembered, ask.conversation_id, conversation, budget)
+        if ask.held:
+            remembered = held_remembered(ask.conversation_history, budget)
+        else:
+            remembered = carried_whole(conversation, budget) or await asyncio.to_thread(
+                self.history.remembered, ask.conversation_id, conversation, budget)
         recent, summary = remembered.turns, remembered.summary
         params = generation_params.for_answer(s.route, s.collections, persona=bool(ask.persona.strip()),
                                               notes_contract=ask.notes_contract)
@@ -360,10 +396,10 @@ def _discard(task: asyncio.Future | None) -> None:
         task.exception()
 
 
-def _direct_answer(question: str) -> str:
+def _direct_answer(question: str, held: bool) -> str:
     for pattern, answer in DIRECT_ANSWERS:
         if pattern.search(question):
-            return answer
+            return GOODBYE_HELD if held and answer == GOODBYE else answer
     return GREETING
 
 

@@ -29,7 +29,8 @@ from services.gateway.quality import QualityStack, QualityStep
 from services.gateway.query_analysis import mentioned_funds, recency_phrase, time_hint, time_window
 from services.gateway.question_lookup import numbered_filter
 from services.gateway.request import AskInput, document_ref
-from services.gateway.scope_cache import ScopeEntry, Scopes, scope_key
+from services.gateway.scope import Scope
+from services.gateway.scope_cache import ScopeEntry, Scopes
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def _not_reusable(ask: AskInput, s: Plan, cached: ScopeEntry | None) -> str:
     """Why the cached scope cannot be reused whatever the question's topic, or "" when it may be."""
     if cached is None:
         return "no cached scope for this conversation"
-    if cached.key != s.cache_key or cached.collections != s.collections:
+    if cached.key != s.cache_key:
         return f"filters changed ({cached.key} -> {s.cache_key})"
     if missing := followup.not_in_hits(ask.question, cached.hits):
         return f"same filters, but {', '.join(missing)} not in the cached hits"
@@ -140,9 +141,9 @@ class Planner:
             tracing.annotate(route=rt.name, reason=rt.reason, followup=follow.signal)
         if ask.top_k and rt.retrieves:
             rt = dataclasses.replace(rt, k=ask.top_k)
-        search_filter = SearchFilter(tenant=ask.tenant, start_date=ask.start_date, end_date=ask.end_date,
-                                     any_of={"fund_name": sorted(ask.selected_funds)} if ask.selected_funds else {})
-        s = Plan(rt.name, NO_RETRIEVAL, rt.reason, ask.conversation_id, ask.collections, search_filter, follow,
+        asked = Scope.asked(ask)
+        s = Plan(rt.name, NO_RETRIEVAL, rt.reason, ask.conversation_id, ask.collections,
+                 asked.search_filter(ask.tenant), follow,
                  self._model(ask, rt), k=rt.k)
         if rt.name == router.SUMMARY:
             if await self._summary_hits(ask, s):
@@ -151,9 +152,7 @@ class Planner:
             s.route, s.reason, s.k = rt.name, rt.reason, rt.k
         if not rt.retrieves:
             return s
-        await self._read_question(ask, s)
-        s.cache_key = scope_key(s.filter.start_date, s.filter.end_date, s.filter.any_of.get("fund_name", []),
-                                s.time_window + ("+latest" if s.recency else ""), ask.document_ids)
+        s.cache_key = (await self._read_question(ask, asked, s)).key
         started = time.perf_counter()
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
         s.retrieval, why = RAG_NEW_QUERY, _not_reusable(ask, s, cached)
@@ -176,7 +175,7 @@ class Planner:
         finally:
             if checking is not None:
                 checking.cancel()
-        s.reason = f"{rt.reason}; {why}"
+        s.reason += f"; {why}"
         paused = time.monotonic()
         rewritten = await self.quality.rewrite(ask.question, s.model, s.cache_hit)
         s.quality.append(rewritten.step)
@@ -189,7 +188,7 @@ class Planner:
             if not s.unavailable:
                 await self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
                     s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count,
-                    asked=followup.asked_key(ask)))
+                    asked=asked.key))
         reranked = await self.quality.rerank(ask.question, s.model, s.hits)
         s.quality.append(reranked.step)
         s.hits, s.rerank_count = reranked.hits[: s.k], reranked.scored
@@ -272,25 +271,28 @@ class Planner:
             return self.settings.reasoning_model
         return self.default_model
 
-    async def _read_question(self, ask: AskInput, s: Plan) -> None:
-        """A time window, time hints and fund names in the question narrow the search when the user set
-        no filter; a context_window the user set is the window. Words asking for the latest send the
-        time decay; a question with none of these searches the sources that have one within their
-        default window (the last N days)."""
-        dated = bool(ask.start_date or ask.end_date)
-        if ask.context_window:
-            s.time_window = ask.context_window
-        elif not dated and (window := time_window(ask.question)):
-            s.time_window, s.time_hint = window.window, window.phrase
-        elif not dated and (hint := time_hint(ask.question, self.today())):
-            s.filter = dataclasses.replace(s.filter, start_date=hint.start, end_date=hint.end)
-            s.time_hint = hint.phrase
-        s.recency = recency_phrase(ask.question)
-        if not s.recency and not (dated or s.time_window or s.time_hint):
+    async def _read_question(self, ask: AskInput, asked: Scope, s: Plan) -> Scope:
+        """The search's scope: the request's (`asked`) narrowed by a time window, a period and fund names the
+        question names, merged by services/gateway/scope.py's rules (never replacing what the request set);
+        `s.filter` is made from it. Words asking for the latest send the time decay; a question with no dates,
+        window or such words searches the sources that have one within their default window (the last N days)."""
+        scope = asked.narrowed(latest=bool(recency := recency_phrase(ask.question)))
+        if window := time_window(ask.question):
+            scope = scope.narrowed(window=window.window)
+            s.time_hint = window.phrase if scope.window != asked.window else ""
+        elif hint := time_hint(ask.question, self.today()):
+            scope = scope.narrowed(start_date=hint.start, end_date=hint.end)
+            dates = (scope.start_date, scope.end_date)
+            s.time_hint = hint.phrase if dates != (asked.start_date, asked.end_date) else ""
+        if named := mentioned_funds(ask.question, await self.known_funds(ask.tenant)):
+            scope = scope.narrowed(funds=named)
+            s.detected_funds = [f for f in named if f in scope.funds]
+            if not s.detected_funds:
+                s.reason += f"; funds the question names ({', '.join(named)}) are not among those selected: kept"
+        s.filter, s.time_window, s.recency = scope.search_filter(ask.tenant), scope.window, recency
+        if not (recency or scope.start_date or scope.end_date or scope.window):
             s.default_window = {c: d for c, d in self.windows.items() if c in s.collections}
-        if not ask.selected_funds and (funds := mentioned_funds(ask.question, await self.known_funds(ask.tenant))):
-            s.filter = dataclasses.replace(s.filter, any_of={"fund_name": funds})
-            s.detected_funds = funds
+        return scope
 
     async def _embed_question(self, question: str) -> tuple[np.ndarray | None, float]:
         """The question's vector for the topic check and the dense search (None if the embedder is down
@@ -341,22 +343,24 @@ class Planner:
         return f
 
     def _relaxations(self, ask: AskInput, s: Plan) -> Iterator[str]:
-        """Loosens, one at a time, the filters read from the question (never those the user set), for a
+        """Loosens, one at a time, the filters read from the question back to those the user set, for a
         search they left with nothing. First the dates of a period it names: a note reporting on 2023 is
         dated 2024, and the period's words still rank what mentions it. Then the funds it names (a source
         may hold no fund names), but only with no dates or window left: those would be what found nothing,
         and other funds' notes would not answer. A window such as "the last 24 hours" stays: there the
         notes' own dates are what is asked."""
         f = s.filter
-        if s.time_hint and not (ask.start_date or ask.end_date) and (f.start_date or f.end_date):
-            s.filter = dataclasses.replace(s.filter, start_date="", end_date="")
+        if s.time_hint and (f.start_date, f.end_date) != (ask.start_date, ask.end_date):
+            s.filter = dataclasses.replace(s.filter, start_date=ask.start_date, end_date=ask.end_date)
             yield (f"dates read from the question ({s.time_hint!r}: {f.start_date}..{f.end_date}) matched nothing: "
-                   f"relaxed to every date")
+                   f"relaxed to {'the dates set' if ask.start_date or ask.end_date else 'every date'}")
         undated = not (s.filter.start_date or s.filter.end_date or s.time_window not in ("", "all"))
-        if s.detected_funds and not ask.selected_funds and undated:
+        selected = {"fund_name": sorted(ask.selected_funds)} if ask.selected_funds else {}
+        if s.detected_funds and undated and s.filter.any_of.get("fund_name") != selected.get("fund_name"):
             others = {k: v for k, v in s.filter.any_of.items() if k != "fund_name"}
-            s.filter = dataclasses.replace(s.filter, any_of=others)
-            yield f"funds read from the question ({', '.join(s.detected_funds)}) matched nothing: relaxed to every fund"
+            s.filter = dataclasses.replace(s.filter, any_of={**others, **selected})
+            yield (f"funds read from the question ({', '.join(s.detected_funds)}) matched nothing: relaxed to "
+                   f"{'the funds selected' if selected else 'every fund'}")
 
     async def _search(self, ask: AskInput, rt: router.Route, s: Plan, vector: np.ndarray | None,
                       deadline: float) -> None:

@@ -25,8 +25,8 @@ MAX_FUND_CHARS = 200
 MAX_DOCUMENT_IDS = 20
 MAX_DOCUMENT_ID_CHARS = 512
 MAX_PERSONA_CHARS = 500
-MAX_HISTORY_TURNS = 100  # of a client-held conversation; the prompt carries the newest that fit its budget
-MAX_ANSWER_CHARS = 20_000  # an earlier answer a client sends back
+MAX_HISTORY_TURNS = 50  # of a client-held conversation; the prompt carries the newest that fit its budget
+MAX_ANSWER_CHARS = 8_000  # an earlier answer a client sends back; 50 such turns fit HTTP_MAX_BODY_BYTES
 CONTEXT_WINDOWS = ("24h", "48h", "1w", "all")  # documents dated within the last day, two, a week; or any
 
 
@@ -137,8 +137,8 @@ class AskRequest(Declared):
     persona: Annotated[str, Field(max_length=MAX_PERSONA_CHARS)] | None = Field("", description=(
         "Who the assistant is (\"You are terse.\"), put in the system prompt"))
     context_window: Literal[("", *CONTEXT_WINDOWS)] | None = Field("", description=(  # type: ignore[valid-type]
-        "Only documents dated within the last 24h, 48h or week (1w); all or empty: any date (the question may "
-        "still name a window, \"in the last 24 hours\")"))
+        "Only documents dated within the last 24h, 48h or week (1w); all: any date, whatever the question says; "
+        "empty: any date unless the question names a window (\"in the last 24 hours\")"))
     conversation_history: list[HistoryTurn] = Field(default_factory=list, max_length=MAX_HISTORY_TURNS,
                                                     description=(
         "The conversation so far as the client holds it, oldest first: routed, reused and carried into the prompt "
@@ -168,15 +168,18 @@ class AskRequest(Declared):
         return self
 
     def to_input(self) -> AskInput:
-        return AskInput(
-            question=self.question, data_sources=self.data_sources, start_date=self.start_date or "",
-            end_date=self.end_date or "", selected_funds=self.selected_funds,
-            conversation_id=self.conversation_id or "", model=self.model or "", tenant=self.tenant,
-            user_id=self.user_id, top_k=self.top_k, document_ids=self.document_ids, persona=self.persona or "",
-            context_window=self.context_window or "", response_format=self.format or "ragmesh",
-            conversation_history=[Turn(t.question, t.answer) for t in self.conversation_history],
-            held=bool(self.conversation_history),
-        )
+        """The domain's Ask: every field by its name (null: the domain's default), but those the domain holds
+        in another shape (`_CONVERTED`). A field AskInput lacks is a TypeError here, not a field dropped."""
+        same = {name: value for name in type(self).model_fields
+                if name not in _CONVERTED and (value := getattr(self, name)) is not None}
+        return AskInput(**same, response_format=self.format or "ragmesh",
+                        conversation_history=[Turn(t.question, t.answer) for t in self.conversation_history],
+                        held=bool(self.conversation_history))
+
+
+# AskRequest fields AskInput holds in another shape: the response format by its domain name (empty: ragmesh's
+# own), the client's turns as the domain's Turns (and that the client holds the conversation).
+_CONVERTED = frozenset({"format", "conversation_history"})
 
 
 def document_ref(ref: str) -> tuple[str, str]:

@@ -1,7 +1,7 @@
 """Per tenant and conversation, the scope of the last search and its hits, so a follow-up on the same
 filters and topic reuses them (RAG_REUSE). Entries live for a TTL and each tenant keeps a bounded
-number and size (least recently used out first), keyed as `{start_date}_{end_date}_{sorted(funds)}` (and
-`_{window}` under a time window, `_{sorted(documents)}` with documents picked).
+number and size (least recently used out first). An entry's key is its search's scope's
+(services/gateway/scope.py): every filter it ran under.
 
 `Scopes` is what the planner and the pipeline use; `ScopeCache` keeps entries in this process, the
 Redis one (services/gateway/shared_state) shares them between gateway replicas."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,12 +18,6 @@ import numpy as np
 from ragmesh.text import sha256
 from ragmesh.types import Hit
 from services.gateway.context import Context
-
-
-def scope_key(start_date: str, end_date: str, funds: list[str], window: str = "", documents: Sequence[str] = ()) -> str:
-    """Hits are reused only under the same dates, funds, time window and picked documents."""
-    key = f"{start_date}_{end_date}_{sorted(funds)}" + (f"_{window}" if window else "")
-    return f"{key}_{sorted(documents)}" if documents else key
 
 
 @dataclass
@@ -37,8 +31,8 @@ class ScopeEntry:
     created: float = field(default_factory=time.monotonic)
     # The last context built from these hits: (the first hits, the very objects, and the context).
     context: tuple[list[Hit], Context] | None = None
-    # The scope the user set on that request (not what was read from its question): a follow-up
-    # under another one searches (services/gateway/followup.py).
+    # The key of the scope the user set on that request (Scope.asked, not what was read from its
+    # question): a follow-up under another one searches (services/gateway/followup.py).
     asked: str = ""
 
     def sources(self) -> list[tuple[str, str]]:

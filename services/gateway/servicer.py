@@ -38,16 +38,17 @@ from services.gateway.upload_memory import SpooledMessage, Uploads
 from services.gateway.whole_answer import whole_answer
 
 
+# The Ask fields gateway.proto's AskRequest leaves out, and why; every other field is copied from the message
+# by name (tests/integration/test_declared_once.py holds the proto and the declaration to this).
+ASK_LEFT_OUT = {"format": "the notes contract is a method of its own, AskNotes"}
+
+
 def ask_from_proto(r: gateway_pb2.AskRequest, response_format: str = "") -> AskInput:
-    """The request checked by the declaration the HTTP body is parsed with, as a domain input."""
-    return AskRequest.checked({
-        "question": r.question, "data_sources": list(r.data_sources), "start_date": r.start_date,
-        "end_date": r.end_date, "selected_funds": list(r.selected_funds), "conversation_id": r.conversation_id,
-        "model": r.model, "tenant": r.tenant, "user_id": r.user_id,
-        "top_k": r.top_k if r.HasField("top_k") else None, "document_ids": list(r.document_ids),
-        "persona": r.persona, "context_window": r.context_window, "format": response_format,
-        "conversation_history": [{"question": t.question, "answer": t.answer} for t in r.conversation_history],
-    }).to_input()
+    """The request checked by the declaration the HTTP body is parsed with, as a domain input: the message's
+    fields as its JSON has them (an unset `optional` field left out, so the declaration's default applies;
+    a field the declaration lacks is refused naming it)."""
+    sent = json_format.MessageToDict(r, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    return AskRequest.checked({**sent, "format": response_format}).to_input()
 
 
 def event_to_proto(event: Event) -> gateway_pb2.ChatEvent:
@@ -242,15 +243,20 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 async def _writable(documents: AsyncIterator[retriever_pb2.Document], uploads: Uploads, tenant: str
                     ) -> AsyncIterator[retriever_pb2.Document | SpooledMessage]:
     """The client's documents, refusing (and so ending the stream at) one for a collection it may not write
-    or whose access the upload's declaration refuses (the retriever decides who may share how). A file is
+    or whose access the upload's declaration refuses (the retriever decides who may share how). Each is
+    read within its tenant's share of receiving (RESOURCE_EXHAUSTED past it: services/gateway/upload_memory),
     spooled as it arrives and read back as it is sent, within its tenant's share of memory."""
-    async for doc in documents:
-        check_writable("collection", doc.collection)
-        if doc.HasField("access"):
-            AccessRequest.checked_at("access", access_fields(doc.access))
-        if not doc.content:
-            yield doc
-            continue
-        spooled = await SpooledMessage.of(doc, uploads.spool, uploads.memory, tenant)
-        del doc  # the message is on disk now
-        yield spooled
+    while True:
+        receiving = uploads.receiving.take_now(tenant, uploads.message_bytes)
+        try:
+            doc = await anext(documents, None)
+            if doc is None:
+                return
+            check_writable("collection", doc.collection)
+            if doc.HasField("access"):
+                AccessRequest.checked_at("access", access_fields(doc.access))
+            sent = await SpooledMessage.of(doc, uploads.spool, uploads.memory, tenant) if doc.content else doc
+            del doc  # a file is on disk now
+        finally:
+            uploads.receiving.give(tenant, receiving)
+        yield sent

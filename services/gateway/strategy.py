@@ -51,7 +51,7 @@ class Strategy:
     time_window: str
     """The retriever's window filter: 24h, 48h, 1w or all (empty: none)"""
     detected_funds: list[str]
-    """Fund names read from the question, used as the fund filter"""
+    """Fund names read from the question, used as the fund filter (narrowing the selected funds to those among them)"""
     k: int
     candidate_count: int
     chunks: int

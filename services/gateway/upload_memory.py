@@ -4,7 +4,15 @@ An upload's files wait on disk (the HTTP bridge's multipart spool, or ragmesh.sp
 uploads) and are read into memory only while they are sent to the retriever, which spools them
 in turn; a file waits here until the tenant's others in memory are sent. So however many uploads a
 tenant runs at once, this process holds at most its share of their bytes (and one file larger than
-the share, alone), and one tenant's waiting never holds up another's."""
+the share, alone), and one tenant's waiting never holds up another's.
+
+Receiving is bounded too. The HTTP bridge writes a body to disk as it arrives; gRPC receives each
+message whole in memory before the servicer sees it, and its size is known only then. So before a
+gRPC upload's stream reads its next file it takes the largest a file may be (the method's message
+limit) from the tenant's share of receiving, and gives it back once the file is on disk; with no
+room the call is refused at once (RESOURCE_EXHAUSTED naming the share), not queued: a queued read
+would hold the client's bytes in flight all the same. Receiving and sending have a share each (of
+the same size), so a stream waiting for its client's next file never holds up the sending of its last."""
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ragmesh.errors import ResourceExhausted
 from ragmesh.spool import Spool, Spooled
+
+MB = 1024 * 1024
 
 
 class TenantBytes:
@@ -51,6 +62,17 @@ class TenantBytes:
             raise
         return size
 
+    def take_now(self, tenant: str, size: int) -> int:
+        """Takes `size` bytes (over the whole share: the whole share) if the tenant has room now and
+        nothing of it waits; else raises ResourceExhausted naming the share. Returns what was taken."""
+        size = min(size, self.limit)
+        if self._waiting.get(tenant) or self.held(tenant) + size > self.limit:
+            raise ResourceExhausted(f"uploads: your tenant's files being received hold {self.held(tenant) / MB:.0f} "
+                                    f"MB of the gateway's memory, and the next may be {size / MB:.0f} MB: past its "
+                                    f"share of {self.limit / MB:g} MB (UPLOAD_MEMORY_PER_TENANT_MB); retry in 1 s", 1.0)
+        self._held[tenant] = self.held(tenant) + size
+        return size
+
     def give(self, tenant: str, size: int) -> None:
         self._held[tenant] = self.held(tenant) - size
         if not self._held[tenant]:
@@ -71,10 +93,17 @@ class TenantBytes:
 
 @dataclass(frozen=True)
 class Uploads:
-    """Where the gateway keeps uploads waiting to be sent, and each tenant's share of memory for them."""
+    """Where the gateway keeps uploads waiting to be sent, each tenant's share of memory for sending
+    them and for receiving them over gRPC, and the largest file one gRPC message may carry."""
 
     spool: Spool
     memory: TenantBytes
+    receiving: TenantBytes
+    message_bytes: int
+
+    @classmethod
+    def of(cls, spool: Spool, share_bytes: int, message_bytes: int) -> Uploads:
+        return cls(spool, TenantBytes(share_bytes), TenantBytes(share_bytes), message_bytes)
 
 
 class SpooledMessage:

@@ -21,6 +21,7 @@ class WholeAnswer:
     web_queries: list[str] = field(default_factory=list)
     strategy: Strategy | None = None  # None: the question never reached planning's end
     scores: dict[str, float] = field(default_factory=dict)  # chunk id -> its hit's score
+    usage: dict[str, int] = field(default_factory=dict)  # the tokens it took (the generator's counts)
 
 
 async def whole_answer(pipeline: AskPipeline, prepared: Prepared) -> WholeAnswer:
@@ -37,7 +38,7 @@ async def whole_answer(pipeline: AskPipeline, prepared: Prepared) -> WholeAnswer
             elif event.kind == "strategy":
                 whole.strategy = event.value
             elif event.kind == "done":
-                whole.model = event.value.model
+                whole.model, whole.usage = event.value.model, event.value.usage
             elif event.kind == "error":
                 raise error_of(event.value["code"], event.value["message"])
     whole.answer = "".join(parts)

@@ -185,6 +185,19 @@ def test_grpcurl_asks_the_gateway_with_the_key(processes: Running) -> None:
     assert "done" in events[-1] and "March 2025" in "".join(e.get("content", "") for e in events)
 
 
+def test_grpcurl_asks_a_follow_up_in_a_conversation_the_client_holds(processes: Running) -> None:
+    """docs/api.md's line: the earlier turn travels in conversation_history; the answer says it is held."""
+    body = json.dumps({"question": "When did it close?", "conversation_history": [
+        {"question": "When did Meridian close to new investors?", "answer": "In March 2025 [1]."}]})
+    out = grpcurl("-H", f"authorization: Bearer {processes.key}", "-d", body, processes.address("gateway"),
+                  "ragmesh.v1.Gateway/Ask")
+    events = [json.loads(chunk) for chunk in re.split(r"(?<=\})\n(?=\{)", out.strip())]
+    done = events[-1]["done"]
+    assert done["held"] is True and done["conversation_id"].startswith("held-"), done
+    strategy = next(e["strategy"] for e in events if "strategy" in e)
+    assert "client holds the conversation" in strategy["reason"], strategy
+
+
 def test_the_sse_bridge_answers_from_the_separate_processes(processes: Running) -> None:
     url = f"http://127.0.0.1:{processes.ports['http']}"
     reply = httpx.post(url + "/api/chat/ask", json={"question": "When did Meridian close to new investors?"},

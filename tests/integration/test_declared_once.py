@@ -3,27 +3,45 @@ hold, read off the document and probed on HTTP and on gRPC. A field at its docum
 request then fails on another field, or on an unknown conversation), one past it is refused naming it;
 so a limit written a second time anywhere (a route, the servicer, the domain check, the proto) with
 another value fails here. And the document is the models' own: no request constraint is added after
-FastAPI generates it."""
+FastAPI generates it.
+
+And every Ask field reaches every edge: each edge names the Ask fields it carries and those it leaves out
+(with why), which together are the declaration's; a field it carries, sent with a value the declaration
+refuses, is refused naming it (the edge handed it to the declaration); and through both native edges each
+field reaches the domain's AskInput. Adding an edge is one entry in EDGES.
+
+And the scope a cached search is reused under is declared once (services/gateway/scope.py): every Ask field
+sets it or is listed as not setting it, and its key is made of every field it has."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import httpx
 import pytest
+from google.protobuf import json_format
 
 from ragmesh.v1 import gateway_pb2, gateway_pb2_grpc
+from services.gateway.api import mcp_tools, openai_request
 from services.gateway.api.chat import StopBody
 from services.gateway.api.conversations import RenameBody
 from services.gateway.correction_request import CorrectionBody
-from services.gateway.request import AskRequest
+from ragmesh.errors import InvalidArgument
+from services.gateway.request import AskInput, AskRequest
+from services.gateway.scope import ASKED, NOT_SCOPING, READ_FROM_QUESTION, Scope
+from services.gateway.servicer import ASK_LEFT_OUT, ask_from_proto
 from services.gateway.transcript_request import TranscriptBody
 from tests.auth import bearer, channel, headers
 from tests.stack import DEMO, Stack
 
 UNKNOWN = "0" * 32  # a well-formed conversation id no conversation has
-POISON = {"context_window": "bogus"}  # a field checked after every bounded one: its refusal means they passed
+# Dates out of order: checked once every field passed, so their refusal (naming end_date) means they did.
+POISON = {"start_date": "2024-02-01", "end_date": "2024-01-01"}
+# An item of a list of objects, where a bounded list is probed.
+ITEMS = {"conversation_history": lambda i: {"question": f"q{i}"}}
 Send = Callable[[dict[str, Any]], tuple[str, str]]  # a request's fields -> (outcome, message)
 
 
@@ -60,7 +78,7 @@ def sized(field: str, kind: str, size: int) -> dict[str, Any]:
     if field.endswith("[0]"):
         return {name: ["x" * size]}
     if kind == "maxItems":
-        return {name: [f"d{i}" for i in range(size)]}
+        return {name: [ITEMS.get(name, lambda i: f"d{i}")(i) for i in range(size)]}
     return {name: int(size)} if kind == "maximum" else {name: "x" * size}
 
 
@@ -84,6 +102,36 @@ def grpc_sender(call: Callable, message: type, streaming: bool = False) -> Send:
     return send
 
 
+def openai_sender(stack: Stack, key: str) -> Send:
+    """Ask fields as a chat completion: the question and the history in `messages`, the persona a system
+    message, the filters extension fields."""
+    def send(fields: dict[str, Any]) -> tuple[str, str]:
+        rest = dict(fields)
+        messages = [{"role": "system", "content": rest.pop("persona")}] if "persona" in rest else []
+        for turn in rest.pop("conversation_history", []):
+            messages += [{"role": "user", "content": turn["question"]},
+                         {"role": "assistant", "content": turn.get("answer", "")}]
+        messages.append({"role": "user", "content": rest.pop("question")})
+        reply = httpx.post(stack.http_url + "/v1/chat/completions", json={"messages": messages, **rest},
+                           headers=headers(key), timeout=30)
+        error = reply.json().get("error") or {}
+        return ("INVALID_ARGUMENT" if reply.status_code == 400 else str(reply.status_code)), error.get("message", "")
+    return send
+
+
+def mcp_sender(stack: Stack, key: str) -> Send:
+    """Ask fields as the arguments of the MCP `ask` tool (JSON-RPC over streamable HTTP); a tool error reads
+    `<code>: <field>: ...`."""
+    def send(fields: dict[str, Any]) -> tuple[str, str]:
+        reply = httpx.post(stack.http_url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                                          "params": {"name": "ask", "arguments": fields}},
+                           headers={**headers(key), "accept": "application/json, text/event-stream"}, timeout=30)
+        result = reply.json()["result"]
+        code, _, message = result["content"][0]["text"].partition(": ") if result["isError"] else ("OK", "", "")
+        return code, message
+    return send
+
+
 def assert_bounds_held(schema: dict, send: Send, base: dict[str, Any], passed: str, skip: set[str] = set()) -> int:
     """Each documented bound: at it, the request gets past the field (`passed`: the code or the field that
     fails next); one past it, INVALID_ARGUMENT naming the field."""
@@ -103,9 +151,9 @@ def test_an_ask_is_held_to_its_documented_bounds_on_both_edges(stack: Stack, key
                                                                stub: gateway_pb2_grpc.GatewayStub) -> None:
     schema = document["components"]["schemas"]["AskRequest"]
     base = {"question": "What changed?", **POISON}
-    assert_bounds_held(schema, http_sender(stack, key, "POST", "/api/chat/ask"), base, "context_window")
+    assert_bounds_held(schema, http_sender(stack, key, "POST", "/api/chat/ask"), base, "end_date")
     probed = assert_bounds_held(schema, grpc_sender(stub.Ask, gateway_pb2.AskRequest, streaming=True), base,
-                                "context_window")
+                                "end_date")
     assert probed >= 10  # question, funds (count, each), conversation, tenant, user, top_k, documents (2), persona
 
 
@@ -143,6 +191,8 @@ def test_the_documented_request_schemas_are_the_models_own(document: dict) -> No
     schemas = document["components"]["schemas"]
     for model in (AskRequest, StopBody, CorrectionBody, RenameBody, TranscriptBody):
         declared = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, nested in declared.pop("$defs", {}).items():  # the document holds them beside the model
+            assert schemas[name] == nested, name
         for prop in declared["properties"].values():  # FastAPI leaves a null default out
             if "default" in prop and prop["default"] is None:
                 del prop["default"]
@@ -152,7 +202,123 @@ def test_the_documented_request_schemas_are_the_models_own(document: dict) -> No
         assert served == declared, model.__name__
 
 
-def test_gateway_ask_request_carries_the_fields_the_model_declares() -> None:
-    """The proto and the model name the same fields (format: the notes contract is its own method, AskNotes)."""
-    proto = set(gateway_pb2.AskRequest.DESCRIPTOR.fields_by_name)
-    assert proto == set(AskRequest.model_fields) - {"format"}
+def named_first(field: str, message: str) -> bool:
+    """A refusal names the field first (`<field>: ...`), as the native edges do."""
+    return message.startswith(field)
+
+
+@dataclass(frozen=True)
+class Edge:
+    """An edge an Ask arrives by: the Ask fields it takes from its callers, those it leaves out (field ->
+    why), how a request with some Ask fields is sent through it ((stack, key) -> Send: the outcome as a
+    gRPC code name, INVALID_ARGUMENT for a 400 or a tool error), and whether a refusal's message names an
+    Ask field (an edge that carries a field in a shape of its own may name it otherwise)."""
+
+    name: str
+    carries: frozenset[str]
+    leaves_out: Mapping[str, str]
+    sender: Callable[[Stack, str], Send]
+    names: Callable[[str, str], bool] = named_first
+
+
+EDGES = (
+    # The body is the declaration itself (test_the_documented_request_schemas_are_the_models_own).
+    Edge("http", frozenset(AskRequest.model_fields), {},
+         lambda stack, key: http_sender(stack, key, "POST", "/api/chat/ask")),
+    # ask_from_proto copies the message's fields by name: those the proto declares.
+    Edge("grpc", frozenset(gateway_pb2.AskRequest.DESCRIPTOR.fields_by_name), ASK_LEFT_OUT,
+         lambda stack, key: grpc_sender(gateway_pb2_grpc.GatewayStub(channel(stack.address("gateway"),
+                                                                             bearer(key))).Ask,
+                                        gateway_pb2.AskRequest, streaming=True)),
+    # The OpenAI-compatible edge: its module's table of how each Ask field travels there (a message, an
+    # extension field, or not carried and why); a refusal names `messages[i].content` and then the field.
+    Edge("openai", frozenset(f for f, how in openai_request.ASK_FIELDS.items() if not how.startswith("not carried")),
+         {f: how for f, how in openai_request.ASK_FIELDS.items() if how.startswith("not carried")},
+         openai_sender, lambda field, message: field in message),
+    # The MCP server's tools: ASK_FIELDS in services/gateway/api/mcp_tools.py says which Ask field each of
+    # a tool's arguments is; `ask` takes them all.
+    Edge("mcp", frozenset(mcp_tools.ASK_FIELDS["ask"].values()), {}, mcp_sender),
+)
+ASK_FIELDS = frozenset(AskRequest.model_fields)
+BASE = {"question": "What changed?"}
+# One value of each Ask field that the declaration refuses (naming the field), and one it accepts that
+# makes a difference to the domain's AskInput. A new field needs both, or the tests below fail.
+REFUSED: dict[str, Any] = {
+    "question": " ", "data_sources": ["Fax"], "start_date": "2024-02-30", "end_date": "someday",
+    "selected_funds": [f"Fund {i}" for i in range(51)], "conversation_id": "-x", "model": "no-such-model",
+    "tenant": "t" * 129, "user_id": "u" * 129, "top_k": 0, "document_ids": ["notes/ "], "persona": "p" * 501,
+    "context_window": "2h", "conversation_history": [{"question": "Why?", "answer": "a" * 20_001}], "format": "xml",
+}
+ACCEPTED: dict[str, Any] = {
+    "question": "What did Kestrel buy?", "data_sources": ["Documents"], "start_date": "2024-01-01",
+    "end_date": "2024-12-31", "selected_funds": ["Kestrel Emerging Markets"], "conversation_id": "c1",
+    "model": "extractive", "tenant": "demo", "user_id": "ana", "top_k": 7, "document_ids": ["documents/memo"],
+    "persona": "You are terse.", "context_window": "1w",
+    "conversation_history": [{"question": "Who manages Kestrel?", "answer": "Ana [1]."}], "format": "notes",
+}
+
+
+@pytest.mark.parametrize("edge", EDGES, ids=lambda e: e.name)
+def test_every_edge_accounts_for_every_ask_field(edge: Edge) -> None:
+    """What an edge carries and what it leaves out are the declaration's fields, each once, each left out
+    with a reason: a field added to the declaration (or the proto) and not to an edge fails here."""
+    assert edge.carries <= ASK_FIELDS, f"{edge.name} carries undeclared {sorted(edge.carries - ASK_FIELDS)}"
+    assert not edge.carries & set(edge.leaves_out), f"{edge.name} both carries and leaves out"
+    assert edge.carries | set(edge.leaves_out) == ASK_FIELDS, \
+        f"{edge.name} neither carries nor leaves out {sorted(ASK_FIELDS - edge.carries - set(edge.leaves_out))}"
+    assert all(why.strip() for why in edge.leaves_out.values())
+
+
+@pytest.mark.parametrize("field", sorted(ASK_FIELDS))
+def test_each_field_has_a_value_the_declaration_refuses_naming_it_and_one_it_takes(field: str) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        AskRequest.checked({**BASE, field: REFUSED[field]})
+    assert str(refused.value).startswith(field), str(refused.value)
+    assert AskRequest.checked({**BASE, field: ACCEPTED[field]}).to_input() != AskRequest.checked(BASE).to_input()
+
+
+@pytest.mark.parametrize("field", sorted(ASK_FIELDS))
+def test_every_ask_field_reaches_the_domain_input_alike_through_both_native_edges(field: str) -> None:
+    """The HTTP body (the declaration's model, then to_input) and the gRPC message (ask_from_proto) make the
+    same AskInput, and the field changed it; one it keeps by name has the value sent."""
+    sent = {**BASE, field: ACCEPTED[field]}
+    over_http = AskRequest.checked(sent).to_input()
+    message = gateway_pb2.AskRequest(**{k: v for k, v in sent.items() if k not in ASK_LEFT_OUT})
+    assert ask_from_proto(message, sent.get("format", "")) == over_http
+    if field in AskInput.__dataclass_fields__ and field != "conversation_history":
+        assert getattr(over_http, field) == ACCEPTED[field]
+
+
+def test_every_ask_field_an_edge_carries_reaches_the_declaration(stack: Stack, key: str) -> None:
+    """Sent with a value the declaration refuses, each field an edge carries is refused naming it: the edge
+    handed it to the declaration rather than dropping it."""
+    for edge in EDGES:
+        send = edge.sender(stack, key)
+        for field in sorted(edge.carries):
+            code, message = send({**BASE, field: REFUSED[field]})
+            assert code == "INVALID_ARGUMENT" and edge.names(field, message), (edge.name, field, code, message)
+
+
+def test_every_ask_field_sets_the_scope_or_is_listed_as_not_setting_it() -> None:
+    """A filter added to the Ask is either a field of the scope (so in the cache key) or says why hits found
+    under another value of it answer as well; each Scope field is set by the request or read from the question."""
+    assert not set(ASKED) & set(NOT_SCOPING)
+    assert set(ASKED) | set(NOT_SCOPING) == ASK_FIELDS, sorted(ASK_FIELDS - set(ASKED) - set(NOT_SCOPING))
+    assert set(ASKED.values()) | READ_FROM_QUESTION == {f.name for f in dataclasses.fields(Scope)}
+    assert all(why.strip() for why in NOT_SCOPING.values())
+
+
+@pytest.mark.parametrize("field", sorted(ASKED))
+def test_each_scoping_field_of_the_ask_is_in_the_key(field: str) -> None:
+    """ASKED says which Scope field an Ask field sets: Scope.asked reads it, so another value is another key."""
+    default, changed = (Scope.asked(AskRequest.checked(sent).to_input())
+                        for sent in (BASE, {**BASE, field: ACCEPTED[field]}))
+    assert changed.key != default.key
+    assert getattr(changed, ASKED[field]) != getattr(default, ASKED[field])
+
+
+def test_a_field_added_to_the_scope_is_in_the_key() -> None:
+    """The key is made of the declaration's fields, none named: an `authors` filter added is in it."""
+    widened = dataclasses.make_dataclass("WithAuthors", [("authors", tuple, ())], bases=(Scope,), frozen=True)
+    assert widened(authors=("Ana",)).key != widened(authors=("Bo",)).key != widened().key == Scope().key
+    assert Scope(funds=("A", "B")).key != Scope(funds=("A",)).key != Scope(documents=("A",)).key

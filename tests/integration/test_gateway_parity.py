@@ -280,7 +280,9 @@ COUNTERPARTS = {
 }
 # HTTP by nature: the page and its API explorer are for browsers; health and metrics have their own
 # gRPC-side counterparts outside Gateway (grpc.health.v1.Health on every port, each service's /metrics).
-HTTP_ONLY = {("GET", "/"), ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/healthz"), ("GET", "/metrics")}
+# The MCP server is streamable HTTP by its protocol; its tools are Ask, ListDocuments, GetChunk, ListCollections.
+HTTP_ONLY = {("GET", "/"), ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/healthz"), ("GET", "/metrics"),
+             ("POST", "/mcp")}
 # gRPC spellings of what HTTP folds into one route: the notes contract is POST /api/chat/ask with
 # "format": "notes"; the models a client may pick are part of GET /api/meta.
 GRPC_ONLY = {"AskNotes": ("POST", "/api/chat/ask"), "ListModels": ("GET", "/api/meta")}

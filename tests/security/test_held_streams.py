@@ -28,6 +28,8 @@ from tests.stack import HOST, Stack
 OTHER = "otherco"  # each test's holder is a tenant of its own: streams of one end after it
 COLLECTION = "held_streams"
 IDLE_S = 0.5  # the test services' STREAM_IDLE_TIMEOUT_S
+RECEIVING = 4096  # MB: room to receive 80 files at once, so the shares of slots are what stops the holder
+# (a tenant's share of receiving gRPC files, one at a time by default: tests/security/test_upload_receive.py)
 
 
 @dataclass
@@ -143,7 +145,8 @@ def test_a_tenant_holding_idle_streams_at_its_share_leaves_the_gateway_to_others
     at its share of the calls (a quarter), never every slot."""
     tenant = f"holdco-gateway-{share}"
     streams = {} if share == "TENANT_STREAM_SHARE" else {"tenant_stream_share": 0}
-    gateway: ServiceHost = stack.start_variant("gateway", max_concurrent_calls=16, **streams)
+    gateway: ServiceHost = stack.start_variant("gateway", max_concurrent_calls=16,
+                                               upload_memory_per_tenant_mb=RECEIVING, **streams)
     admission, port = gateway.app.admission, gateway.app.http_port
     keys = [stack.key(tenant, f"holder-{i}", "admin") for i in range(8)]
     refused: Held | None = None
@@ -224,7 +227,8 @@ def test_an_idle_upload_body_ends_with_408_and_frees_its_slot(stack: Stack, hold
 def test_a_service_with_no_free_slot_says_not_serving_until_one_is_free(stack: Stack, holder: Holder) -> None:
     """Health follows admission: a load balancer sends calls elsewhere (it said SERVING throughout)."""
     gateway: ServiceHost = stack.start_variant("gateway", max_concurrent_calls=4, tenant_call_share=1,
-                                               user_call_share=1, tenant_stream_share=1)
+                                               user_call_share=1, tenant_stream_share=1,
+                                               upload_memory_per_tenant_mb=RECEIVING)
     key = stack.key("holdco-health", "filler", "admin")
 
     def health() -> tuple[str, str, int]:

@@ -6,11 +6,7 @@ import pytest
 from ragmesh.errors import InvalidArgument
 from services.gateway.request import AskRequest
 from ragmesh.types import Chunk, Hit
-from services.gateway.scope_cache import ScopeCache, ScopeEntry, held_bytes, scope_key
-
-
-def test_scope_key_is_order_independent() -> None:
-    assert scope_key("2024-01-01", "2024-12-31", ["B", "A"]) == "2024-01-01_2024-12-31_['A', 'B']"
+from services.gateway.scope_cache import ScopeCache, ScopeEntry, held_bytes
 
 
 def test_scope_cache_ttl_and_bound_per_tenant() -> None:

@@ -8,6 +8,7 @@ import stat
 
 import pytest
 
+from ragmesh.errors import ResourceExhausted
 from ragmesh.spool import Spool
 from services.gateway.upload_memory import TenantBytes
 
@@ -47,6 +48,25 @@ def test_a_cancelled_waiter_takes_nothing_and_lets_the_next_in() -> None:
         with pytest.raises(asyncio.CancelledError):
             await first
         assert memory.held("a") == 50
+
+    asyncio.run(scenario())
+
+
+def test_taken_now_or_refused_naming_the_share_never_past_a_waiter() -> None:
+    async def scenario() -> None:
+        memory = TenantBytes(100)
+        assert memory.take_now("a", 60) == 60
+        with pytest.raises(ResourceExhausted, match="UPLOAD_MEMORY_PER_TENANT_MB") as refused:
+            memory.take_now("a", 60)
+        assert refused.value.retry_after_s >= 1 and memory.held("a") == 60
+        assert memory.take_now("b", 500) == 100  # another tenant's share; over it: the whole share
+        waiter = asyncio.ensure_future(memory.take("a", 60))
+        await asyncio.sleep(0.01)
+        memory.give("a", 20)  # room for 40 now, but a's waiter is first
+        with pytest.raises(ResourceExhausted):
+            memory.take_now("a", 10)
+        memory.give("a", 40)
+        assert await asyncio.wait_for(waiter, 1) == 60
 
     asyncio.run(scenario())
 

@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from starlette.routing import Match, Route
 
 from ragmesh import metrics
 from ragmesh.admission import Admission
@@ -33,7 +33,10 @@ from services.gateway.api.chat import chat_router
 from services.gateway.api.chunks import chunks_router
 from services.gateway.api.conversations import conversations_router
 from services.gateway.api.documents import documents_router
-from services.gateway.api.limits import AdmissionGuard, RequestGuard
+from services.gateway.api.limits import MCP_PATH, AdmissionGuard, RequestGuard
+from services.gateway.api.mcp_tools import mcp_endpoint
+from services.gateway.api.openai_chat import openai_app
+from services.gateway.api.openai_errors import OpenAIErrors
 from services.gateway.api.openapi import install as install_openapi
 from services.gateway.api.schemas import Error, Health, Meta, returns
 from services.gateway.api.transcripts import transcripts_router
@@ -114,7 +117,8 @@ def create_app(
     max_file_bytes: int,
     upload_memory: TenantBytes,
 ) -> FastAPI:
-    app = FastAPI(title="ragmesh gateway", docs_url=None, redoc_url=None,
+    mcp = mcp_endpoint(pipeline, library, retriever, max_body_bytes)
+    app = FastAPI(title="ragmesh gateway", docs_url=None, redoc_url=None, lifespan=lambda _: mcp.running(),
                   generate_unique_id_function=lambda route: route.name)  # operationId: the route function's name
     # Added innermost first: RequestGuard, then BrowserGuard, then AdmissionGuard meet a request.
     identifier = Identifier(authenticator, front_door.checks, front_door.checks_waiting)
@@ -124,6 +128,7 @@ def create_app(
                        idle_timeout_s=front_door.idle_timeout_s)
     app.add_middleware(BrowserGuard, hosts=allowed_hosts, router=app.router)
     app.add_middleware(RequestGuard)
+    app.add_middleware(OpenAIErrors)  # outermost: the guards' refusals of /v1 requests in OpenAI's error shape
     caller = caller_dependency()
 
     @app.exception_handler(RagmeshError)
@@ -206,6 +211,8 @@ def create_app(
     app.include_router(transcripts_router(transcripts, caller))
     app.include_router(chunks_router(library, caller))
     app.include_router(catalog_router(library, caller))
+    app.mount("/v1", openai_app(pipeline, caller))  # the OpenAI-compatible chat edge, under the same guards
+    app.router.routes.append(Route(MCP_PATH, mcp.app, methods=["POST"], name="mcp"))  # stateless: no GET stream
     install_openapi(app, offered_models=pipeline.models.offered_now, max_body_bytes=max_body_bytes,
                     max_upload_bytes=max_upload_bytes)
     return app

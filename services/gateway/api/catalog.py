@@ -14,7 +14,8 @@ from services.gateway.document_request import CollectionAccessRequest
 from services.gateway.library import CollectionLine, CollectionRules, Library
 
 
-def _line(c: CollectionLine) -> dict:
+def collection_line(c: CollectionLine) -> dict:
+    """A collection as a picker (and the MCP edge's list_collections) shows it."""
     return {"name": c.name, "documents": c.documents, "chunks": c.chunks, "data_source": c.data_source,
             "members_upload": c.members_upload, "default_access": access_json(c.default_access)}
 
@@ -30,7 +31,7 @@ def catalog_router(library: Library, caller: Callable[..., Awaitable[Identity]])
     @router.get("/api/collections", summary="The tenant's collections, for pickers, with their access rules",
                 **returns(Collections, 502))
     async def list_collections(who: Identity = Depends(caller)) -> dict:
-        return {"collections": [_line(c) for c in await library.collections(who)]}
+        return {"collections": [collection_line(c) for c in await library.collections(who)]}
 
     @router.put("/api/collections/{collection}/access", summary="A collection's access rules in the tenant (admin "
                                                                 "keys)", **returns(CollectionAccess, 403, 502))

@@ -51,7 +51,7 @@ from ragmesh.request_context import identity_var
 from ragmesh.types import DocumentEntry, DocumentRecord
 from ragmesh.v1 import common_pb2, retriever_pb2
 from ragmesh.validation import COLLECTION_NAME, MAX_ID_CHARS, NOT_BLANK, check_writable, shown
-from services.gateway.api.openapi import streams, upload_body
+from services.gateway.api.openapi import JSON_DOCUMENTS, TEXT_DOCUMENT, streams, upload_body
 from services.gateway.api.paging import Limit, Offset
 from services.gateway.api.schemas import DocumentInfo, Documents, DocumentsDeleted, access_json, returns
 from services.gateway.document_request import AccessChange, AccessRequest
@@ -227,6 +227,13 @@ def _object(where: str, value: object) -> dict:
     return value
 
 
+def _declared(where: str, body: dict, schema: dict) -> None:
+    """A field the documented schema does not name is refused as the declared bodies refuse one."""
+    unknown = next((name for name in body if name not in schema["properties"]), None)
+    if unknown is not None:
+        raise InvalidArgument(f"{where}{unknown}", "Extra inputs are not permitted")
+
+
 async def _from_json(request: Request) -> _Batch:
     try:
         body = _parsed("", await request.body())
@@ -234,6 +241,7 @@ async def _from_json(request: Request) -> _Batch:
         raise InvalidArgument("body", "is not valid JSON") from None
     if not isinstance(body, dict):
         raise InvalidArgument("body", "must be a JSON object")
+    _declared("", body, JSON_DOCUMENTS)
     items = body.get("documents")
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
         raise InvalidArgument("documents", "must be a non-empty list of objects")
@@ -249,6 +257,7 @@ async def _from_json(request: Request) -> _Batch:
         _share(doc, _access(f"{where}.access", item.pop("access", None)))
         try:  # a lone surrogate ("\ud800" in the JSON) cannot be encoded for the retriever
             if "text" in item:
+                _declared(f"{where}.", item, TEXT_DOCUMENT)
                 doc_id = item.get("doc_id")
                 if not isinstance(item["text"], str) or not isinstance(doc_id, str) or not doc_id:
                     raise InvalidArgument(where, "a text document needs a string `text` and a `doc_id`")

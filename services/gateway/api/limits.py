@@ -24,6 +24,9 @@ from ragmesh.errors import RagmeshError, ResourceExhausted
 from ragmesh.request_context import REQUEST_ID_HEADER, clean_request_id, request_id_var
 from services.gateway.api.auth import IDENTITY_SCOPE_KEY, Identifier
 
+MCP_PATH = "/mcp"  # the MCP server (mcp_tools.py)
+# The native API, the OpenAI-compatible edge and the MCP server: a credential, limits, metrics
+GUARDED = ("/api/", "/v1/", MCP_PATH)
 UPLOAD_PATHS = ("/api/documents",)
 # A refusal sent before the body was read: the connection is closed, not kept for a next request
 # that would start in the middle of this one's unread body.
@@ -60,7 +63,7 @@ class RequestGuard:
         request_id = clean_request_id(headers.get(REQUEST_ID_HEADER))
         request_id_var.set(request_id)
         echoing = _with_headers(send, [(REQUEST_ID_HEADER.encode(), request_id.encode())])
-        if not scope["path"].startswith("/api/"):
+        if not scope["path"].startswith(GUARDED):
             await self.app(scope, receive, echoing)
             return
         status, started = 0, time.perf_counter()
@@ -75,7 +78,8 @@ class RequestGuard:
             try:
                 await self.app(scope, receive, observed)
             finally:
-                route = getattr(scope.get("route"), "path", "(unmatched)")
+                matched = getattr(scope.get("route"), "path", "")  # under a mount (/v1), its path within it
+                route = scope.get("root_path", "") + matched if matched else "(unmatched)"
                 metrics.http_request(route, status, time.perf_counter() - started)
                 if span is not None:
                     span.update_name(f"{scope['method']} {route}")
@@ -102,7 +106,7 @@ class AdmissionGuard:
         self.arriving: Counter[tuple[str, str]] = Counter()  # per (tenant, user): bodies still arriving
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/api/"):
+        if scope["type"] != "http" or not scope["path"].startswith(GUARDED):
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}

@@ -56,19 +56,40 @@ def streams(event: str, *errors: int) -> dict[str, Any]:
             "schema": stream}}}, **{status: {"model": Error, "description": ERRORS[status]} for status in errors}}}
 
 
+_COLLECTION = {"type": "string", "pattern": COLLECTION_NAME, "description": "Letters, digits, '_', '-' or '.', 1-64"}
+_TENANT = "Empty or the credential's own tenant (403 otherwise)"
+_ACCESS = {"anyOf": [{"$ref": SCHEMAS + "AccessRequest"}, {"type": "null"}],
+           "description": "Who may read it besides the uploader; absent or null: the request's, else the "
+                          "collection's default"}
+# POST /api/documents as JSON: the parser (api/documents.py) refuses any field these do not name.
+TEXT_DOCUMENT = {"type": "object", "title": "TextDocument", "required": ["doc_id", "text"],
+                 "additionalProperties": False, "properties": {
+    "doc_id": {"type": "string", "minLength": 1}, "text": {"type": "string"}, "title": {"type": ["string", "null"]},
+    "date": {"type": ["string", "null"]},
+    "metadata": {"type": ["object", "null"], "description": "Values are stored as text"}, "access": _ACCESS}}
+RECORD = {"type": "object", "title": "Record", "not": {"required": ["text"]}, "properties": {"access": _ACCESS},
+          "description": "A record the retriever parses as JSON: a transcript (raw_text / refined_text / tags), "
+                         "a meeting note or a factsheet (its fields are the record's own); its `access` is who may "
+                         "read it"}
+JSON_DOCUMENTS = {"type": "object", "required": ["collection", "documents"], "additionalProperties": False,
+                  "properties": {
+    "collection": _COLLECTION, "tenant": {"type": ["string", "null"], "description": _TENANT},
+    "metadata": {"type": ["object", "null"], "additionalProperties": {"type": "string"},
+                 "description": "Stored with every document"},
+    "summarize": {"type": ["boolean", "null"], "description": "null: the collection's setting"},
+    "access": {**_ACCESS, "description": "Who may read every document that names none of its own; absent or null: "
+                                         "the collection's default"},
+    "documents": {"type": "array", "minItems": 1, "items": {"oneOf": [TEXT_DOCUMENT, RECORD]}}}}
+
+
 def upload_body(max_file: int, max_files: int, max_fields: int) -> dict[str, Any]:
     """POST /api/documents reads its body by hand: files as multipart/form-data, or documents as JSON."""
-    collection = {"type": "string", "pattern": COLLECTION_NAME, "description": "Letters, digits, '_', '-' or '.', 1-64"}
-    tenant = "Empty or the credential's own tenant (403 otherwise)"
-    access = {"anyOf": [{"$ref": SCHEMAS + "AccessRequest"}, {"type": "null"}],
-              "description": "Who may read it besides the uploader; absent or null: the request's, else the "
-                             "collection's default"}
     form = {"type": "object", "required": ["files", "collection"], "properties": {
         "files": {"type": "array", "minItems": 1, "maxItems": max_files, "items": {"type": "string",
                                                                                     "format": "binary"},
                   "description": f"PDF, Word, PowerPoint, text, Markdown, HTML or JSON files (the field `file` works "
                                  f"too); a file over INGEST_MAX_BYTES ({max_file:,} bytes) fails alone"},
-        "collection": collection, "tenant": {"type": "string", "description": tenant},
+        "collection": _COLLECTION, "tenant": {"type": "string", "description": _TENANT},
         "metadata": {"type": "string", "pattern": JSON_OBJECT_OF_STRINGS,
                      "description": "A JSON object of string values, stored with every document"},
         "meta": {"type": "array", "items": {"type": "string", "pattern": f"^[^=]*[^={WHITESPACE}][^=]*="},
@@ -79,24 +100,8 @@ def upload_body(max_file: int, max_files: int, max_fields: int) -> dict[str, Any
                    "contentSchema": {"$ref": SCHEMAS + "AccessRequest"},
                    "description": "Who may read the files besides the uploader, as a JSON AccessRequest; empty: the "
                                   "collection's default"}}}
-    text = {"type": "object", "title": "TextDocument", "required": ["doc_id", "text"], "properties": {
-        "doc_id": {"type": "string", "minLength": 1}, "text": {"type": "string"}, "title": {"type": ["string", "null"]},
-        "date": {"type": ["string", "null"]},
-        "metadata": {"type": ["object", "null"], "description": "Values are stored as text"}, "access": access}}
-    record = {"type": "object", "title": "Record", "not": {"required": ["text"]},
-              "properties": {"access": access},
-              "description": "A record the retriever parses as JSON: a transcript (raw_text / refined_text / tags), "
-                             "a meeting note or a factsheet; its `access` is who may read it"}
-    documents = {"type": "object", "required": ["collection", "documents"], "properties": {
-        "collection": collection, "tenant": {"type": ["string", "null"], "description": tenant},
-        "metadata": {"type": ["object", "null"], "additionalProperties": {"type": "string"},
-                     "description": "Stored with every document"},
-        "summarize": {"type": ["boolean", "null"], "description": "null: the collection's setting"},
-        "access": {**access, "description": "Who may read every document that names none of its own; absent or null: "
-                                            "the collection's default"},
-        "documents": {"type": "array", "minItems": 1, "items": {"oneOf": [text, record]}}}}
     return {"required": True, "content": {"multipart/form-data": {"schema": form},
-                                          "application/json": {"schema": documents}},
+                                          "application/json": {"schema": JSON_DOCUMENTS}},
             "description": f"Files as multipart/form-data (at most {max_files}) or documents as JSON, at most "
                            f"UPLOAD_MAX_BYTES in all (the figure is above). What the retriever refuses in a document "
                            f"(its limits on ids, titles and metadata, a file it cannot parse) fails that document "

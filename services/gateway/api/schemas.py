@@ -157,6 +157,9 @@ class AskDone(_Exact):
     stopped: bool = Field(description="The answer was stopped (POST /api/chat/stop): the partial answer is kept; "
                                       "stopped before any content, the question is removed (message_id empty)")
     usage: dict[str, int] = Field(description="Token counts, when the model reports them")
+    held: bool = Field(False, description="The client holds the conversation (conversation_history): "
+                                          "conversation_id is derived from it, nothing is stored, message_id is "
+                                          "empty, and only closing the stream stops the answer")
 
 
 class IngestProgress(_Exact):

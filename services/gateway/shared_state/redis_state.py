@@ -20,6 +20,13 @@ run answers UNAVAILABLE saying why), scopes are neither read nor written (every 
 and rate windows are counted in this replica (a user may get up to the limit from each replica: the
 limit fails open rather than refusing everyone). The strategy event's reason says so.
 
+Redis full (past `maxmemory` under `noeviction`: it refuses writes, OOM): answers go on. A scope entry is
+not written (the follow-up searches again), a rate window is counted in this replica (fails open, as
+above), a claim is not made (a stop reaches the answer on its own replica only); deletes still go
+through (a Lua script, not MULTI: Redis refuses every command queued in a transaction while full). Said
+by the log line `shared state full` (once a minute, with how many were refused) and the metric
+`ragmesh_shared_state_refused_total{reason="full"}`.
+
 What is read back is input: a pub/sub message that is not what its channel carries is logged and
 skipped (the listener goes on), a scope entry that does not decode (codec.py) is a miss."""
 from __future__ import annotations
@@ -38,8 +45,9 @@ import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
+from ragmesh import metrics
 from ragmesh.config import Settings, redact_uri
 from ragmesh.errors import Unavailable
 from services.gateway.limits import LocalWindows
@@ -102,6 +110,14 @@ if kind ~= 'string' or redis.call('STRLEN', KEYS[1]) > tonumber(ARGV[2]) then re
 local blob = redis.call('GET', KEYS[1])
 if blob then """ + _NOW_US + """ redis.call('ZADD', KEYS[2], 'XX', now, ARGV[1]) end
 return blob"""
+# KEYS: entry, index, sizes; ARGV: conversation, the channel to say it on ('': none). The entry and its
+# places gone, in one step that Redis takes even while full (it refuses a MULTI's commands then).
+FORGET_SCOPE = """
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], KEYS[1]) end
+return 1"""
 # KEYS: window; ARGV: limit, window ms, a unique member. 0 when counted, else ms until one leaves.
 COUNT_RATE = _NOW_MS + """
 local window = tonumber(ARGV[2])
@@ -143,6 +159,7 @@ class RedisLink:
         self.where = redact_uri(url)
         self.problem = ""
         self._quiet_until = 0.0
+        self._refusals, self._next_refusal_log = 0, 0.0
         self._background: set[asyncio.Task] = set()
 
     async def call(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
@@ -151,7 +168,7 @@ class RedisLink:
         try:
             result = await fn(*args, **kwargs)
         except ResponseError as exc:  # Redis is there and refused this command (full, a key of another type)
-            log.warning("shared state refused a command", extra={"redis": self.where, "error": str(exc)[:200]})
+            self.refused(exc)
             raise SharedUnavailable(f"Redis at {self.where} refused: {str(exc)[:200]}") from exc
         except (RedisError, OSError) as exc:
             self.failed(exc)
@@ -160,6 +177,18 @@ class RedisLink:
             log.info("shared state reachable again", extra={"redis": self.where})
             self.problem = ""
         return result
+
+    def refused(self, exc: ResponseError) -> None:
+        """Counted; logged once a minute at most (a full Redis refuses every write of every answer), with
+        how many were refused since."""
+        full = isinstance(exc, OutOfMemoryError)
+        metrics.shared_state_refused(full)
+        self._refusals += 1
+        if time.monotonic() >= self._next_refusal_log:
+            self._next_refusal_log = time.monotonic() + 60.0
+            log.warning("shared state full" if full else "shared state refused a command", extra={
+                "redis": self.where, "error": str(exc)[:200], "refused": self._refusals})
+            self._refusals = 0
 
     def failed(self, exc: BaseException) -> None:
         if not self.problem:
@@ -281,6 +310,7 @@ class RedisScopes:
         self._get = link.client.register_script(GET_SCOPE)
         self._put = link.client.register_script(PUT_SCOPE)
         self._keep = link.client.register_script(KEEP_SCOPE)
+        self._forget = link.client.register_script(FORGET_SCOPE)
         self._decoded: OrderedDict[str, tuple[bytes, ScopeEntry]] = OrderedDict()
         self._writing: dict[str, asyncio.Task] = {}  # the last write of each key
 
@@ -332,9 +362,7 @@ class RedisScopes:
         except codec.TooLarge as exc:
             log.info("scope entry not stored", extra={"error": str(exc)})
             self._decoded.pop(key, None)
-            pipe = self.link.client.pipeline(transaction=True)
-            pipe.delete(key).zrem(_key("scopes", tenant), conversation_id).hdel(_key("sizes", tenant), conversation_id)
-            await self.link.call(pipe.execute)
+            await self._removed(tenant, conversation_id, "")
             return
         if await self.link.call(script, keys=[key, _key("scopes", tenant), _key("sizes", tenant)],
                                 args=[blob, self.ttl_ms, self.max_entries, conversation_id, _key("scope", tenant),
@@ -352,14 +380,16 @@ class RedisScopes:
         if (writing := self._writing.get(key)) is not None:
             await asyncio.wait([writing])
         self._decoded.pop(key, None)
-        pipe = self.link.client.pipeline(transaction=True)
-        pipe.delete(key).zrem(_key("scopes", tenant), conversation_id).hdel(_key("sizes", tenant), conversation_id)
-        pipe.publish(FORGOTTEN_CHANNEL, key)
         try:
-            await self.link.call(pipe.execute)
+            await self._removed(tenant, conversation_id, FORGOTTEN_CHANNEL)
         except SharedUnavailable as exc:
             raise Unavailable(f"the conversation's cached search results could not be removed: {exc}; "
                               f"try again") from None
+
+    async def _removed(self, tenant: str, conversation_id: str, channel: str) -> None:
+        """The entry gone from Redis with its places in the tenant's index (said on `channel`, if any)."""
+        await self.link.call(self._forget, keys=[_key("scope", tenant, conversation_id), _key("scopes", tenant),
+                                                 _key("sizes", tenant)], args=[conversation_id, channel])
 
     def forgotten(self, key: str) -> None:
         """Another replica deleted the entry: its decoded copy here goes too."""
