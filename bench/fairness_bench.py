@@ -25,8 +25,8 @@ on an idle stack, then while the rival (or nobody in particular) does one thing 
   uploads  eight concurrent 40 MB uploads (a damaged PDF: its parse fails fast) from the rival's keys in
            turn over HTTP, each sent again as soon as it is answered; the peak RSS of each service process
            during it (VmRSS sampled every 0.1 s) beside its limit in deploy/k8s/base/<service>.yaml;
-  metadata metadata-heavy asks (top_k 50 on the rival's documents with 64 metadata keys of 4,000
-           characters) from eight askers of the rival, each in a new conversation, so each writes a scope
+  metadata metadata-heavy asks (top_k 50 on the rival's documents with the most metadata a document may
+           carry: 4,000-character values up to MAX_METADATA_BYTES) from eight askers of the rival, each in a new conversation, so each writes a scope
            entry to the tenant's share of Redis: Redis's used_memory before and after, and the tenant's
            scope bytes against SCOPE_CACHE_BYTES.
 
@@ -66,6 +66,7 @@ from bench.load_bench import QUESTIONS, SERVICES, Stack
 from bench.search_bench import REPO, Section, Target, log
 from ragmesh import config
 from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
+from ragmesh.validation import MAX_METADATA_BYTES, MAX_METADATA_KEYS, MAX_METADATA_VALUE_CHARS
 from services.embedder.limits import EmbedLimits
 from services.gateway.shared_state.redis_state import _key
 from tests.redis_server import RedisServer
@@ -79,7 +80,9 @@ RIVAL_KEYS = 5
 BOMB_XML_BYTES = 50 * 2**20
 TARGET_RATIO = 2.0
 UPLOADERS, UPLOAD_BYTES = 8, 40 * 2**20
-METADATA_KEYS, METADATA_CHARS, METADATA_DOCS, ASKERS, TOP_K = 64, 4000, 20, 8, 50
+METADATA_CHARS, METADATA_DOCS, ASKERS, TOP_K = MAX_METADATA_VALUE_CHARS, 20, 8, 50
+# As many METADATA_CHARS values (keys "fieldNN") as fit MAX_METADATA_BYTES beside the fund name.
+METADATA_KEYS = min(MAX_METADATA_KEYS, (MAX_METADATA_BYTES - 64) // (METADATA_CHARS + len("field00"))) + 1
 HEAVY_QUESTION = "How many turbines did the Quillmere lighthouse fund buy for the Skerry wind farm?"
 REDIS_MAXMEMORY = "200mb"  # deploy/k8s/overlays/prod/redis.yaml
 MB = 2**20
@@ -453,7 +456,8 @@ def mebibytes(quantity: str) -> float:
 
 
 def ingest_heavy(stack: Stack, key: str) -> None:
-    """METADATA_DOCS documents of the rival with METADATA_KEYS metadata keys of METADATA_CHARS characters."""
+    """METADATA_DOCS documents of the rival, each with the most metadata allowed (METADATA_KEYS - 1 values of
+    METADATA_CHARS characters and a fund name)."""
     rng = np.random.default_rng(1)
     docs = []
     for d in range(METADATA_DOCS):

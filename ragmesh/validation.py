@@ -84,6 +84,10 @@ MAX_FIELD_CHARS = 256            # a metadata key or a filter's field name
 MAX_METADATA_KEYS = 64           # metadata a client sends with a document
 MAX_CHUNK_METADATA_KEYS = 160    # a chunk's: the client's 64, a JSON record's 64, the pipeline's own
 MAX_METADATA_VALUE_CHARS = 4_000
+# All of a document's metadata (keys and values, UTF-8): what every search hit, context, citation and cached
+# scope carries of it. 64 keys of 4,000 characters would be 256 KB a chunk, 12.8 MB for a top_k of 50.
+MAX_METADATA_BYTES = 16_384
+MAX_CHUNK_METADATA_BYTES = 32_768  # a chunk's (Upsert): the client's and what the pipeline adds
 MAX_ID_CHARS = 512               # doc_id, conversation_id
 MAX_CHUNK_ID_CHARS = 1_024       # chunk_id, parent_chunk_id ("tenant/collection/doc_id#n")
 MAX_TITLE_CHARS = 1_000
@@ -157,9 +161,10 @@ def check_field_name(field: str, value: str) -> str:
     return check_text(field, value, MAX_FIELD_CHARS, required=True)
 
 
-def check_metadata(field: str, metadata: dict[str, str], max_keys: int = MAX_METADATA_KEYS) -> None:
+def check_metadata(field: str, metadata: dict[str, str], max_keys: int = MAX_METADATA_KEYS,
+                   max_bytes: int = MAX_METADATA_BYTES) -> None:
     """Metadata to be stored: at most max_keys keys of 1-256 characters (not starting with "__",
-    which names the retriever's own columns), values of at most 4,000 characters."""
+    which names the retriever's own columns), values of at most 4,000 characters, max_bytes in all."""
     if len(metadata) > max_keys:
         raise InvalidArgument(field, f"has {len(metadata):,} keys; the limit is {max_keys:,}")
     for key, value in metadata.items():
@@ -167,6 +172,9 @@ def check_metadata(field: str, metadata: dict[str, str], max_keys: int = MAX_MET
         if key.startswith(RESERVED_PREFIX):
             raise InvalidArgument(f"{field}[{key!r}]", f"keys starting with {RESERVED_PREFIX!r} are reserved")
         check_text(f"{field}[{key!r}]", value, MAX_METADATA_VALUE_CHARS)
+    size = sum(len(key.encode()) + len(value.encode()) for key, value in metadata.items())
+    if size > max_bytes:
+        raise InvalidArgument(field, f"is {size:,} bytes (keys and values, UTF-8); the limit is {max_bytes:,}")
 
 
 def field_path(loc: Sequence[str | int]) -> str:

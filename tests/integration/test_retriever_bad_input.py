@@ -224,6 +224,9 @@ def test_bad_ingest_documents_fail_by_name_and_write_nothing(stub, service, seed
         "i-keys": ("metadata: has 65 keys; the limit is 64", doc("i-keys", metadata={f"k{i}": "v" for i in range(65)})),
         "i-key": ("metadata key", doc("i-key", metadata={"k" * 257: "v"})),
         "i-value": ("metadata['k']: is 4,001 characters", doc("i-value", metadata={"k": "v" * 4001})),
+        # each value allowed, five of them past the bytes every hit, context and citation would carry
+        "i-bytes": ("metadata: is 20,010 bytes (keys and values, UTF-8); the limit is 16,384",
+                    doc("i-bytes", metadata={f"k{i}": "v" * 4000 for i in range(5)})),
         "i-reserved": ("metadata['__tenant__']: keys starting with '__' are reserved",
                        doc("i-reserved", metadata={"__tenant__": "acme"})),
         "i-title": ("title: is 1,001 characters", doc("i-title", title="t" * 1001)),

@@ -15,8 +15,8 @@ import numpy as np
 from ragmesh.errors import InvalidArgument
 from ragmesh.types import Chunk, DocumentRecord, StoredChunk
 from ragmesh.validation import (
-    MAX_CHUNK_ID_CHARS, MAX_CHUNK_METADATA_KEYS, MAX_ID_CHARS, check_date, check_metadata, check_name, check_text,
-    shown,
+    MAX_CHUNK_ID_CHARS, MAX_CHUNK_METADATA_BYTES, MAX_CHUNK_METADATA_KEYS, MAX_ID_CHARS, check_date, check_metadata,
+    check_name, check_text, shown,
 )
 from services.retriever.ingest.commit import Committer
 
@@ -146,7 +146,7 @@ class Upserter:
                 raise InvalidArgument("chunk.parent_chunk_id", f"chunk {name}: a parent must be another chunk "
                                                                "of the same document, sent with it")
             check_date("chunk.date", c.date)
-            check_metadata("chunk.metadata", c.metadata, MAX_CHUNK_METADATA_KEYS)
+            check_metadata("chunk.metadata", c.metadata, MAX_CHUNK_METADATA_KEYS, MAX_CHUNK_METADATA_BYTES)
             if not c.text.strip():
                 raise InvalidArgument("chunk.text", f"chunk {name} has no text")
             limit = MAX_CHUNK_CHARS if s.vector is not None else MAX_PARENT_CHARS
