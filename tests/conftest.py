@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -110,3 +111,23 @@ def one(events: list[dict], key: str) -> dict | list:
     found = [e[key] for e in events if key in e]
     assert len(found) == 1, (key, events)
     return found[0]
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> bool:
+    """Whether `check` holds within `timeout` seconds (for what another thread or process does)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture()
+def slow_generation(stack: Stack) -> Iterator[None]:
+    """The stack's offline answerer a quarter second a sentence: an answer is still running when a test
+    stops it or goes away."""
+    backend = stack.app("generator").service.backends["extractive"]
+    backend.delay, saved = 0.25, backend.delay
+    yield
+    backend.delay = saved

@@ -15,7 +15,7 @@ import pytest
 from ragmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, retriever_pb2, retriever_pb2_grpc
 from services.gateway.history import STOPPED_MARK
 from tests.auth import bearer, channel
-from tests.conftest import answer_of, one, sse
+from tests.conftest import answer_of, one, sse, wait_for
 from tests.stack import DEMO, Stack
 
 
@@ -63,23 +63,6 @@ def test_follow_ups_reuse_or_skip_retrieval_and_filter_changes_search_again(stac
     assert history[5]["meta"]["route"] == "NO_RAG"
 
 
-@pytest.fixture()
-def slow_generation(stack: Stack):
-    backend = stack.app("generator").service.backends["extractive"]
-    backend.delay, saved = 0.25, backend.delay
-    yield
-    backend.delay = saved
-
-
-def _wait_for(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def _last_answer(stack: Stack, conv: str) -> str:
     reply = httpx.get(f"{stack.http_url}/api/conversations/{conv}", headers=stack.headers)
     return reply.json()["messages"][-1]["content"]
@@ -97,8 +80,8 @@ def test_closing_the_sse_connection_cancels_generation_upstream(stack: Stack, sl
             if '"content"' in line:
                 break  # leave mid-answer: the context manager closes the connection
     assert conv, "the strategy event names the new conversation"
-    assert _wait_for(lambda: generator.cancelled == cancelled + 1), "generator never saw the cancellation"
-    assert _wait_for(lambda: _last_answer(stack, conv).endswith(STOPPED_MARK))
+    assert wait_for(lambda: generator.cancelled == cancelled + 1), "generator never saw the cancellation"
+    assert wait_for(lambda: _last_answer(stack, conv).endswith(STOPPED_MARK))
     assert len(_last_answer(stack, conv)) > len(STOPPED_MARK), "the partial answer is kept"
 
 
@@ -117,14 +100,14 @@ def test_stop_endpoint_stops_the_answer_and_keeps_the_partial(stack: Stack, slow
 
     reader = threading.Thread(target=read)
     reader.start()
-    assert _wait_for(lambda: any("strategy" in e for e in events))
+    assert wait_for(lambda: any("strategy" in e for e in events))
     conv = conversation_of(events)
-    assert _wait_for(lambda: stack.call(stack.app("gateway").pipeline.stop(conv))
+    assert wait_for(lambda: stack.call(stack.app("gateway").pipeline.stop(conv))
                      if len(_last_answer_or_empty(stack, conv)) else False)
     reader.join(30)
     done = events[-1]
     assert done["done"] and done["stopped"] is True
-    assert _wait_for(lambda: generator.cancelled == cancelled + 1)
+    assert wait_for(lambda: generator.cancelled == cancelled + 1)
     assert _last_answer(stack, conv).endswith(STOPPED_MARK)
     assert httpx.post(stack.http_url + "/api/chat/stop", json={"conversation_id": conv},
                       headers=stack.headers).json() == {"stopped": False}
@@ -161,7 +144,7 @@ def test_a_stop_before_any_content_replies_once_the_question_is_gone(stack: Stac
 
     reader = threading.Thread(target=read)
     reader.start()
-    assert generating.wait(30) and _wait_for(lambda: any("strategy" in e for e in events))
+    assert generating.wait(30) and wait_for(lambda: any("strategy" in e for e in events))
     conv = conversation_of(events)
     reply = httpx.post(stack.http_url + "/api/chat/stop", json={"conversation_id": conv}, headers=stack.headers)
     assert reply.json() == {"stopped": True}

@@ -23,7 +23,7 @@ from services.gateway.request import MAX_ANSWER_CHARS, MAX_HISTORY_TURNS, MAX_QU
 from services.gateway.whole_answer import WholeAnswer, whole_answer
 from tests.auth import bearer, channel, headers
 from tests.conftest import one, sse
-from tests.integration.test_conversation import _wait_for, slow_generation  # noqa: F401 (the fixture)
+from tests.conftest import wait_for
 from tests.integration.test_memory_and_recency import prompts  # noqa: F401 (the fixture)
 from tests.integration.test_replicas import Replica, redis, replicas  # noqa: F401 (the fixtures)
 from tests.stack import DEMO, Stack
@@ -288,7 +288,7 @@ def test_a_client_closing_a_held_answer_stops_the_generation(stack: Stack, slow_
                 if event.WhichOneof("event") == "content":
                     call.cancel()
                     break
-    assert _wait_for(lambda: generator.cancelled == cancelled + 1), "generator never saw the cancellation"
+    assert wait_for(lambda: generator.cancelled == cancelled + 1), "generator never saw the cancellation"
     assert _listed(stack, key) == [], "nothing of the stopped answer is stored"
 
 

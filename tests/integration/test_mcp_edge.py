@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -323,14 +323,6 @@ def test_sessions_opened_and_abandoned_hold_nothing_on_the_server(callers: Calle
     before = stack.call(tasks())
     asyncio.run(abandon(40))
     assert stack.call(tasks()) <= before + 5
-
-
-@pytest.fixture()
-def slow_generation(stack: Stack) -> Iterator[None]:
-    backend = stack.app("generator").service.backends["extractive"]
-    backend.delay, saved = 0.25, backend.delay
-    yield
-    backend.delay = saved
 
 
 @pytest.mark.parametrize("era", ["handshake", "per-request"])

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import time
 import typing
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,7 +23,7 @@ from ragmesh.errors import Unavailable
 from services.gateway.api.openai_request import ASK_FIELDS, EXTENSIONS, OPENAI_FIELDS, PROFILES, REFUSED
 from services.gateway.request import AskRequest
 from tests.auth import headers
-from tests.conftest import one, sse
+from tests.conftest import one, sse, wait_for
 from tests.stack import DEMO, Stack
 
 KESTREL_Q = "What did Kestrel do with its Brazil exposure in March 2024?"
@@ -56,15 +55,6 @@ def refused(call, kind: type[openai.APIStatusError], param: str | None, code: st
     assert set(error) >= {"message", "type", "param", "code"}, error
     assert (error["param"], error["code"]) == (param, code), error
     return error["message"]
-
-
-def _wait_for(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 # -- declarations ------------------------------------------------------------------------------------
@@ -216,14 +206,6 @@ def test_a_follow_up_is_answered_from_the_messages_and_nothing_is_stored(stack: 
 
 # -- stopping -----------------------------------------------------------------------------------------
 
-@pytest.fixture()
-def slow_generation(stack: Stack) -> Iterator[None]:
-    backend = stack.app("generator").service.backends["extractive"]
-    backend.delay, saved = 0.25, backend.delay
-    yield
-    backend.delay = saved
-
-
 def test_closing_the_stream_stops_the_generator(stack: Stack, sdk: openai.OpenAI, slow_generation) -> None:
     generator = stack.app("generator").service
     cancelled = generator.cancelled
@@ -233,7 +215,7 @@ def test_closing_the_stream_stops_the_generator(stack: Stack, sdk: openai.OpenAI
         if chunk.choices and chunk.choices[0].delta.content:
             break  # leave mid-answer
     stream.close()
-    assert _wait_for(lambda: generator.cancelled == cancelled + 1), "the generator never saw the stream close"
+    assert wait_for(lambda: generator.cancelled == cancelled + 1), "the generator never saw the stream close"
 
 
 # -- access -------------------------------------------------------------------------------------------
