@@ -230,12 +230,12 @@ def test_int8_documents_of_two_callers_at_once(int8_embedder: OnnxMiniLMEmbedder
     assert int8_embedder.lanes == 2
 
 
-def test_int8_documents_are_the_default(tmp_path: Path) -> None:
+def test_int8_documents_are_opt_in(tmp_path: Path) -> None:
     base = config.load().replace(embed_backend="local", embed_runtime="onnx", model_cache_dir=str(tmp_path))
     chosen = backends.create(base)
-    assert chosen.int8_documents and chosen.documents is None
-    chosen = backends.create(base.replace(embed_documents_int8=False))
     assert not chosen.int8_documents and (chosen.documents is not None) == native_bf16()
+    chosen = backends.create(base.replace(embed_documents_int8=True))
+    assert chosen.int8_documents and chosen.documents is None
 
 
 def test_cpus_without_vnni_get_7_bit_document_weights_within_the_cosine_bound(
