@@ -29,7 +29,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_every_flag_is_parsed_the_same_way(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert len(FLAGS) == 9
+    assert len(FLAGS) == 10
     for name, variable in FLAGS:
         for word in ("1", "true", "TRUE", "yes", "on", " On "):
             monkeypatch.setenv(variable, word)
