@@ -108,7 +108,17 @@ class HistoryTurn(Declared):
     answer: str = Field("", max_length=MAX_ANSWER_CHARS)
 
 
-class AskRequest(Declared):
+class Dated(Declared):
+    """A request with the Ask's dates (or some of them), held to their rule: the end not before the start.
+    The edges that take a subset of the Ask's fields (the MCP tools) build on it too."""
+
+    @model_validator(mode="after")
+    def _dates_in_order(self) -> Self:
+        check_date_range(getattr(self, "start_date", "") or "", getattr(self, "end_date", "") or "")
+        return self
+
+
+class AskRequest(Dated):
     """An Ask as a client sends it (the JSON body of POST /api/chat/ask[/stream]; Gateway.Ask's
     AskRequest carries the same fields)."""
 
@@ -154,11 +164,6 @@ class AskRequest(Declared):
         if model and model not in KNOWN_MODELS:
             raise InvalidArgument("model", f"unknown model {model!r}; known: {', '.join(KNOWN_MODELS)}")
         return model
-
-    @model_validator(mode="after")
-    def _dates_in_order(self) -> AskRequest:
-        check_date_range(self.start_date or "", self.end_date or "")
-        return self
 
     @model_validator(mode="after")
     def _one_history(self) -> AskRequest:

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Annotated, Any, Self
+from typing import Annotated, Any
 
 import anyio
 from mcp.server import Server, ServerRequestContext
@@ -27,7 +27,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.shared.exceptions import MCPError
 from mcp_types import (INVALID_PARAMS, CallToolRequestParams, CallToolResult, ListToolsResult,
                        PaginatedRequestParams, TextContent, Tool, ToolAnnotations)
-from pydantic import BaseModel, Field, create_model, model_validator
+from pydantic import BaseModel, Field, create_model
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragmesh.clients import RetrieverClient
@@ -36,7 +36,7 @@ from ragmesh.identity import Identity
 from ragmesh.paging import DEFAULT_PAGE
 from ragmesh.request_context import identity_var, request_id_var
 from ragmesh.types import Hit
-from ragmesh.validation import COLLECTION_NAME, MAX_COLLECTIONS, check_date_range, shown
+from ragmesh.validation import COLLECTION_NAME, MAX_COLLECTIONS, shown
 from services.gateway import direct_search
 from services.gateway.api.auth import IDENTITY_SCOPE_KEY
 from services.gateway.api.catalog import collection_line
@@ -47,7 +47,7 @@ from services.gateway.context import label
 from services.gateway.library import Library
 from services.gateway.notes_contract import notes_answer, notes_json
 from services.gateway.pipeline import AskPipeline
-from services.gateway.request import AskRequest, Declared
+from services.gateway.request import AskRequest, Dated, Declared
 from services.gateway.whole_answer import whole_answer, whole_json
 
 log = logging.getLogger(__name__)
@@ -61,20 +61,11 @@ ASK_FIELDS: dict[str, dict[str, str]] = {
 }
 
 
-class _Dated(Declared):
-    """Arguments with AskRequest's dates, held to its rule: the end not before the start."""
-
-    @model_validator(mode="after")
-    def _dates_in_order(self) -> Self:
-        check_date_range(getattr(self, "start_date", "") or "", getattr(self, "end_date", "") or "")
-        return self
-
-
 def _of_ask(name: str, tool: str, **own: Any) -> type[Declared]:
     """A tool's arguments: those ASK_FIELDS names, as AskRequest declares them, and `own`'s."""
     fields = AskRequest.model_fields
     taken = {arg: (fields[f].annotation, fields[f]) for arg, f in ASK_FIELDS[tool].items()}
-    return create_model(name, __base__=_Dated, **taken, **own)
+    return create_model(name, __base__=Dated, **taken, **own)
 
 
 SearchArguments = _of_ask("SearchArguments", "search", collections=(
