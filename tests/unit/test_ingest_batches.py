@@ -9,10 +9,13 @@ import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import numpy as np
+
 from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, StoredChunk
+from services.retriever.ingest.batch import CommitBatch, Ready
 from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.pipeline import CALLS_AHEAD, Ingestor, Progress
-from tests.unit.test_ingest_pipeline import FakeEmbedder, final, make, stored
+from tests.unit.test_ingest_pipeline import DIM, FakeEmbedder, final, make, stored
 
 
 class GatedCommitter(Committer):
@@ -98,6 +101,33 @@ def test_a_stream_waits_once_its_commit_holds_its_rows(tmp_path: Path) -> None:
     out = final(asyncio.run(main()))
     assert [out[f"d{i}"].stage for i in range(8)] == ["INDEXED"] * 8
     assert sum(committer.sizes) == 8 and max(committer.sizes) <= 2
+
+
+def test_a_commit_never_takes_more_than_its_rows_however_many_became_ready(tmp_path: Path) -> None:
+    """Five documents ready while a commit holds (the embedding calls under way ended meanwhile) go
+    in commits of at most `rows` chunks, oldest first, each reported once its own commit ends."""
+    ingestor = make(tmp_path)
+    committer = GatedCommitter(ingestor)
+    committer.gate.clear()
+    commits: CommitBatch[str] = CommitBatch(committer, rows=2)
+
+    def ready(i: int) -> Ready[str]:
+        doc = one_chunk(i)
+        record = DocumentRecord(tenant="", collection="c", doc_id=doc.doc_id, title="", date="",
+                                content_hash=str(i), chunk_count=1)
+        chunk = Chunk(chunk_id=f"{doc.doc_id}:0", doc_id=doc.doc_id, collection="c", text=doc.text)
+        return Ready(record, [StoredChunk(chunk, np.ones(DIM, np.float32))], doc.doc_id, lambda exc: f"failed {exc}")
+
+    async def main() -> list[str]:
+        commits.add(ready(0))
+        reported = await commits.turn()
+        for i in range(1, 6):
+            commits.add(ready(i))
+        committer.gate.set()
+        return reported + await commits.settle()
+
+    assert asyncio.run(main()) == [f"d{i}" for i in range(6)]
+    assert committer.sizes == [1, 2, 2, 1]
 
 
 async def _collect(progress: AsyncIterator[Progress]) -> list[Progress]:

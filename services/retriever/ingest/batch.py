@@ -1,8 +1,8 @@
 """The documents of one ingest stream, committed together (group commit): a document ready to
-store waits while the previous commit runs, and every document that became ready meanwhile goes
-in the next one, so a search backend whose writes cost per call (Milvus: the record of each
-document's keys, an upsert) takes one call for many documents, and the next documents are parsed
-and embedded while a commit is written. Documents arriving slowly are committed one by one, at once.
+store waits while the previous commit runs, and the documents that became ready meanwhile go
+in the next one (the next ones, past the bounds below), so a search backend whose writes cost per
+call (Milvus: the record of each document's keys, an upsert) takes one call for many documents,
+and the next documents are parsed and embedded while a commit is written. Documents arriving slowly are committed one by one, at once.
 
 Bounds: what waits is at most `rows` chunks or `bytes` (then the stream waits for the commit
 under way); one commit in flight. Consistency is the Committer's: each commit is one store
@@ -52,19 +52,20 @@ class CommitBatch(Generic[T]):
     def __init__(self, committer: Committer, rows: int = ROWS, max_bytes: int = BYTES) -> None:
         self.committer = committer
         self.rows, self.max_bytes = rows, max_bytes
-        self.waiting: list[Ready[T]] = []
+        self.waiting: list[tuple[Ready[T], int]] = []  # with its size in bytes
         self.waiting_rows = self.waiting_bytes = 0
         self.writing: asyncio.Task[list[T]] | None = None
         self.written: set[DocumentKey] = set()  # documents of the commit under way
 
     def holds(self, key: DocumentKey) -> bool:
         """Whether a version of the document is waiting or being written."""
-        return key in self.written or any(r.key == key for r in self.waiting)
+        return key in self.written or any(r.key == key for r, _ in self.waiting)
 
     def add(self, ready: Ready[T]) -> None:
-        self.waiting.append(ready)
+        size = ready.size()
+        self.waiting.append((ready, size))
         self.waiting_rows += len(ready.chunks)
-        self.waiting_bytes += ready.size()
+        self.waiting_bytes += size
 
     @property
     def full(self) -> bool:
@@ -77,11 +78,24 @@ class CommitBatch(Generic[T]):
         if self.writing is not None and (self.writing.done() or self.full):
             done = await self._reap()
         if self.writing is None and self.waiting:
-            items, self.waiting = self.waiting, []
-            self.waiting_rows = self.waiting_bytes = 0
+            items = self._next_commit()
             self.written = {r.key for r in items}
             self.writing = asyncio.create_task(asyncio.to_thread(self._write, items))
         return done
+
+    def _next_commit(self) -> list[Ready[T]]:
+        """The oldest waiting documents within the bounds (at least one): documents that became
+        ready while the stream waited for a commit go in the ones after it, never past the bounds."""
+        taken = rows = size = 0
+        for ready, nbytes in self.waiting:
+            if taken and (rows + len(ready.chunks) > self.rows or size + nbytes > self.max_bytes):
+                break
+            taken, rows, size = taken + 1, rows + len(ready.chunks), size + nbytes
+        items = [r for r, _ in self.waiting[:taken]]
+        del self.waiting[:taken]
+        self.waiting_rows -= rows
+        self.waiting_bytes -= size
+        return items
 
     async def settle(self) -> list[T]:
         """Everything waiting committed; their reports."""
@@ -103,7 +117,7 @@ class CommitBatch(Generic[T]):
     async def close(self) -> None:
         """The stream ended early (its caller went away): the commit under way ends before the
         call does; documents still waiting were never reported INDEXED and are not stored."""
-        self.waiting = []
+        self.waiting, self.waiting_rows, self.waiting_bytes = [], 0, 0
         if self.writing is not None:
             await asyncio.wait([self.writing])
             self.writing = None
