@@ -137,7 +137,7 @@ def read_samples(path: Path) -> dict[int, Counter[str]]:
 class Profile:
     answers: int
     refused: int
-    errors: int
+    errors: str  # by kind, with the first message of each
     wall_s: float
     cpu_ms: dict[str, dict[str, float]]  # service -> stage -> CPU-ms in all
     process_ms: dict[str, float]  # service -> CPU-ms of the whole process
@@ -208,7 +208,8 @@ def profile(chats: int, seconds: float, rate: int, out_dir: Path, env: dict[str,
         n_samples += sum(sum(c.values()) for c in samples.values())
         process_ms[name] = 1000 * (process1[name] - process0[name])
         cpu_ms[name] = attribute(name, threads0[name], threads1[name], samples, process_ms[name])
-    return Profile(tally.completed, tally.refused.total, tally.errors.total, wall, cpu_ms, process_ms, n_samples)
+    return Profile(tally.completed, tally.refused.total, f"{tally.errors.total} errors"
+                   + (f" ({tally.errors})" if tally.errors.total else ""), wall, cpu_ms, process_ms, n_samples)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -222,7 +223,7 @@ def render(p: Profile, chats: int) -> str:
     services = [s for s in SERVICES if s in p.cpu_ms]
     total = sum(p.process_ms.values()) / max(p.answers, 1)
     lines = [f"{chats} concurrent SSE chats for {p.wall_s:.0f} s: {p.answers:,} answers ({p.answers / p.wall_s:.1f}/s), "
-             f"{p.refused:,} refused, {p.errors} errors; {p.samples:,} samples. "
+             f"{p.refused:,} refused, {p.errors}; {p.samples:,} samples. "
              f"**{total:.1f} CPU-ms an answer** (all services).", "",
              "| stage (CPU-ms an answer) | " + " | ".join(services) + " | all | share |",
              "|---|" + "---:|" * (len(services) + 2)]
