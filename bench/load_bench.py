@@ -424,15 +424,17 @@ def cpu_ms(before: dict[str, Usage], after: dict[str, Usage], services: tuple[st
 
 
 def add_cost_figures(section: Section, n_chats: int, answer: tuple[int, float, float],
-                     search: tuple[int, float, float], judged: bool) -> None:
+                     search: tuple[int, float, float], judged: bool, keyword_only: int = 0) -> None:
     """CPU per answer and per search (embedder in the path) and the issue's two ratios. `answer` and
-    `search`: (completed, wall s, CPU-ms of all services over the phase and its drain)."""
+    `search`: (completed, wall s, CPU-ms of all services over the phase and its drain); `keyword_only`:
+    searches that fell back without their embedding (whose CPU the figure then lacks)."""
     (answers, chat_wall, chat_ms), (searches, search_wall, search_ms) = answer, search
     per_answer, per_search = chat_ms / max(answers, 1), search_ms / max(searches, 1)
     section.add(f"chat x{n_chats}: CPU-ms an answer (all services)", per_answer, "ms",
                 note=f"{chat_ms / 1000:.1f} CPU s for {answers:,} answers, background work included")
+    fell_back = f"; {keyword_only:,} fell back to keyword-only, without their embedding" if keyword_only else ""
     section.add("search, embedder in the path: CPU-ms a search (embedder + retriever)", per_search, "ms",
-                note=f"{search_ms / 1000:.1f} CPU s for {searches:,} searches")
+                note=f"{search_ms / 1000:.1f} CPU s for {searches:,} searches{fell_back}")
     section.add("CPU-ms an answer / CPU-ms a search with its embedding", per_answer / max(per_search, 1e-9), "x",
                 Target("<=", CPU_PER_ANSWER_BOUND) if judged else None)
     section.add(f"answers/s at {n_chats} chats / searches/s with the embedder in the path",
@@ -504,10 +506,11 @@ def run_load(quick: bool) -> Section:
             tally_s, wall = asyncio.run(search_load(stack, plan.searchers, plan.search_s, given))
             rates[label] = add_search_figures(section, label, plan.searchers, tally_s, wall, drain(stack))
             costs["search"] = (tally_s.calls, wall, cpu_ms(start, snapshot(stack), ("embedder", "retriever")))
+            keyword_only = tally_s.dense_skipped if given is None else 0
         section.add("search throughput, embedder in the path / query_vector given",
                     rates["embedder in the path"] / max(rates["query_vector given"], 1e-9), "x",
                     Target(">=", 0.5) if plan.judged else None)
-        add_cost_figures(section, plan.chats[0], costs["chat"], costs["search"], plan.judged)
+        add_cost_figures(section, plan.chats[0], costs["chat"], costs["search"], plan.judged, keyword_only)
         snapshots.append(("after the searches", snapshot(stack)))
         client_cpu = time.process_time() - cpu0
         add_service_figures(section, snapshots, plan.judged)

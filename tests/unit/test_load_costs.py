@@ -28,3 +28,10 @@ def test_the_two_ratios_are_measured_in_one_run_and_judged_against_the_issues_bo
     assert ratio.value == pytest.approx(12.4, abs=0.05) and not ratio.target.met(ratio.value)
     rates = figures["answers/s at 50 chats / searches/s with the embedder in the path"]
     assert rates.value == pytest.approx(20 / 500) and not rates.target.met(rates.value)
+
+
+def test_searches_that_fell_back_without_their_embedding_are_named_beside_the_figure() -> None:
+    section = Section("load")
+    add_cost_figures(section, 10, answer=(10, 5.0, 900.0), search=(20, 5.0, 600.0), judged=False, keyword_only=20)
+    figure = next(f for f in section.figures if f.name.startswith("search, embedder in the path"))
+    assert "20 fell back to keyword-only" in figure.note
