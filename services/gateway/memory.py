@@ -2,12 +2,7 @@
 answer is never delayed: a running conversation summary of the turns that no longer
 fit the prompt's history budget, extended as turns stop fitting, both messages embedded into a per-user `conversations`
 collection that the "Conversation memory" source searches, and the user's
-corrections, the most relevant of which go into the system prompt.
-
-A user's turns that end within one settle time share one ingest stream: a stream costs the gateway and
-the retriever more to open and close than its two messages cost to send (python -m bench.profile_stack:
-opening one was most of the gateway's memory work), and the retriever embeds and commits the messages
-of a stream together."""
+corrections, the most relevant of which go into the system prompt."""
 from __future__ import annotations
 
 import asyncio
@@ -15,7 +10,6 @@ import datetime as dt
 import logging
 import weakref
 from collections.abc import AsyncIterator, Coroutine
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,22 +38,6 @@ REMEMBER_RETRIES = 4  # memory embedding: tries after the first, waiting 0.5, 1,
 SETTLE_S = 0.25
 SUMMARY_QUESTION = "Summarize this conversation: the user's goals, the decisions made and the key facts and figures."
 DIGEST_ANSWER_CHARS = 300  # offline summary: each folded turn's question and the start of its answer
-BATCH_TURNS = 32  # turns one memory ingest stream carries at most
-
-
-@dataclass(eq=False)
-class _Work:
-    """Background work: the conversations it writes for and, for memory, one user's turns waiting for
-    their ingest stream, (conversation id, its messages)."""
-
-    tenant: str = ""
-    user_id: str = ""
-    turns: list[tuple[str, list[tuple[str, str, str]]]] = field(default_factory=list)
-    conversations: set[str] = field(default_factory=set)
-
-    def add(self, conversation_id: str, messages: list[tuple[str, str, str]]) -> None:
-        self.turns.append((conversation_id, messages))
-        self.conversations.add(conversation_id)
 
 
 class Memory:
@@ -76,26 +54,19 @@ class Memory:
         self.queue_max = queue_max
         self.retry_base_s = retry_base_s
         self.settle_s = settle_s
-        self.dropped = 0  # background work (or turns of memory) refused because the queue was full
-        self._tasks: dict[asyncio.Task, _Work] = {}  # background work settling or under way
-        self._open: dict[tuple[str, str], _Work] = {}  # per (tenant, user): the memory batch still taking turns
+        self.dropped = 0  # background work refused because the queue was full
+        self._tasks: dict[asyncio.Task, str] = {}  # background work -> its conversation
 
-    def _spawn(self, what: _Work, work: Coroutine) -> bool:
-        if len(self._tasks) + sum(len(w.turns) for w in self._tasks.values()) >= self.queue_max:
-            work.close()  # bounded: under overload the answers come first
+    def _spawn(self, conversation_id: str, work: Coroutine) -> None:
+        if len(self._tasks) >= self.queue_max:  # bounded: under overload the answers come first
+            work.close()
             self.dropped += 1
-            log.warning("memory work dropped: queue full",
-                        extra={"conversation_id": ", ".join(sorted(what.conversations)), "queue_max": self.queue_max})
-            return False
+            log.warning("memory work dropped: queue full", extra={"conversation_id": conversation_id,
+                                                                  "queue_max": self.queue_max})
+            return
         task = asyncio.create_task(self._settled(work))  # copies the context: the work acts as the caller's identity
-        self._tasks[task] = what
-        task.add_done_callback(self._ended)
-        return True
-
-    def _ended(self, task: asyncio.Task) -> None:
-        what = self._tasks.pop(task, None)
-        if what is not None and self._open.get((what.tenant, what.user_id)) is what:  # cancelled while settling
-            del self._open[(what.tenant, what.user_id)]
+        self._tasks[task] = conversation_id
+        task.add_done_callback(lambda t: self._tasks.pop(t, None))
 
     async def _settled(self, work: Coroutine) -> None:
         try:
@@ -113,71 +84,57 @@ class Memory:
     async def forget(self, conversation_id: str) -> None:
         """Removes a deleted conversation's messages from the conversation memory, after its pending
         background work, so none of it comes back."""
-        pending = [t for t, w in self._tasks.items() if conversation_id in w.conversations]
+        pending = [t for t, c in self._tasks.items() if c == conversation_id]
         await asyncio.gather(*pending, return_exceptions=True)
         await self.retriever.delete(MEMORY_COLLECTION, where=SearchFilter(equals={"conversation_id": conversation_id}))
 
     async def _exists(self, conversation_id: str) -> bool:
         return await asyncio.to_thread(self.store.conversation_owner, conversation_id) is not None
 
-    async def _unless_deleted(self, conversations: set[str]) -> None:
+    async def _unless_deleted(self, conversation_id: str) -> None:
         """A conversation deleted while its messages were embedded (its delete may have run on another
         replica, which does not wait for this one's work) loses what was just written."""
-        gone = await asyncio.to_thread(lambda: [c for c in sorted(conversations)
-                                                if self.store.conversation_owner(c) is None])
-        for conversation_id in gone:
+        if not await self._exists(conversation_id):
             await self.retriever.delete(MEMORY_COLLECTION, where=SearchFilter(equals={"conversation_id": conversation_id}))
 
     def after_turn(self, tenant: str, user_id: str, conversation_id: str, turns: int, model: str,
                    messages: list[tuple[str, str, str]]) -> None:
-        """Schedules memory embedding (with the user's other turns that end before its settle time is
-        over), and (once the conversation outgrows the history budget) the summary of the turns that
-        stopped fitting. `messages` are (message_id, role, text)."""
-        key = (tenant, user_id)
-        if key not in self._open or len(self._open[key].turns) >= BATCH_TURNS:
-            batch = _Work(tenant, user_id)
-            if self._spawn(batch, self._remember(batch)):
-                self._open[key] = batch
-        if key in self._open:
-            self._open[key].add(conversation_id, messages)
+        """Schedules memory embedding, and (once the conversation outgrows the history budget) the
+        summary of the turns that stopped fitting. `messages` are (message_id, role, text)."""
+        self._spawn(conversation_id, self._remember(tenant, user_id, conversation_id, messages))
         if turns > 1:
-            self._spawn(_Work(conversations={conversation_id}), self._summarize(conversation_id, model))
+            self._spawn(conversation_id, self._summarize(conversation_id, model))
 
-    async def _remember(self, batch: _Work) -> None:
-        """One ingest stream for the batch's messages, once its settle time is over (no turn joins after)."""
-        if self._open.get((batch.tenant, batch.user_id)) is batch:
-            del self._open[(batch.tenant, batch.user_id)]
+    async def _remember(self, tenant: str, user_id: str, conversation_id: str,
+                        messages: list[tuple[str, str, str]]) -> None:
         today = dt.datetime.now(dt.timezone.utc).date().isoformat()  # dated, so the conversation boosters' recency boost applies
 
         async def documents() -> AsyncIterator[retriever_pb2.Document]:
-            for conversation_id, messages in batch.turns:
-                for message_id, role, text in messages:
-                    if text.strip():
-                        yield convert.document_to_proto(Document(
-                            doc_id=message_id, collection=MEMORY_COLLECTION, text=strip_citations(text),
-                            tenant=batch.tenant, date=today,
-                            metadata={MEMORY_AUTHOR: batch.user_id, "conversation_id": conversation_id, "role": role},
-                        ))
+            for message_id, role, text in messages:
+                if text.strip():
+                    yield convert.document_to_proto(Document(
+                        doc_id=message_id, collection=MEMORY_COLLECTION, text=strip_citations(text), tenant=tenant,
+                        date=today, metadata={MEMORY_AUTHOR: user_id, "conversation_id": conversation_id, "role": role},
+                    ))
 
-        conversations = ", ".join(sorted(batch.conversations))
         for attempt in range(REMEMBER_RETRIES + 1):
             failed = []
-            try:  # a stream sent again writes only what is not stored yet (the rest is UNCHANGED)
+            try:
                 async for progress in self.retriever.ingest(documents()):
                     if progress.error:
                         failed.append(progress.error)
             except (Unavailable, ResourceExhausted) as exc:  # busy or restarting: worth another try
                 failed.append(str(exc))
             except RagmeshError as exc:
-                log.warning("memory embedding failed", extra={"conversation_id": conversations, "error": str(exc)})
+                log.warning("memory embedding failed", extra={"conversation_id": conversation_id, "error": str(exc)})
                 return
             if not failed:
-                await self._unless_deleted(batch.conversations)
+                await self._unless_deleted(conversation_id)
                 return
             if attempt < REMEMBER_RETRIES:
                 await asyncio.sleep(self.retry_base_s * 2 ** attempt)
         log.warning("memory embedding failed after retries",
-                    extra={"conversation_id": conversations, "errors": failed[:3], "tries": REMEMBER_RETRIES + 1})
+                    extra={"conversation_id": conversation_id, "errors": failed[:3], "tries": REMEMBER_RETRIES + 1})
 
     async def _summarize(self, conversation_id: str, model: str) -> None:
         """Folds the turns that no longer fit the budget into the running summary (with the model, or

@@ -64,36 +64,3 @@ def test_a_conversation_deleted_on_another_replica_while_its_memory_waits_keeps_
         store.close()
     stack.call(memory.idle(), timeout=60)
     assert _remembered(stack, conversation) == []
-
-
-def test_a_users_turns_that_end_within_the_settle_time_share_one_ingest_stream(
-        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Opening a stream costs the gateway and the retriever more than its two messages: the turns a user
-    finishes while the first one's memory settles go in the same stream, each under its own conversation;
-    deleting one of them removes its messages alone."""
-    memory = stack.app("gateway").memory
-    stack.call(memory.idle(), timeout=60)
-    monkeypatch.setattr(memory, "settle_s", SETTLE_S)
-    ingests: list[int] = []
-    real_ingest = memory.retriever.ingest
-
-    def ingest(*args, **kwargs):
-        ingests.append(1)
-        return real_ingest(*args, **kwargs)
-
-    monkeypatch.setattr(memory.retriever, "ingest", ingest)
-    conversations = []
-    for question in ("What did the Alpha fund say about emerging markets?", "What did Beta say about rates?"):
-        reply = httpx.post(stack.http_url + "/api/chat/ask", headers=stack.headers, timeout=120,
-                           json={"question": question})
-        assert reply.status_code == 200, reply.text
-        conversations.append(reply.json()["conversation_id"])
-    store = SqliteStore(stack.settings.sqlite_path)
-    try:
-        assert store.delete_conversation("demo", conversations[1])  # another replica's delete, meanwhile
-    finally:
-        store.close()
-    stack.call(memory.idle(), timeout=60)
-    assert ingests == [1], "one stream for both turns"
-    assert sorted(_remembered(stack, conversations[0])) == ["assistant", "user"]
-    assert _remembered(stack, conversations[1]) == []
