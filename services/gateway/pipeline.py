@@ -198,7 +198,7 @@ class AskPipeline:
                 compressed = (await self.planner.quality.compress(ask.question, plan.model, plan.hits)
                               if plan.searched else None)
                 hits = compressed.hits if compressed else plan.hits
-                ctx = await self._context(ask, hits)
+                ctx = await self._context(ask, plan.model, hits)
                 tracing.annotate(blocks=len(ctx.blocks), chars=len(ctx.text))
             if prepared.opens and plan.searched:
                 await self._keep_for_held(ask)
@@ -243,13 +243,16 @@ class AskPipeline:
         """Where the ask's question and answer are stored: nowhere when the client holds the conversation."""
         return Unstored() if ask.held else self.history
 
-    async def _context(self, ask: AskInput, hits: list[Hit]) -> context.Context:
-        """The context of the planned hits. A question that reuses its scope mostly has the very hits
-        the scope's last context was built from: that context is used again (it is never changed)."""
+    async def _context(self, ask: AskInput, model: str, hits: list[Hit]) -> context.Context:
+        """The context of the planned hits, within what `model` takes. A question that reuses its scope mostly
+        has the very hits the scope's last context was built from: that context is used again (it is never
+        changed) when it was built for the same budget."""
+        budget = await self.planner.budgets.get(model)
         entry = await self.cache.get(ask.tenant, ask.conversation_id) if hits else None
-        if entry is not None and entry.context is not None and _same_objects(entry.context[0], hits):
+        if (entry is not None and entry.context is not None and _same_objects(entry.context[0], hits)
+                and entry.context[1].budget == budget):
             return entry.context[1]
-        built = context.build(hits, self.settings.context_char_budget)
+        built = context.build(hits, budget)
         if entry is not None and _same_objects(hits, entry.hits[: len(hits)]):
             entry.context = (list(hits), built)
             await self.cache.keep_context(ask.tenant, ask.conversation_id, entry)

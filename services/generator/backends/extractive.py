@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from ragmesh.context_budget import OFFLINE, ContextBudget
 from ragmesh.question_kinds import DATE, FIGURE, PERSON, asked, asking_words
 from ragmesh.text import split_sentences, strip_citations, tokenize
 from ragmesh.types import ContextBlock, GenEvent
@@ -116,6 +117,10 @@ class ExtractiveBackend:
             "total_tokens": sum(len(b.text.split()) for b in request.blocks) + len(words),
         })
         yield GenEvent("done", model=self.name, text="stop")
+
+    def budget(self, model: str) -> ContextBudget:
+        """Little: it quotes the best hits' sentences and never reads the prompt."""
+        return OFFLINE
 
     async def close(self) -> None:
         """Nothing to release: no clients, no files."""
