@@ -400,7 +400,8 @@ class GenerationSettings(Section):
                                      "The OPENAI_MODEL's context window in tokens, as its server runs it (Ollama's "
                                      "num_ctx, vLLM's max_model_len): the gateway sizes the retrieved context to it "
                                      "(three quarters of what 4,096 tokens of instructions, conversation and answer "
-                                     "leave, at most CONTEXT_MAX_CHARS).")
+                                     "leave, at most CONTEXT_MAX_CHARS); 0 = not declared: the offline answerer's "
+                                     "CONTEXT_CHAR_BUDGET.")
 
 
 _RETRIES = "Embedding calls at ingest: a transient failure is retried this often, waiting base, 2x base, ..."

@@ -50,6 +50,9 @@ def hits_for(chars: int) -> int:
 
 def for_window(window_tokens: int) -> ContextBudget:
     """A model's budget from its context window: CONTEXT_SHARE of what the rest of the prompt leaves, never
-    less than the offline answerer's (a window too small for that is one the operator misdeclared)."""
+    less than the offline answerer's (a window too small for that is one the operator misdeclared). No window
+    (0): the offline answerer's budget."""
+    if window_tokens <= 0:
+        return OFFLINE
     chars = max(OFFLINE_CHARS, int((window_tokens - OTHER_TOKENS) * CONTEXT_SHARE) * CHARS_PER_TOKEN)
     return ContextBudget(chars, hits_for(chars), window_tokens, complete_records=True)

@@ -25,6 +25,7 @@ def test_the_offline_answerer_keeps_todays_figures_and_a_window_gives_a_model_mo
     assert small.chars == 12_288 and small.hits == 15 and small.complete_records
     assert large.chars > 300_000 and large.hits == MAX_HITS
     assert for_window(2_048).chars == OFFLINE_CHARS, "a window smaller than the rest of a prompt: today's figure"
+    assert for_window(0) == OFFLINE, "no window declared"
 
 
 def test_the_generator_answers_the_declared_budget_of_the_model_asked() -> None:
