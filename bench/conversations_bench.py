@@ -237,11 +237,12 @@ def run_conversations(quick: bool = False) -> Section:
                 sum(p.retrieval == "RAG_REUSE" for p in score.fresh), note="searched, not from the conversation")
     for model, reached in recalled.items():
         records = sum(len(r.factsheets) for r in reached)
+        sizes = sorted(len(r.prompt) for r in reached)
         kind = "today's budget, the offline answerer's" if model == TODAYS_BUDGET_MODEL else "large window"
         section.add(f"context recall on broad questions, {kind} ({model})", context_recall(reached), "",
                     note=f"{len(reached)} questions, {sum(len(r.missing) for r in reached)} facts missing; complete "
                          f"factsheets {records - sum(len(r.records_missing) for r in reached)} of {records}; "
-                         f"prompts {min(len(r.prompt) for r in reached):,}-{max(len(r.prompt) for r in reached):,} chars")
+                         f"prompts {sizes[0]:,}-{sizes[-1]:,} chars")
         section.notes += [f"context missing ({model}): {r.ask!r}: {r.missing + r.records_missing}"
                           for r in reached if r.missing or r.records_missing]
     section.notes += [f"stale: {p.describe()}" for p in score.stale]

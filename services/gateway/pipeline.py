@@ -247,8 +247,10 @@ class AskPipeline:
         """The context of the planned hits, within what `model` takes. A question that reuses its scope mostly
         has the very hits the scope's last context was built from: that context is used again (it is never
         changed) when it was built for the same budget."""
+        if not hits:  # nothing to size: a turn that searches nothing never waits on the generator's budget
+            return context.Context([], "", [])
         budget = await self.planner.budgets.get(model)
-        entry = await self.cache.get(ask.tenant, ask.conversation_id) if hits else None
+        entry = await self.cache.get(ask.tenant, ask.conversation_id)
         if (entry is not None and entry.context is not None and _same_objects(entry.context[0], hits)
                 and entry.context[1].budget == budget):
             return entry.context[1]
