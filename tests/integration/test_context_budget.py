@@ -55,3 +55,15 @@ def test_the_complete_factsheet_reaches_the_large_window_model(reached: dict[str
 def test_the_offline_answerers_budget_is_todays(stack: Stack) -> None:
     budgets = stack.app("gateway").pipeline.planner.budgets
     assert stack.call(budgets.get(EXTRACTIVE)) == OFFLINE
+
+
+def test_a_generator_that_cannot_answer_the_budget_call_gives_todays_budget(stack: Stack) -> None:
+    """A gateway whose generator address serves no Generator (as one older than the Budget call would not
+    answer it): every model gets the offline answerer's budget, and questions are still answered."""
+    gateway = stack.start_variant("gateway", generator_addr=stack.address("retriever"))
+    try:
+        budgets = gateway.app.pipeline.planner.budgets
+        assert stack.call(budgets.get("gemini-2.5-flash")) == stack.call(budgets.get(EXTRACTIVE)) == OFFLINE
+    finally:
+        stack.extra.remove(gateway)
+        stack.call(gateway.stop())
