@@ -61,7 +61,8 @@ def test_plain_text_and_pdf_chapters_hold_their_sections() -> None:
     text = ("Chapter 1 Tides\n\nThe tides turn twice a day.\n\nSection 1.1 Springs\n\nSpring tides run high."
             "\n\nNeap tides run low.\n\nChapter 2 Winds\n\nThe winds back in autumn.")
     assert [(c, s) for c, s, _ in places(text.encode(), "tides.txt")] == [
-        ("Chapter 1 Tides", "Chapter 1 Tides"), ("Chapter 1 Tides", "Section 1.1 Springs"), ("Chapter 2 Winds", "Chapter 2 Winds")]
+        ("Chapter 1 Tides", "Chapter 1 Tides"), ("Chapter 1 Tides", "Section 1.1 Springs"),
+        ("Chapter 2 Winds", "Chapter 2 Winds")]
     pages = ["Chapter 1\n\n" + " ".join(sentence("one", i) for i in range(3)),
              "Chapter 2\n\n" + " ".join(sentence("two", i) for i in range(3))]
     assert [(c, s, n) for c, s, n in places(pdf_bytes(pages), "tides.pdf")] == [
@@ -113,3 +114,22 @@ def test_labels_and_citations_name_a_books_place_and_nothing_else() -> None:
     for plain in (note, memo):
         cited = citation_for(ContextBlock(1, "x", plain, label(plain)))
         assert (cited.chapter, cited.section, cited.paragraph) == ("", "", 0)
+
+
+def test_a_long_books_parents_and_children_name_the_paragraph_they_start_at() -> None:
+    """BOOK chunking (parents of whole paragraphs, overlapping children): each piece's paragraph is the one
+    its first sentence not held by the piece before comes from."""
+    def paragraph(c: int, n: int) -> str:
+        return " ".join(f"Keeper note c{c}p{n} line {i} tells of the tower, the lamp and the long watch."
+                        for i in range(7))
+
+    text = "\n\n".join(f"Chapter {c}\n\n" + "\n\n".join(paragraph(c, n) for n in range(1, 9)) for c in (1, 2, 3))
+    chunked = chunk_document(parsed(text.encode(), "keeper.txt"))
+    assert chunked.doc_type == "BOOK"
+    children = [p for p in chunked.pieces if not p.is_parent]
+    assert len(children) >= 24 and {p.chapter for p in chunked.pieces} == {"Chapter 1", "Chapter 2", "Chapter 3"}
+    for piece in chunked.pieces:
+        c = piece.chapter.split()[-1]
+        assert f"c{c}p{piece.paragraph} " in piece.text, (piece.paragraph, piece.text[:200])
+    # past the overlap: a child that opens with the previous paragraph's last sentence names the next one
+    assert any(p.text.startswith(f"Keeper note c1p{p.paragraph - 1} line 6") for p in children), "no overlap seen"

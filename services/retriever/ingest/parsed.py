@@ -42,7 +42,7 @@ class Section:
     whole_meta: dict[str, str] = field(default_factory=dict)
     level: int = 0  # the heading's depth (1 for "#", <h1>, "Heading 1"); 0: no heading, or one outside the outline
     lead: int = 0  # how many paragraphs the text opens with are headings (not counted as the section's paragraphs)
-    chapter: str = ""  # the title of the chapter holding the section (its own, for a chapter's heading); set by with_chapters
+    chapter: str = ""  # the title of the chapter holding it (its own, for a chapter's heading): with_chapters sets it
 
     def add(self, text: str, page: int = 0, sep: str = "\n\n") -> None:
         """Appends text (from `page` on, if the format has pages)."""

@@ -1,5 +1,5 @@
-"""Markdown and HTML: headings start sections (their levels give the chapters); HTML through the standard library's parser
-(scripts, styles and the like skipped, block elements ending paragraphs)."""
+"""Markdown and HTML: headings start sections (their levels give the chapters); HTML through the standard
+library's parser (scripts, styles and the like skipped, block elements ending paragraphs)."""
 from __future__ import annotations
 
 import re
