@@ -117,3 +117,11 @@ def test_what_the_book_covers_is_answered_from_its_table_of_contents(stack: Stac
     [cited] = one(events, "citations")
     assert cited["doc_id"] == FILENAME and cited["chunk_id"].endswith("#summary")
     assert TITLE not in answer.split("Sections:")[-1]  # the book's title is not one of its chapters
+
+
+def test_notes_and_factsheets_have_no_place_and_keep_their_labels(stack: Stack) -> None:
+    events = sse(f"{stack.http_url}/api/chat/ask/stream", {
+        "question": "What did Kestrel do with its Brazil exposure in March 2024?"}, stack.headers)
+    citations = one(events, "citations")
+    assert citations and {place(c) for c in citations} == {("", "", 0)}
+    assert all(c["title"].startswith(("Meeting note, ", "Kestrel")) and "›" not in c["title"] for c in citations)
