@@ -56,7 +56,7 @@ def test_the_sse_citations_name_the_chapter_section_and_paragraph(stack: Stack, 
     assert all(c["title"] == f"{FILENAME} › {fact.place}" for c in cited)
 
 
-def test_grpc_citations_carry_the_place_and_the_stored_sources_list_names_it(stack: Stack, key: str) -> None:
+def test_grpc_citations_carry_the_place_and_the_stored_answer_keeps_it(stack: Stack, key: str) -> None:
     with channel(stack.address("gateway"), bearer(key)) as ch:
         events = list(gateway_pb2_grpc.GatewayStub(ch).Ask(gateway_pb2.AskRequest(
             question=LENS.question, data_sources=["Documents"]), timeout=60))
@@ -64,6 +64,11 @@ def test_grpc_citations_carry_the_place_and_the_stored_sources_list_names_it(sta
     cited = [c for c in citations if LENS.answer in " ".join(c.snippet.split())]
     assert cited and {(c.chapter, c.section, c.paragraph) for c in cited} == {(LENS.chapter, LENS.section, 3)}
     conversation = [e.done.conversation_id for e in events if e.HasField("done")][0]
+    with channel(stack.address("gateway"), bearer(key)) as ch:
+        read = gateway_pb2_grpc.GatewayStub(ch).GetConversation(
+            gateway_pb2.GetConversationRequest(conversation_id=conversation), timeout=30)
+    again = [c for c in read.messages[-1].citations if LENS.answer in " ".join(c.snippet.split())]
+    assert [(c.chapter, c.section, c.paragraph) for c in again] == [(LENS.chapter, LENS.section, 3)]
     stored = httpx.get(f"{stack.http_url}/api/conversations/{conversation}", headers=headers(key), timeout=30).json()
     answer = stored["messages"][-1]
     assert f"{FILENAME} › {LENS.place}" in answer["meta"]["sources"]
