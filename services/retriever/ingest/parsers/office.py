@@ -1,6 +1,6 @@
-"""Word (python-docx: headings start sections, their levels give the chapters; tables read row by row) and PowerPoint
-(python-pptx: one section per slide, named by its title, the slide number as its page,
-speaker notes included)."""
+"""Word (python-docx: headings start sections, their levels give the chapters; tables read row by
+row) and PowerPoint (python-pptx: one section per slide, named by its title, the slide number as its
+page, speaker notes included)."""
 from __future__ import annotations
 
 import io
