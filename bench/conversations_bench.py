@@ -4,6 +4,8 @@ deploy.run`: the demo corpus, the offline extractive generator), and three figur
   stale        fresh turns (they need facts the conversation does not hold) answered with no search (target 0)
   fact recall  of the facts the fresh turns' answers must contain, the share present (target 100%)
   wasted       transform turns (they rework what was answered) that searched anyway (target <= 25%)
+  wrong-fact   answers holding a figure, name or date of another question (a turn's `not_facts`), or, for a
+               turn asking what the notes do not hold (`absent`), not saying the sources lack it (target 0)
 Each miss is listed with the signal the strategy event names, so a figure can be traced to a turn.
 The figures are about what is searched and answered, not how fast: the stack gets a retrieval deadline
 long enough for a loaded machine (RETRIEVAL_TIMEOUT_S), so a late search never stands in for a decision.
@@ -11,6 +13,7 @@ The integration test (tests/integration/test_conversations_labelled.py) plays th
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +27,13 @@ from bench.search_bench import Section, Target
 
 LABELLED_SET = Path(__file__).resolve().parents[1] / "tests" / "data" / "conversations.yaml"
 FRESH, TRANSFORM = "fresh", "transform"
-STALE_TARGET, RECALL_TARGET, WASTED_TARGET = 0, 1.0, 0.25
+STALE_TARGET, RECALL_TARGET, WASTED_TARGET, WRONG_TARGET = 0, 1.0, 0.25, 0
+# An answer that says the sources lack what was asked: the offline answerer's words, the gateway's no-match and
+# not-enough answers, and a model's usual phrasings.
+NOT_THERE = re.compile(
+    r"\b(?:do|does|did)\s+not\s+(?:say|state|mention|contain|give|include|specify)\b|\bdon't\s+have\b"
+    r"|\bnot\s+enough\s+information\b|\bno\s+(?:data|information|notes)\b|\bnot\s+(?:stated|mentioned|given|specified)\b",
+    re.I)
 RETRIEVAL_TIMEOUT_S = "30"
 
 
@@ -38,6 +47,8 @@ class Played:
     label: str
     facts: list[str]
     needs: str
+    absent: str  # what the question asks that the notes do not hold ("" when they hold it)
+    not_facts: list[str]
     route: str
     retrieval: str
     signal: str  # the follow-up signal the strategy event names
@@ -60,9 +71,21 @@ class Played:
         """The facts the answer lacks (a fact "a|b" is present when either is)."""
         return [f for f in self.facts if not any(alt in self.answer for alt in f.split("|"))]
 
+    @property
+    def wrong_facts(self) -> list[str]:
+        """The figures, names or dates of another question the answer holds."""
+        return [f for f in self.not_facts if f in self.answer]
+
+    @property
+    def wrong(self) -> bool:
+        """Gives another question's fact, or does not say the notes lack what they lack."""
+        return bool(self.wrong_facts) or bool(self.absent and not NOT_THERE.search(self.answer))
+
     def describe(self) -> str:
         return (f"{self.conversation!r} turn {self.turn} ({self.label}) {self.ask!r}: {self.route}/{self.retrieval}, "
                 f"follow-up signal {self.signal or '-'}" + (f", missing {self.missing}" if self.missing else "")
+                + (f", holds {self.wrong_facts}" if self.wrong_facts else "")
+                + (f", does not say the notes lack {self.absent}" if self.wrong and not self.wrong_facts else "")
                 + (f" [needs {self.needs}]" if self.needs else ""))
 
 
@@ -72,11 +95,13 @@ class Score:
     stale: list[Played] = field(init=False)
     wasted: list[Played] = field(init=False)
     missing: list[Played] = field(init=False)
+    wrong: list[Played] = field(init=False)
 
     def __post_init__(self) -> None:
         self.stale = [p for p in self.played if p.stale]
         self.wasted = [p for p in self.played if p.wasted]
         self.missing = [p for p in self.played if p.label == FRESH and p.missing]
+        self.wrong = [p for p in self.played if p.wrong]
 
     @property
     def fresh(self) -> list[Played]:
@@ -113,7 +138,8 @@ def play(ask: Callable[[dict[str, Any]], dict[str, Any]], conversations: list[di
             conversation_id = reply["conversation_id"]
             strategy = reply["meta"]["strategy"]
             played.append(Played(conv["name"], i, turn["ask"], turn["label"], turn.get("facts", []),
-                                 turn.get("needs", ""), strategy["route"], strategy["retrieval"],
+                                 turn.get("needs", ""), turn.get("absent", ""), turn.get("not_facts", []),
+                                 strategy["route"], strategy["retrieval"],
                                  (strategy.get("followup") or {}).get("signal", ""), reply["answer"]))
     return Score(played)
 
@@ -141,6 +167,10 @@ def run_conversations(quick: bool = False) -> Section:
                 f"{sum(len(p.missing) for p in score.fresh)} facts missing in {len(score.missing)} turns")
     section.add("wasted searches on transform turns", score.wasted_share, "", Target("<=", WASTED_TARGET),
                 f"{len(score.wasted)} of {len(score.transforms)}")
+    checked = [p for p in score.played if p.absent or p.not_facts]
+    section.add("wrong-fact answers (another question's figure, or not saying the notes lack it)", len(score.wrong),
+                "", Target("<=", WRONG_TARGET),
+                f"of {len(checked)} turns checked, {sum(bool(p.absent) for p in checked)} asking what the notes do not hold")
     own = [p for p in score.fresh if not p.needs]
     section.add("fact recall on fresh turns needing no other part of issue 24", Score(own).recall, "",
                 note=f"{len(own)} turns; the others name what they need (`needs` in the set)")
@@ -149,4 +179,5 @@ def run_conversations(quick: bool = False) -> Section:
     section.notes += [f"stale: {p.describe()}" for p in score.stale]
     section.notes += [f"missing facts: {p.describe()}" for p in score.missing]
     section.notes += [f"wasted search: {p.describe()}" for p in score.wasted]
+    section.notes += [f"wrong fact: {p.describe()}" for p in score.wrong]
     return section
