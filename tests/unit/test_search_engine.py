@@ -43,3 +43,36 @@ def test_bad_searches_name_the_field(query: SearchQuery, field: str) -> None:
     with pytest.raises(InvalidArgument) as err:
         asyncio.run(SearchEngine(registry(), down).search(query))
     assert err.value.field == field
+
+
+def dated_registry() -> IndexRegistry:
+    """Three notes that match "gold" alike, written a year apart, in no date order."""
+    r = IndexRegistry(4)
+    vectors = np.eye(4, dtype=np.float32)
+    notes = [("d0", "2023-05-01"), ("d1", "2025-05-01"), ("d2", "2024-05-01")]
+    r.apply("c", [(("", doc), [StoredChunk(Chunk(f"{doc}#0", doc, "c", "gold position", date=date), vectors[i])])
+                  for i, (doc, date) in enumerate(notes)])
+    return r
+
+
+def test_embedder_down_ranks_keyword_matches_newest_first() -> None:
+    """Keyword and recency, the notes design's fallback: equal keyword matches come newest first, counted
+    from the newest hit (every note here is older than the decay's reach from today), and say how they were
+    ranked."""
+    for fusion in ("RRF", "LINEAR"):
+        outcome = asyncio.run(SearchEngine(dated_registry(), down).search(SearchQuery("gold", fusion=fusion)))
+        assert outcome.dense_skipped
+        assert [h.chunk.doc_id for h in outcome.hits] == ["d1", "d2", "d0"], fusion
+        assert all("keyword + recency (embedder down)" in h.boosts for h in outcome.hits)
+
+
+def test_a_better_keyword_match_still_beats_a_newer_note() -> None:
+    r = IndexRegistry(4)
+    vectors = np.eye(4, dtype=np.float32)
+    notes = [("old", "2024-01-01", "gold miners rally as gold rises"), ("new", "2024-03-01", "gold mentioned once "
+                                                                       "among many other unrelated words here"),
+             ("other", "2024-02-01", "bond yields fall"), ("more", "2024-02-15", "oil output cut")]
+    r.apply("c", [(("", doc), [StoredChunk(Chunk(f"{doc}#0", doc, "c", text, date=date), vectors[i])])
+                  for i, (doc, date, text) in enumerate(notes)])
+    outcome = asyncio.run(SearchEngine(r, down).search(SearchQuery("gold miners")))
+    assert [h.chunk.doc_id for h in outcome.hits][0] == "old"
