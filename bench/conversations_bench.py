@@ -4,6 +4,8 @@ deploy.run`: the demo corpus, the offline extractive generator), and three figur
   stale        fresh turns (they need facts the conversation does not hold) answered with no search (target 0)
   fact recall  of the facts the fresh turns' answers must contain, the share present (target 100%)
   wasted       transform turns (they rework what was answered) that searched anyway (target <= 25%)
+  wrong-fact   answers holding a figure, name or date of another question (a turn's `not_facts`), or, for a
+               turn asking what the notes do not hold (`absent`), not saying the sources lack it (target 0)
 Each miss is listed with the signal the strategy event names, so a figure can be traced to a turn.
 And context recall: the broad questions of tests/data/broad_questions.yaml asked of two models the same stack
 serves through fakes that record their prompts (tests/fakes), the share of the facts each question needs that
@@ -19,6 +21,7 @@ The integration test (tests/integration/test_conversations_labelled.py) plays th
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +42,13 @@ RECORDED_MODELS = {"OPENAI_MODEL": "served-model", "OPENAI_CONTEXT_TOKENS": "0",
                    "DEFAULT_MODEL": "extractive", "QUALITY_REWRITE": "false", "QUALITY_RERANK": "false",
                    "QUALITY_COMPRESS": "false", "QUALITY_HISTORY": "false"}
 FRESH, TRANSFORM = "fresh", "transform"
-STALE_TARGET, RECALL_TARGET, WASTED_TARGET = 0, 1.0, 0.25
+STALE_TARGET, RECALL_TARGET, WASTED_TARGET, WRONG_TARGET = 0, 1.0, 0.25, 0
+# An answer that says the sources lack what was asked: the offline answerer's words, the gateway's no-match and
+# not-enough answers, and a model's usual phrasings.
+NOT_THERE = re.compile(
+    r"\b(?:do|does|did)\s+not\s+(?:say|state|mention|contain|give|include|specify)\b|\bdon't\s+have\b"
+    r"|\bnot\s+enough\s+information\b|\bno\s+(?:data|information|notes)\b|\bnot\s+(?:stated|mentioned|given|specified)\b",
+    re.I)
 RETRIEVAL_TIMEOUT_S = "30"
 
 
@@ -53,6 +62,8 @@ class Played:
     label: str
     facts: list[str]
     needs: str
+    absent: str  # what the question asks that the notes do not hold ("" when they hold it)
+    not_facts: list[str]
     route: str
     retrieval: str
     signal: str  # the follow-up signal the strategy event names
@@ -75,9 +86,21 @@ class Played:
         """The facts the answer lacks (a fact "a|b" is present when either is)."""
         return [f for f in self.facts if not any(alt in self.answer for alt in f.split("|"))]
 
+    @property
+    def wrong_facts(self) -> list[str]:
+        """The figures, names or dates of another question the answer holds."""
+        return [f for f in self.not_facts if f in self.answer]
+
+    @property
+    def wrong(self) -> bool:
+        """Gives another question's fact, or does not say the notes lack what they lack."""
+        return bool(self.wrong_facts) or bool(self.absent and not NOT_THERE.search(self.answer))
+
     def describe(self) -> str:
         return (f"{self.conversation!r} turn {self.turn} ({self.label}) {self.ask!r}: {self.route}/{self.retrieval}, "
                 f"follow-up signal {self.signal or '-'}" + (f", missing {self.missing}" if self.missing else "")
+                + (f", holds {self.wrong_facts}" if self.wrong_facts else "")
+                + (f", does not say the notes lack {self.absent}" if self.wrong and not self.wrong_facts else "")
                 + (f" [needs {self.needs}]" if self.needs else ""))
 
 
@@ -87,11 +110,13 @@ class Score:
     stale: list[Played] = field(init=False)
     wasted: list[Played] = field(init=False)
     missing: list[Played] = field(init=False)
+    wrong: list[Played] = field(init=False)
 
     def __post_init__(self) -> None:
         self.stale = [p for p in self.played if p.stale]
         self.wasted = [p for p in self.played if p.wasted]
         self.missing = [p for p in self.played if p.label == FRESH and p.missing]
+        self.wrong = [p for p in self.played if p.wrong]
 
     @property
     def fresh(self) -> list[Played]:
@@ -128,7 +153,8 @@ def play(ask: Callable[[dict[str, Any]], dict[str, Any]], conversations: list[di
             conversation_id = reply["conversation_id"]
             strategy = reply["meta"]["strategy"]
             played.append(Played(conv["name"], i, turn["ask"], turn["label"], turn.get("facts", []),
-                                 turn.get("needs", ""), strategy["route"], strategy["retrieval"],
+                                 turn.get("needs", ""), turn.get("absent", ""), turn.get("not_facts", []),
+                                 strategy["route"], strategy["retrieval"],
                                  (strategy.get("followup") or {}).get("signal", ""), reply["answer"]))
     return Score(played)
 
@@ -230,6 +256,10 @@ def run_conversations(quick: bool = False) -> Section:
                 f"{sum(len(p.missing) for p in score.fresh)} facts missing in {len(score.missing)} turns")
     section.add("wasted searches on transform turns", score.wasted_share, "", Target("<=", WASTED_TARGET),
                 f"{len(score.wasted)} of {len(score.transforms)}")
+    checked = [p for p in score.played if p.absent or p.not_facts]
+    section.add("wrong-fact answers (another question's figure, or not saying the notes lack it)", len(score.wrong),
+                "", Target("<=", WRONG_TARGET),
+                f"of {len(checked)} turns checked, {sum(bool(p.absent) for p in checked)} asking what the notes do not hold")
     own = [p for p in score.fresh if not p.needs]
     section.add("fact recall on fresh turns needing no other part of issue 24", Score(own).recall, "",
                 note=f"{len(own)} turns; the others name what they need (`needs` in the set)")
@@ -248,4 +278,5 @@ def run_conversations(quick: bool = False) -> Section:
     section.notes += [f"stale: {p.describe()}" for p in score.stale]
     section.notes += [f"missing facts: {p.describe()}" for p in score.missing]
     section.notes += [f"wasted search: {p.describe()}" for p in score.wasted]
+    section.notes += [f"wrong fact: {p.describe()}" for p in score.wrong]
     return section

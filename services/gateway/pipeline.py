@@ -30,7 +30,7 @@ from ragmesh.request_context import identity_var, request_id_var
 from ragmesh.store import CorrectionRecord
 from ragmesh.text import citation_numbers
 from ragmesh.types import Citation, GenEvent, Hit
-from services.gateway import context, generation_params, router
+from services.gateway import context, fallback, generation_params, router
 from services.gateway.answer_guard import AnswerGuard
 from services.gateway.events import Done, Event, Sources
 from services.gateway.history import (History, Recent, Unstored, carried_whole, held_conversation_id,
@@ -199,6 +199,12 @@ class AskPipeline:
                               if plan.searched else None)
                 hits = compressed.hits if compressed else plan.hits
                 ctx = await self._context(ask, plan.model, hits)
+                if plan.retrieval != NO_RETRIEVAL and not ctx.blocks and not plan.unavailable and (
+                        recent := await fallback.recent_notes(self.planner.retriever, ask, plan)):
+                    hits = recent.hits
+                    ctx = context.build(recent.hits, await self.planner.budgets.get(plan.model))
+                    plan.relaxed.append(recent.note)
+                    notes.append(recent.note)
                 tracing.annotate(blocks=len(ctx.blocks), chars=len(ctx.text))
             if prepared.opens and plan.searched:
                 await self._keep_for_held(ask)
@@ -329,6 +335,9 @@ class AskPipeline:
             return
         stream = await self._generation(ask, s, conversation, ctx, corrections)
         guard = AnswerGuard({b.index for b in ctx.blocks}, enforce=bool(ctx.blocks))
+        if preface := fallback.preface(s):  # the context is the recent notes, not matches: said first
+            answer.parts.append(guard.feed(preface))
+            yield Event("content", preface)
         with tracing.span("generation", model=s.model):
             async with aclosing(_until(stream, stop)) as events:
                 try:
