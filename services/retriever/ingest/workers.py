@@ -21,7 +21,7 @@ import multiprocessing
 import resource
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 _PRELOAD = ["services.retriever.ingest.workers", "services.retriever.ingest.parsers.office",
             "services.retriever.ingest.parsers.pdf"]
 MIN_MEMORY_MB = 256
+# A piece of a file sent in pieces (retriever.proto's Document.more_content): what one message holds.
+MAX_PIECE_BYTES = 4 * 1024 * 1024
 _DONE: Future[None] = Future()
 _DONE.set_result(None)
 
@@ -213,6 +215,36 @@ class ParsePool:
         doc.spooled = await asyncio.to_thread(self.spool.put, doc.content)
         doc.content = b""
 
+    async def received(self, doc: Document, pieces: AsyncIterator[bytes], max_bytes: int) -> None:
+        """`doc`'s content (its first piece) completed, in place, by the `pieces` that follow it: a file
+        sent in pieces is written to the spool piece by piece as it arrives, so no step holds it whole
+        before its parse turn (a pool without a spool, as tests make, joins them in memory).
+        InvalidArgument naming `content` for a piece over MAX_PIECE_BYTES or pieces over `max_bytes`
+        together (INGEST_MAX_BYTES); when this raises (that, or the sender went away) nothing of the
+        file is left on disk."""
+        first, doc.content = doc.content, b""
+        spooled = await asyncio.to_thread(self.spool.put) if self.spool is not None else None
+        held: list[bytes] = []
+        size = 0
+        try:
+            async for piece in _following(first, pieces):
+                size += len(piece)
+                if len(piece) > MAX_PIECE_BYTES:
+                    raise InvalidArgument("content", f"a piece of {doc.filename or doc.doc_id or 'a file'} is "
+                                                     f"{len(piece):,} bytes; the limit is {MAX_PIECE_BYTES:,} a piece")
+                if size > max_bytes:
+                    raise InvalidArgument("content", f"the pieces of {doc.filename or doc.doc_id or 'a file'} pass "
+                                                     f"{max_bytes:,} bytes, the limit of a file (INGEST_MAX_BYTES)")
+                if spooled is not None:
+                    await asyncio.to_thread(spooled.append, piece)
+                else:
+                    held.append(piece)
+        except BaseException:
+            if spooled is not None:
+                spooled.close()
+            raise
+        doc.content, doc.spooled = (b"", spooled) if spooled is not None else (b"".join(held), None)
+
     async def parse(self, doc: Document, max_bytes: int) -> list[Parsed | BadRecord]:
         """The parsed documents of `doc` (see parsers.parse); UnreadableFile naming the limit when a
         worker had to be killed for it. Small files of linear-time formats are parsed in place."""
@@ -353,6 +385,12 @@ class ParsePool:
         for worker in workers:
             worker.kill()
         self._io.shutdown(wait=False, cancel_futures=True)
+
+
+async def _following(first: bytes, pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async for piece in pieces:
+        yield piece
 
 
 @functools.cache
