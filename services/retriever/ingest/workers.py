@@ -4,7 +4,8 @@ process, which a thread cannot be, and one tenant's files never wait behind anot
 
 A few long-lived workers, each a process forked from a forkserver (never from the retriever,
 whose FAISS and torch threads a fork would copy mid-lock) with its address space capped
-(RLIMIT_AS) and a CPU-time cap per document as a backstop. A document goes to an idle worker;
+(RLIMIT_AS), a CPU-time cap per document as a backstop, and a lower CPU priority than the serving
+processes (PARSE_NICENESS), so parsing takes the cores they leave. A document goes to an idle worker;
 its parse is given `timeout_s` of wall-clock time from there. A worker that times out, runs out
 of memory, crashes or whose caller went away is killed and replaced by a fresh one on next use.
 Each tenant has at most `per_tenant` parses at once; free workers go to the longest-waiting
@@ -18,6 +19,7 @@ import functools
 import logging
 import math
 import multiprocessing
+import os
 import resource
 import signal
 import threading
@@ -43,6 +45,9 @@ log = logging.getLogger(__name__)
 _PRELOAD = ["services.retriever.ingest.workers", "services.retriever.ingest.parsers.office",
             "services.retriever.ingest.parsers.pdf"]
 MIN_MEMORY_MB = 256
+# How much lower a worker runs than the retriever (nice): a parse takes the CPU the serving processes
+# leave, so a tenant's large or hostile files cost another tenant's calls little of the cores they share.
+PARSE_NICENESS = 10
 # A piece of a file sent in pieces (retriever.proto's Document.more_content): what one message holds.
 MAX_PIECE_BYTES = 4 * 1024 * 1024
 _DONE: Future[None] = Future()
@@ -86,6 +91,7 @@ def _serve(conn: Connection, memory_mb: int, log_level: int) -> None:
     """A worker's life: parse what arrives until the pipe closes. Refusals travel back as
     (field, reason); running out of memory ends the worker (its heap is not trusted after)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the retriever's to handle
+    os.nice(PARSE_NICENESS)
     rlog.setup("retriever", logging.getLevelName(log_level))  # pypdf's warnings as JSON lines, like the rest
     if memory_mb:
         limit = memory_mb * 1024 * 1024
