@@ -1,10 +1,10 @@
 """The bytes of one tenant's uploads the gateway holds in memory at once (UPLOAD_MEMORY_PER_TENANT_MB).
 
 An upload's files wait on disk (the HTTP bridge's multipart spool, or ragmesh.spool for gRPC
-uploads) and are read into memory only while they are sent to the retriever, which spools them
-in turn; a file waits here until the tenant's others in memory are sent. So however many uploads a
-tenant runs at once, this process holds at most its share of their bytes (and one file larger than
-the share, alone), and one tenant's waiting never holds up another's.
+uploads) and are read into memory piece by piece (PIECE_BYTES) only while each piece is sent to the
+retriever, which spools the pieces in turn; a piece waits here until the tenant's others in memory
+are sent. So however many uploads a tenant runs at once, this process holds at most its share of
+their bytes, and one tenant's waiting never holds up another's.
 
 Receiving is bounded too. The HTTP bridge writes a body to disk as it arrives; gRPC receives each
 message whole in memory before the servicer sees it, and its size is known only then. So before a

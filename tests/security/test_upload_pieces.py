@@ -21,7 +21,7 @@ import grpc
 import httpx
 import pytest
 
-from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
+from ragmesh.v1 import gateway_pb2_grpc, retriever_pb2, retriever_pb2_grpc
 from services.gateway.upload_memory import PIECE_BYTES
 from services.retriever.ingest.workers import MAX_PIECE_BYTES, ParsePool
 from tests.auth import bearer, channel, headers
@@ -179,3 +179,15 @@ def test_a_sender_going_away_halfway_through_a_file_leaves_no_spool_file(stack: 
         finally:
             release.set()
     until(lambda: spooled_files(spool) <= before, "the half-received file's spool file removed")
+
+
+def test_the_gateway_takes_each_file_whole_and_refuses_pieces_naming_the_field(stack: Stack, key: str) -> None:
+    """Pieces are what the gateway makes of a file for the retriever; its own clients send a file whole
+    (within their receiving share), so a piece sent to it is refused, not passed on."""
+    pieces = split(retriever_pb2.Document(doc_id="p.pdf", filename="p.pdf", collection="documents",
+                                          content=b"%PDF" * 1000), 1000)
+    with channel(stack.address("gateway"), bearer(key)) as ch:
+        with pytest.raises(grpc.RpcError) as caught:
+            list(gateway_pb2_grpc.GatewayStub(ch).Ingest(iter(pieces), timeout=60))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value
+    assert caught.value.details().startswith("more_content"), caught.value.details()
