@@ -36,14 +36,16 @@ EXACT_BELOW = 200_000
 LISTS_PER_SQRT = 2  # nlist = 2 * sqrt(n), a power of two: ~1,000 lists at 200k vectors
 MIN_LISTS = 16
 TRAIN_PER_LIST = 40  # FAISS asks for at least 39 training vectors a list
-# Lists probed unfiltered. Measured recall@10 against exact on SciFact's MiniLM vectors (title and abstract,
-# 5,183 in 128 lists, 4-bit codes, 400 candidates re-scored): 1/8 0.92, 3/16 0.95, 1/4 0.965 (the synthetic
-# corpus's clusters: 1.0 from 8 of 1,024 lists).
-PROBED_SHARE = 1 / 4
+# Lists probed unfiltered: PROBES_PER_ROOT * sqrt(lists), a shrinking share as lists multiply. Measured
+# recall@10 against exact on SciFact's MiniLM vectors (4-bit codes, 400 candidates re-scored) at sqrt(8 * lists)
+# probes: 0.965 (title and abstract, 5,183 in 128 lists), 0.965 / 0.964 / 0.961 (44,757 sentences in 256 / 512 /
+# 1,024 lists); a fixed 1/8 of the lists gave 0.92 at 128 lists. 3.5 (sqrt(12 * lists)) leaves a margin: 112 of
+# 1,024 lists. The synthetic corpus's clusters: recall 1.0 from 8 of 1,024 lists.
+PROBES_PER_ROOT = 3.5
 MIN_PROBES = 8
 # A filter thins every list, so it widens the probe by share ** -FILTER_WIDENING: its top k lies among the
 # unfiltered top k / share, which crowd into the nearest lists. Measured on the same SciFact vectors with a
-# 10% filter: 57 of 128 lists (x 1.78) recall@10 0.98; the 1 / sqrt(share) this replaces probed 102 for 0.999.
+# 10% filter (x 1.78): 0.963 from 162 of 1,024 lists, 0.98 from 57 of 128; 1 / sqrt(share) probed 102 of 128 for 0.999.
 FILTER_WIDENING = 0.25
 # Past this share of lists, a filtered search scans exactly. The selector skips the codes outside the
 # filter after their distances are looked up, so a filtered probe costs what an unfiltered one of as many
@@ -115,7 +117,7 @@ class IVFCodes:
     def probes(self, share: float) -> int:
         """Lists to probe when `share` of the slots are admitted: more as a filter thins them
         (by share ** -FILTER_WIDENING); 0 = scan exactly instead."""
-        base = max(MIN_PROBES, math.ceil(self.nlist * PROBED_SHARE))
+        base = max(MIN_PROBES, math.ceil(PROBES_PER_ROOT * math.sqrt(self.nlist)))
         wanted = math.ceil(base * share ** -FILTER_WIDENING)
         if share < 1 and wanted > MAX_FILTERED_SHARE * self.nlist:
             return 0
