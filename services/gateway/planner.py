@@ -23,6 +23,7 @@ from ragmesh.models import EXTRACTIVE
 from ragmesh.types import MEMORY_COLLECTION, Chunk, Hit, SearchFilter
 from ragmesh.validation import MAX_VARIANTS
 from services.gateway import boosts, context, followup, router
+from services.gateway.context_budgets import ContextBudgets
 from services.gateway.followup import Followup
 from services.gateway.history import Recent
 from services.gateway.quality import QualityStack, QualityStep
@@ -117,6 +118,7 @@ class Planner:
         self.windows = windows
         self.today = today
         self.quality = QualityStack(generator, settings)
+        self.budgets = ContextBudgets(generator, settings)  # what each model's context takes
 
     def embed_early(self, ask: AskInput) -> asyncio.Task[tuple[np.ndarray | None, float]] | None:
         """The question's embedding, started before its conversation is read when every route the
@@ -141,6 +143,8 @@ class Planner:
             tracing.annotate(route=rt.name, reason=rt.reason, followup=follow.signal)
         if ask.top_k and rt.retrieves:
             rt = dataclasses.replace(rt, k=ask.top_k)
+        elif rt.retrieves:  # as many hits as the model's context takes, never fewer than the route's
+            rt = dataclasses.replace(rt, k=max(rt.k, (await self.budgets.get(self._model(ask, rt))).hits))
         asked = Scope.asked(ask)
         s = Plan(rt.name, NO_RETRIEVAL, rt.reason, ask.conversation_id, ask.collections,
                  asked.search_filter(ask.tenant), follow,
