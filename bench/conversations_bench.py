@@ -4,6 +4,8 @@ deploy.run`: the demo corpus, the offline extractive generator), and three figur
   stale        fresh turns (they need facts the conversation does not hold) answered with no search (target 0)
   fact recall  of the facts the fresh turns' answers must contain, the share present (target 100%)
   wasted       transform turns (they rework what was answered) that searched anyway (target <= 25%)
+  small talk   turns that are not questions that searched, or whose reply lacks what it must say of the
+               conversation (target 0)
 Each miss is listed with the signal the strategy event names, so a figure can be traced to a turn.
 The figures are about what is searched and answered, not how fast: the stack gets a retrieval deadline
 long enough for a loaded machine (RETRIEVAL_TIMEOUT_S), so a late search never stands in for a decision.
@@ -23,7 +25,8 @@ from bench.load_bench import Stack
 from bench.search_bench import Section, Target
 
 LABELLED_SET = Path(__file__).resolve().parents[1] / "tests" / "data" / "conversations.yaml"
-FRESH, TRANSFORM = "fresh", "transform"
+FRESH, TRANSFORM, SMALL_TALK = "fresh", "transform", "small_talk"
+LABELS = (FRESH, TRANSFORM, SMALL_TALK)
 STALE_TARGET, RECALL_TARGET, WASTED_TARGET = 0, 1.0, 0.25
 RETRIEVAL_TIMEOUT_S = "30"
 
@@ -56,6 +59,11 @@ class Played:
         return self.label == TRANSFORM and self.searched
 
     @property
+    def small_talk_missed(self) -> bool:
+        """Small talk that searched (not answered directly) or whose reply lacks its facts."""
+        return self.label == SMALL_TALK and (self.route != "DIRECT" or bool(self.missing))
+
+    @property
     def missing(self) -> list[str]:
         """The facts the answer lacks (a fact "a|b" is present when either is)."""
         return [f for f in self.facts if not any(alt in self.answer for alt in f.split("|"))]
@@ -72,11 +80,13 @@ class Score:
     stale: list[Played] = field(init=False)
     wasted: list[Played] = field(init=False)
     missing: list[Played] = field(init=False)
+    small_talk: list[Played] = field(init=False)  # small talk missed (searched, or facts missing)
 
     def __post_init__(self) -> None:
         self.stale = [p for p in self.played if p.stale]
         self.wasted = [p for p in self.played if p.wasted]
         self.missing = [p for p in self.played if p.label == FRESH and p.missing]
+        self.small_talk = [p for p in self.played if p.small_talk_missed]
 
     @property
     def fresh(self) -> list[Played]:
@@ -141,6 +151,8 @@ def run_conversations(quick: bool = False) -> Section:
                 f"{sum(len(p.missing) for p in score.fresh)} facts missing in {len(score.missing)} turns")
     section.add("wasted searches on transform turns", score.wasted_share, "", Target("<=", WASTED_TARGET),
                 f"{len(score.wasted)} of {len(score.transforms)}")
+    section.add("small talk searched or missing its facts", len(score.small_talk), "", Target("<=", 0),
+                f"of {sum(p.label == SMALL_TALK for p in score.played)} small-talk turns")
     own = [p for p in score.fresh if not p.needs]
     section.add("fact recall on fresh turns needing no other part of issue 24", Score(own).recall, "",
                 note=f"{len(own)} turns; the others name what they need (`needs` in the set)")
@@ -149,4 +161,5 @@ def run_conversations(quick: bool = False) -> Section:
     section.notes += [f"stale: {p.describe()}" for p in score.stale]
     section.notes += [f"missing facts: {p.describe()}" for p in score.missing]
     section.notes += [f"wasted search: {p.describe()}" for p in score.wasted]
+    section.notes += [f"small talk: {p.describe()}" for p in score.small_talk]
     return section
