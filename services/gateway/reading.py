@@ -210,7 +210,8 @@ class Reading:
             standalone = _PRONOUN.sub(lambda m: _named(m.group(1), people[0]), self.question)
         carried = Carried(carried_funds, _bare(period.phrase) if period else "", period.start if period else "",
                           period.end if period else "", people, question, tuple(replaced))
-        return dataclasses.replace(self, period=own_period, funds=funds, carried=carried, standalone=standalone, before=subject)
+        return dataclasses.replace(self, period=own_period, funds=funds, carried=carried, standalone=standalone,
+                                   before=subject)
 
     def subject_after(self, answer: str, known: Sequence[str]) -> Subject:
         """The conversation's subject once this question was asked and `answer` given (this reading
