@@ -201,7 +201,8 @@ class Reading:
         period, question, standalone = None, "", ""
         if self.elliptical and subject.question:
             question = subject.question
-            standalone = _asked_again(subject, own_period, self.people, funds)
+            # a month whose year is not known is asked in words, with no date filter
+            standalone = _asked_again(subject, own_period or self.period, self.people, funds)
             if not own_period and not self.window:
                 period = subject.period
             elif subject.period and own_period and _bare(own_period.phrase) != _bare(subject.period.phrase):

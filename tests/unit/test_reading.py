@@ -31,6 +31,8 @@ def test_an_elliptical_period_asks_the_conversation_s_question_again_for_the_sam
 def test_a_month_without_its_year_takes_the_conversation_s_year() -> None:
     r = reading("How about July?", AUGUST)
     assert (r.scope_period.start, r.scope_period.end) == ("2024-07-01", "2024-07-31")
+    undated = reading("How about July?", Turn("Who manages Altair?", "Priya Raman [1]."))
+    assert undated.text == "Who manages Altair in July?" and undated.scope_period is None
 
 
 def test_a_named_fund_replaces_the_conversation_s_and_keeps_its_period() -> None:
