@@ -129,6 +129,8 @@ class Reading:
     numbers: tuple[str, ...] = ()  # question numbers ("question 6")
     all_questions: bool = False  # every numbered item asked for
     general: bool = False  # a broad question
+    reasoning: str = ""  # the words asking for reasoning ("why", "compare"): the DEEP route
+    summary: str = ""  # the words asking for a summary: the SUMMARY route with one document picked
     small_talk: str = ""  # thanks | bye | name | else | ack: not a question (answered without a search)
     other_fund: bool = False  # "the other fund"
     across_funds: bool = False  # asks across funds ("which funds"): inherits none
@@ -249,7 +251,8 @@ def read(question: str, today: dt.date) -> Reading:
         recency=query_analysis.recency_phrase(question), kinds=frozenset(asked(question)),
         referent=referents.referent(question), content=tuple(referents.content_words(question).items()),
         numbers=tuple(query_analysis.question_numbers(question)), all_questions=asks_all_questions(question),
-        general=query_analysis.is_general(question), small_talk=small_talk(question), other_fund=other,
+        general=query_analysis.is_general(question), reasoning=query_analysis.reasoning_keyword(question),
+        summary=query_analysis.summary_keyword(question), small_talk=small_talk(question), other_fund=other,
         across_funds=bool(_ACROSS_FUNDS.search(question)) and not other, pronoun=bool(_PRONOUN.search(question)),
         names=names, terse=_terse(question, [p.phrase for p in (period, window) if p], names),
     )

@@ -16,7 +16,6 @@
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from services.gateway.followup import Followup
@@ -25,24 +24,6 @@ from services.gateway.reading import Reading
 
 DIRECT, NO_RAG, SUMMARY, DEEP, LOOKUP, SPECIFIC = "DIRECT", "NO_RAG", "SUMMARY", "DEEP", "LOOKUP", "SPECIFIC"
 FALLBACK_SIMILARITY = 0.3  # the second similarity threshold layer
-
-SUMMARY_PATTERNS = (
-    "summarize", "summarise", "summary", "overview", "what is this document about", "what is the document about",
-    "what is this book about", "what is the book about", "tell me about this document", "describe this document",
-    "what does this document cover", "book summary",
-)
-REASONING_PATTERNS = (
-    "analyze", "analyse", "analysis", "compare", "comparison", "contrast", "why", "how does", "how is", "how are",
-    "what causes", "what leads to", "connect", "connection", "relationship", "relate", "correlate", "explain why",
-    "what is the relationship", "what is the connection", "difference between", "similarities between",
-    "distinguish",
-)
-def _pattern(words: tuple[str, ...]) -> re.Pattern[str]:
-    return re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + r")\b", re.I)
-
-
-_SUMMARY, _REASONING = _pattern(SUMMARY_PATTERNS), _pattern(REASONING_PATTERNS)
-
 
 @dataclass(frozen=True)
 class Route:
@@ -63,15 +44,14 @@ def route(reading: Reading, followup: Followup | None, documents_in_scope: int, 
           general_k: int = 10, deep_k: int = 15) -> Route:
     """`reading`: the question's; `followup`: whether it reworks what the conversation holds (None: not
     known yet, so not a rework)."""
-    question = reading.question
     if reading.small_talk:
         return Route(DIRECT, f"not a question ({reading.small_talk}): answered from the conversation, no search")
     if followup is not None and followup.rework:
         return Route(NO_RAG, followup.describe())
-    if m := _REASONING.search(question):
-        return Route(DEEP, f"reasoning keyword {m.group(1).lower()!r}", deep_k, 0.6, "deep_reasoner")
-    if (m := _SUMMARY.search(question)) and documents_in_scope == 1:
-        return Route(SUMMARY, f"summary keyword {m.group(1).lower()!r} with one document in scope")
+    if reading.reasoning:
+        return Route(DEEP, f"reasoning keyword {reading.reasoning!r}", deep_k, 0.6, "deep_reasoner")
+    if reading.summary and documents_in_scope == 1:
+        return Route(SUMMARY, f"summary keyword {reading.summary!r} with one document in scope")
     if numbers := reading.numbers:
         return Route(LOOKUP, f"refers to item {', '.join(numbers)}", specific_k, 0.0, "fund_research", numbers)
     if reading.all_questions:

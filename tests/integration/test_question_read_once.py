@@ -18,7 +18,7 @@ from tests.stack import Stack
 # Where each reader of a question's words is defined (one that is not there is skipped).
 READERS = [("services.gateway.query_analysis", name) for name in (
     "time_hint", "time_window", "reported_period", "recency_phrase", "mentioned_funds", "question_numbers",
-    "is_general")] + [
+    "is_general", "reasoning_keyword", "summary_keyword")] + [
     ("services.gateway.question_lookup", "asks_all_questions"), ("services.gateway.followup", "referent"),
     ("services.gateway.referents", "referent"), ("ragmesh.question_kinds", "asked")]
 OPENING = "How much did Northwind lose in August 2024?"
