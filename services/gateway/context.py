@@ -22,6 +22,7 @@ from ragmesh.prompts import PROMPTS, system_instruction
 from ragmesh.text import split_sentences, tokenize
 from ragmesh.types import Chunk, Citation, ContextBlock, Hit, Turn
 from services.gateway.context_sections import RenderedBlock, sectioned
+from services.gateway.places import place_of
 
 HARD_CAP_CHARS = 12_000
 PARENT_MAX_CHARS = 1_600
@@ -29,11 +30,15 @@ DEDUPE_JACCARD = 0.8
 
 
 def label(chunk: Chunk) -> str:
+    """What the model and the sources list call the chunk: a book's chunk names its chapter, section and
+    paragraph ("guide.md › Chapter 2: Storms › 2.1 The fog signal · ¶3")."""
     fund = chunk.metadata.get("fund_name", "")
     if chunk.collection == "factsheets":
         return f"{fund} Factsheet ({chunk.date})".strip()
     kind = {"meeting_notes": "Meeting note", "conversations": "Earlier conversation",
             "documents": chunk.metadata.get("filename") or "Document"}.get(chunk.collection, chunk.collection)
+    if place := place_of(chunk.metadata):
+        kind = f"{kind} › {place}"
     parts = [p for p in (fund, chunk.date) if p]
     return f"{kind}, {', '.join(parts)}" if parts else kind
 
@@ -46,10 +51,11 @@ def persistent_ref(chunk_id: str) -> str:
 def citation_for(block: ContextBlock) -> Citation:
     chunk = block.chunk
     assert chunk is not None
+    place = place_of(chunk.metadata)
     return Citation(
         index=block.index, chunk_id=chunk.chunk_id, doc_id=chunk.doc_id, collection=chunk.collection,
         title=block.label, date=chunk.date, metadata=dict(chunk.metadata), snippet=chunk.text[:240],
-        ref=persistent_ref(chunk.chunk_id),
+        ref=persistent_ref(chunk.chunk_id), chapter=place.chapter, section=place.section, paragraph=place.paragraph,
     )
 
 

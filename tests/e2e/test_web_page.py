@@ -13,6 +13,9 @@ import httpx
 import pytest
 
 from ragmesh.store.sqlite import SqliteStore
+from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
+from tests.auth import bearer, channel
+from tests.books import FILENAME, LENS, book_bytes
 from tests.fakes.gemini import chunk, grounding, text
 from tests.stack import Stack
 
@@ -276,3 +279,27 @@ def test_a_member_uploads_a_document_only_it_sees_and_shares_it(browser, page, s
         assert "users[1]" in row.locator(".access-error").inner_text()
     finally:
         member.close()
+
+
+def test_a_books_source_and_its_panel_show_the_chapter_section_and_paragraph(browser, stack: Stack) -> None:
+    """A book's source names its place in the sources list, and the citation panel shows it as
+    chapter › section · ¶n, before and after the chunk is read from /api/chunks."""
+    key = stack.key("web-books", "reader", "admin")
+    doc = retriever_pb2.Document(doc_id=FILENAME, collection="documents", content=book_bytes(), filename=FILENAME)
+    with channel(stack.address("retriever"), bearer(key)) as ch:
+        assert not [p.error for p in retriever_pb2_grpc.RetrieverStub(ch).Ingest(iter([doc]), timeout=120) if p.error]
+    reader = opened(browser, stack.http_url, key)
+    try:
+        for box in reader.locator("#data-sources input").all():
+            box.set_checked(box.get_attribute("value") == "Documents")
+        message = ask_and_wait(reader, LENS.question)
+        source = message.locator(".sources li", has_text=LENS.place)
+        assert source.count() == 1, message.locator(".sources").inner_text()
+        assert FILENAME in source.inner_text()
+        source.locator("button.title").click()
+        reader.wait_for_selector("#cite-panel[data-loaded=true]", timeout=15_000)
+        shown = reader.locator("#panel-meta").inner_text()
+        assert "Place" in shown and LENS.place in shown, shown
+        assert "eleven brass-bound panels" in reader.locator("#panel-text").inner_text()
+    finally:
+        reader.close()

@@ -31,7 +31,7 @@ NORTHWIND = "Northwind Global Macro Fund"
 TENANT, OTHER = "openai-t", "openai-u"
 SECRET = "Osprey memo: the quokka-lantern bonus pool is 23 percent of salary this year."
 MEMO_Q = "What is the quokka-lantern bonus pool in the Osprey memo?"
-CITATION_KEYS = {"index", "chunk_id", "doc_id", "collection", "title", "date", "url"}
+CITATION_KEYS = {"index", "chunk_id", "doc_id", "collection", "title", "date", "url", "chapter", "section", "paragraph"}
 
 
 def client(base: str, key: str) -> openai.OpenAI:
