@@ -62,7 +62,8 @@ _SMALL_TALK = {  # small-talk phrases by what the reply does with them
                        r"do the notes (?:hold|have|say))|what more|and what else)$"),
     "ack": re.compile(r"^(?:ok|okay|great|cool|nice|perfect|awesome|got it|understood|i see|makes sense|"
                       r"that helps|that's helpful|that is helpful|that's great|good|fine|alright|all right|noted|"
-                      r"wonderful|excellent|hi|hello|hey|hi there|hello there|good (?:morning|afternoon|evening))$"),
+                      r"wonderful|excellent)$"),
+    "hello": re.compile(r"^(?:hi|hello|hey|(?:hi|hello|hey) there|good (?:morning|afternoon|evening))$"),
 }
 
 
@@ -131,7 +132,7 @@ class Reading:
     general: bool = False  # a broad question
     reasoning: str = ""  # the words asking for reasoning ("why", "compare"): the DEEP route
     summary: str = ""  # the words asking for a summary: the SUMMARY route with one document picked
-    small_talk: str = ""  # thanks | bye | name | else | ack: not a question (answered without a search)
+    small_talk: str = ""  # thanks | bye | name | else | ack | hello: not a question (answered without a search)
     other_fund: bool = False  # "the other fund"
     across_funds: bool = False  # asks across funds ("which funds"): inherits none
     pronoun: bool = False  # refers to a person ("she", "him")
@@ -260,7 +261,7 @@ def read(question: str, today: dt.date) -> Reading:
 
 def small_talk(question: str) -> str:
     """What a turn that is not a question is ("thanks", "ok, thanks, what else?", "who are you?"): the kind
-    the reply answers (bye, else, name, thanks, ack), or "" when some phrase asks something."""
+    the reply answers (bye, else, name, thanks, ack, hello), or "" when some phrase asks something."""
     if _ABOUT_ASSISTANT.search(question):
         return "name"
     phrases = [p.strip() for p in re.split(r"[,.!?;:]+|\s+-\s+|\band\b(?= (?:thanks|thank|bye|what else))",
@@ -268,7 +269,7 @@ def small_talk(question: str) -> str:
     kinds = [next((k for k, pattern in _SMALL_TALK.items() if pattern.match(p)), "") for p in phrases]
     if not kinds or not all(kinds):
         return ""
-    return next((k for k in ("bye", "else", "name", "thanks") if k in kinds), "ack")
+    return next(k for k in ("bye", "else", "name", "thanks", "ack", "hello") if k in kinds)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -33,7 +33,7 @@ def reply(reading: Reading, known_funds: Sequence[str], held: bool) -> str:
         return ABOUT_ME
     subject = reading.before
     if not offers(reading):
-        return GREETING if kind == "ack" else f"{_OPENINGS.get(kind, 'Hello!')} {GREETING.removeprefix('Hello! ')}"
+        return GREETING if kind == "hello" else f"{_OPENINGS[kind]} {GREETING.removeprefix('Hello! ')}"
     said = [_OPENINGS[kind]]
     if subject.funds_seen:
         said.append(f"So far we discussed {_joined(subject.funds_seen)}"

@@ -83,7 +83,7 @@ def test_small_talk_keeps_the_subject() -> None:
 
 
 @pytest.mark.parametrize("turn, kind", [
-    ("ok, thanks, what else?", "else"), ("Thanks!", "thanks"), ("Great, that's helpful.", "ack"), ("hi there", "ack"),
+    ("ok, thanks, what else?", "else"), ("Thanks!", "thanks"), ("Great, that's helpful.", "ack"), ("hi there", "hello"), ("Hi, thanks!", "thanks"),
     ("Anything else?", "else"), ("Perfect, thank you. Bye!", "bye"), ("Who are you?", "name"),
     ("Thanks, and how did Kestrel do?", ""), ("What else did Kestrel buy?", ""), ("ok", "ack"),
 ])
