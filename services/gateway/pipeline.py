@@ -29,7 +29,7 @@ from ragmesh.request_context import identity_var, request_id_var
 from ragmesh.store import CorrectionRecord
 from ragmesh.text import citation_numbers
 from ragmesh.types import Citation, GenEvent, Hit
-from services.gateway import context, generation_params, router, small_talk
+from services.gateway import context, fallback, generation_params, router, small_talk
 from services.gateway.answer_guard import AnswerGuard
 from services.gateway.events import Done, Event, Sources
 from services.gateway.history import (History, Recent, Unstored, carried_whole, held_conversation_id,
@@ -193,7 +193,13 @@ class AskPipeline:
                 compressed = (await self.planner.quality.compress(reading.text, plan.model, plan.hits)
                               if plan.searched else None)
                 hits = compressed.hits if compressed else plan.hits
-                ctx = await self._context(ask, hits)
+                ctx = await self._context(ask, plan.model, hits)
+                if plan.retrieval != NO_RETRIEVAL and not ctx.blocks and not plan.unavailable and (
+                        recent := await fallback.recent_notes(self.planner.retriever, ask, plan)):
+                    hits = recent.hits
+                    ctx = context.build(recent.hits, await self.planner.budgets.get(plan.model))
+                    plan.relaxed.append(recent.note)
+                    notes.append(recent.note)
                 tracing.annotate(blocks=len(ctx.blocks), chars=len(ctx.text))
             if prepared.opens and plan.searched:
                 await self._keep_for_held(ask)
@@ -239,13 +245,18 @@ class AskPipeline:
         """Where the ask's question and answer are stored: nowhere when the client holds the conversation."""
         return Unstored() if ask.held else self.history
 
-    async def _context(self, ask: AskInput, hits: list[Hit]) -> context.Context:
-        """The context of the planned hits. A question that reuses its scope mostly has the very hits
-        the scope's last context was built from: that context is used again (it is never changed)."""
-        entry = await self.cache.get(ask.tenant, ask.conversation_id) if hits else None
-        if entry is not None and entry.context is not None and _same_objects(entry.context[0], hits):
+    async def _context(self, ask: AskInput, model: str, hits: list[Hit]) -> context.Context:
+        """The context of the planned hits, within what `model` takes. A question that reuses its scope mostly
+        has the very hits the scope's last context was built from: that context is used again (it is never
+        changed) when it was built for the same budget."""
+        if not hits:  # nothing to size: a turn that searches nothing never waits on the generator's budget
+            return context.Context([], "", [])
+        budget = await self.planner.budgets.get(model)
+        entry = await self.cache.get(ask.tenant, ask.conversation_id)
+        if (entry is not None and entry.context is not None and _same_objects(entry.context[0], hits)
+                and entry.context[1].budget == budget):
             return entry.context[1]
-        built = context.build(hits, self.settings.context_char_budget)
+        built = context.build(hits, budget)
         if entry is not None and _same_objects(hits, entry.hits[: len(hits)]):
             entry.context = (list(hits), built)
             await self.cache.keep_context(ask.tenant, ask.conversation_id, entry)
@@ -321,6 +332,9 @@ class AskPipeline:
             return
         stream = await self._generation(ask, reading, s, conversation, ctx, corrections)
         guard = AnswerGuard({b.index for b in ctx.blocks}, enforce=bool(ctx.blocks))
+        if preface := fallback.preface(s):  # the context is the recent notes, not matches: said first
+            answer.parts.append(guard.feed(preface))
+            yield Event("content", preface)
         with tracing.span("generation", model=s.model):
             async with aclosing(_until(stream, stop)) as events:
                 try:

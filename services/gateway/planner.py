@@ -23,6 +23,7 @@ from ragmesh.models import EXTRACTIVE
 from ragmesh.types import MEMORY_COLLECTION, Chunk, Hit, SearchFilter
 from ragmesh.validation import MAX_VARIANTS
 from services.gateway import boosts, context, followup, router
+from services.gateway.context_budgets import ContextBudgets
 from services.gateway.followup import Followup
 from services.gateway.history import Recent
 from services.gateway.quality import QualityStack, QualityStep
@@ -118,6 +119,7 @@ class Planner:
         self.windows = windows
         self.today = today
         self.quality = QualityStack(generator, settings)
+        self.budgets = ContextBudgets(generator, settings)  # what each model's context takes
 
     def read(self, ask: AskInput) -> Reading:
         """The question's one reading (services/gateway/reading.py); `plan` adds the funds it names."""
@@ -153,6 +155,8 @@ class Planner:
             tracing.annotate(route=rt.name, reason=rt.reason, followup=follow.signal)
         if ask.top_k and rt.retrieves:
             rt = dataclasses.replace(rt, k=ask.top_k)
+        elif rt.retrieves:  # as many hits as the model's context takes, never fewer than the route's
+            rt = dataclasses.replace(rt, k=max(rt.k, (await self.budgets.get(self._model(ask, rt))).hits))
         asked = Scope.asked(ask)
         s = Plan(rt.name, NO_RETRIEVAL, rt.reason, ask.conversation_id, ask.collections,
                  asked.search_filter(ask.tenant), follow,

@@ -4,8 +4,10 @@ The page signs in with an API key: a `#key=<key>` link (the key moves to localSt
 the address bar) or the sign-in box; every /api/* call then carries `Authorization: Bearer <key>`."""
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -221,6 +223,44 @@ def test_web_search_shows_the_searches_and_linked_pages(browser, stack: Stack, g
         link = message.locator(".sources a", has_text="Rates news")
         assert link.get_attribute("href") == "https://example.org/rates"
     finally:
+        page.close()
+
+
+def status_is(page, text: str, timeout: float = 30_000) -> None:  # type: ignore[no-untyped-def]
+    page.wait_for_function("(t) => { const s = document.getElementById('status');"
+                           " return s.textContent === t && s.classList.contains('busy'); }", arg=text, timeout=timeout)
+
+
+def test_the_status_line_says_searching_then_generating(browser, stack: Stack, gemini_gateway,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the search is held the page says it is finding information; while the model has said nothing
+    citable yet (its stream held open) it says it is generating; both busy. Stopped, it is no longer busy."""
+    url, fake, address = gemini_gateway
+    planner = next(h for h in stack.extra if h.address == address).app.pipeline.planner
+    monkeypatch.setattr(planner, "settings", planner.settings.replace(retrieval_timeout_s=120.0))
+    engine, release = stack.app("retriever").engine, threading.Event()
+    search = engine.search
+
+    async def held(query):  # type: ignore[no-untyped-def]
+        await asyncio.to_thread(release.wait, 120)
+        return await search(query)
+
+    monkeypatch.setattr(engine, "search", held)
+    fake.stream(text("Kestrel cut its Brazil exposure "), text("to 4% [1]."), hold_after=1)
+    page = opened(browser, url, stack.admin_key)
+    try:
+        page.fill("#question", "What did Kestrel do with its Brazil exposure in March 2024?")
+        page.click("#send")
+        status_is(page, "Finding relevant information...")
+        release.set()
+        status_is(page, "Generating response...")
+        assert page.locator(".msg.assistant").last.get_attribute("data-state") != "done"
+        page.click("#stop")
+        page.wait_for_function("() => document.getElementById('status').textContent.startsWith('Stopped')",
+                               timeout=15_000)
+        assert "busy" not in (page.get_attribute("#status", "class") or "")
+    finally:
+        release.set()
         page.close()
 
 
