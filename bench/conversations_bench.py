@@ -4,6 +4,8 @@ deploy.run`: the demo corpus, the offline extractive generator), and three figur
   stale        fresh turns (they need facts the conversation does not hold) answered with no search (target 0)
   fact recall  of the facts the fresh turns' answers must contain, the share present (target 100%)
   wasted       transform turns (they rework what was answered) that searched anyway (target <= 25%)
+  small talk   turns that are not questions that searched, or whose reply lacks what it must say of the
+               conversation (target 0)
   wrong-fact   answers holding a figure, name or date of another question (a turn's `not_facts`), or, for a
                turn asking what the notes do not hold (`absent`), not saying the sources lack it (target 0)
 Each miss is listed with the signal the strategy event names, so a figure can be traced to a turn.
@@ -41,7 +43,8 @@ FAKE_ANSWER = "From the notes [1]."
 RECORDED_MODELS = {"OPENAI_MODEL": "served-model", "OPENAI_CONTEXT_TOKENS": "0", "GEMINI_API_KEY": "bench-key",
                    "DEFAULT_MODEL": "extractive", "QUALITY_REWRITE": "false", "QUALITY_RERANK": "false",
                    "QUALITY_COMPRESS": "false", "QUALITY_HISTORY": "false"}
-FRESH, TRANSFORM = "fresh", "transform"
+FRESH, TRANSFORM, SMALL_TALK = "fresh", "transform", "small_talk"
+LABELS = (FRESH, TRANSFORM, SMALL_TALK)
 STALE_TARGET, RECALL_TARGET, WASTED_TARGET, WRONG_TARGET = 0, 1.0, 0.25, 0
 # An answer that says the sources lack what was asked: the offline answerer's words, the gateway's no-match and
 # not-enough answers, and a model's usual phrasings.
@@ -82,6 +85,11 @@ class Played:
         return self.label == TRANSFORM and self.searched
 
     @property
+    def small_talk_missed(self) -> bool:
+        """Small talk that searched (not answered directly) or whose reply lacks its facts."""
+        return self.label == SMALL_TALK and (self.route != "DIRECT" or bool(self.missing))
+
+    @property
     def missing(self) -> list[str]:
         """The facts the answer lacks (a fact "a|b" is present when either is)."""
         return [f for f in self.facts if not any(alt in self.answer for alt in f.split("|"))]
@@ -110,12 +118,14 @@ class Score:
     stale: list[Played] = field(init=False)
     wasted: list[Played] = field(init=False)
     missing: list[Played] = field(init=False)
+    small_talk: list[Played] = field(init=False)  # small talk missed (searched, or facts missing)
     wrong: list[Played] = field(init=False)
 
     def __post_init__(self) -> None:
         self.stale = [p for p in self.played if p.stale]
         self.wasted = [p for p in self.played if p.wasted]
         self.missing = [p for p in self.played if p.label == FRESH and p.missing]
+        self.small_talk = [p for p in self.played if p.small_talk_missed]
         self.wrong = [p for p in self.played if p.wrong]
 
     @property
@@ -256,6 +266,8 @@ def run_conversations(quick: bool = False) -> Section:
                 f"{sum(len(p.missing) for p in score.fresh)} facts missing in {len(score.missing)} turns")
     section.add("wasted searches on transform turns", score.wasted_share, "", Target("<=", WASTED_TARGET),
                 f"{len(score.wasted)} of {len(score.transforms)}")
+    section.add("small talk searched or missing its facts", len(score.small_talk), "", Target("<=", 0),
+                f"of {sum(p.label == SMALL_TALK for p in score.played)} small-talk turns")
     checked = [p for p in score.played if p.absent or p.not_facts]
     section.add("wrong-fact answers (another question's figure, or not saying the notes lack it)", len(score.wrong),
                 "", Target("<=", WRONG_TARGET),
@@ -278,5 +290,6 @@ def run_conversations(quick: bool = False) -> Section:
     section.notes += [f"stale: {p.describe()}" for p in score.stale]
     section.notes += [f"missing facts: {p.describe()}" for p in score.missing]
     section.notes += [f"wasted search: {p.describe()}" for p in score.wasted]
+    section.notes += [f"small talk: {p.describe()}" for p in score.small_talk]
     section.notes += [f"wrong fact: {p.describe()}" for p in score.wrong]
     return section

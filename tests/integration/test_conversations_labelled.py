@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.conversations_bench import FRESH, NOT_THERE, WASTED_TARGET, Score, http_asker, labelled_set, play
+from bench.conversations_bench import (FRESH, LABELS, NOT_THERE, SMALL_TALK, WASTED_TARGET, Score, http_asker,
+                                      labelled_set, play)
 from tests.stack import Stack
 
 
@@ -27,9 +28,10 @@ def test_the_set_is_big_enough_and_covers_what_issue_24_names() -> None:
     conversations = labelled_set()
     turns = [t for c in conversations for t in c["turns"]]
     assert len(conversations) >= 15 and len(turns) >= 60
-    assert all(t["label"] in ("fresh", "transform") for t in turns)
+    assert all(t["label"] in LABELS for t in turns)
     assert all(bool(t.get("facts")) != bool(t.get("absent")) for t in turns if t["label"] == FRESH), \
         "every fresh turn names its facts, or what the notes do not hold"
+    assert all(t.get("facts") for t in turns if t["label"] == SMALL_TALK), "every small-talk turn names its facts"
     absent = [t for t in turns if t.get("absent")]
     assert len(absent) >= 10 and all(t.get("not_facts") for t in absent), "each names the wrong facts to look for"
     assert any("selected_funds" in t.get("request", {}) for t in turns)
@@ -38,6 +40,11 @@ def test_the_set_is_big_enough_and_covers_what_issue_24_names() -> None:
 
 def test_no_fresh_turn_is_answered_from_the_conversation(score: Score) -> None:
     assert not score.stale, "\n".join(p.describe() for p in score.stale)
+
+
+def test_small_talk_is_answered_without_a_search_by_a_reply_that_knows_the_conversation(score: Score) -> None:
+    assert not score.small_talk, "\n".join(p.describe() for p in score.small_talk)
+    assert any(p.label == SMALL_TALK for p in score.played)
 
 
 def test_few_transform_turns_search(score: Score) -> None:
