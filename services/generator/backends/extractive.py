@@ -318,11 +318,14 @@ class _About:
 
 
 def _period(block: ContextBlock) -> set[str]:
-    """A factsheet's month and year as stems ({"august", "2024"} for 2024-08-31), which each of its sentences
-    holds: its figures are of that month ("month return -4.1%"). Nothing for other sources, whose date is when
-    they were written, not what their figures are of."""
+    """What each of a block's sentences holds without saying it: a factsheet's month and year as stems
+    ({"august", "2024"} for 2024-08-31: its figures are of that month, "month return -4.1%"); another
+    source's year only (a note of 2024-09-05 saying "lost 1.9% in July" speaks of July 2024; its month is
+    when it was written, not what its figures are of)."""
     chunk = block.chunk
-    if not chunk or chunk.collection != "factsheets" or not _ISO_DATE.match(chunk.date):
+    if not chunk or not _ISO_DATE.match(chunk.date):
         return set()
     year, month = chunk.date[:4], int(chunk.date[5:7])
+    if chunk.collection != "factsheets":
+        return {year}
     return {year, _stem(calendar.month_name[month].lower())}
