@@ -99,6 +99,7 @@ def _stems(text: str) -> set[str]:
 
 
 _INSTRUCTION_STEMS = {_stem(w) for w in INSTRUCTIONS}
+_HOW = {"much", "many"}  # of "how much" / "how many": they ask, a sentence holding them ("much lower") says nothing
 # Words of a question's asking phrase that name the thing asked, which the sentence that gives it says too.
 _NAMING = {_stem(w) for w in ("percentage", "percent", "share", "size", "premium", "price", "cost", "level",
                                    "weight", "amount", "capacity", "drawdown", "exposure", "yield", "spread")}
@@ -182,7 +183,7 @@ class ExtractiveBackend:
         about = _About(topic, measure, stems, candidates, {t: math.log(1 + n / df[t]) for t in topic if df[t]})
         scores: dict[int, float] = {}
         for order, ((block, sentence, weight), tokens) in enumerate(zip(candidates, stems)):
-            matched = terms & tokens
+            matched = (terms - _HOW) & tokens  # "much" of "how much" asks; "much lower" says nothing
             if not matched:
                 continue
             # A metadata sentence is offered only when the question asks what it says: the fund's name is its point.
