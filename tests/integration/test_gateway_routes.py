@@ -116,13 +116,13 @@ def test_time_hints_and_fund_names_become_filters(stack: Stack) -> None:
 
 
 def test_context_budget_bounds_the_context(stack: Stack) -> None:
-    planner = gateway(stack).pipeline.planner
-    saved = planner.settings
+    budgets = gateway(stack).pipeline.planner.budgets
+    saved = budgets.settings
     try:
-        planner.settings = saved.replace(context_char_budget=900)
+        budgets.settings, budgets._known = saved.replace(context_char_budget=900), {}
         small = one(ask(stack, "Give me an overview of the main themes across funds"), "strategy")
     finally:
-        planner.settings = saved
+        budgets.settings, budgets._known = saved, {}
     large = one(ask(stack, "Give me an overview of the main themes across funds"), "strategy")
     assert 0 < small["context_chars"] <= 900 < large["context_chars"] <= 12_000
 
