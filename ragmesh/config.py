@@ -361,7 +361,7 @@ class EmbeddingSettings(Section):
         "With the onnx runtime, documents (ingest) run on an int8 copy of the model (ONNX Runtime's dynamic "
         "quantization; about half the CPU of float32 a chunk, vectors at cosine >= 0.99 to float32's, SciFact "
         "nDCG@10 within 0.002). Opt-in: on the demo corpus it reorders one labelled answer's sources. Off: "
-        "EMBED_DOCUMENTS_BF16 decides.")
+        "EMBED_DOCUMENTS_BF16 decides. Conversation memory runs on the int8 copy either way.")
     embed_documents_bf16: AutoOnOff = env(
         "EMBED_DOCUMENTS_BF16", "auto",
         "With the onnx runtime and EMBED_DOCUMENTS_INT8 off, documents (ingest) run through torch in bfloat16: auto "

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19ragmesh/v1/embedder.proto\x12\nragmesh.v1\"=\n\x0c\x45mbedRequest\x12\r\n\x05texts\x18\x01 \x03(\t\x12\x1e\n\x04task\x18\x02 \x01(\x0e\x32\x10.ragmesh.v1.Task\"\x18\n\x06Vector\x12\x0e\n\x06values\x18\x01 \x03(\x02\"W\n\rEmbedResponse\x12#\n\x07vectors\x18\x01 \x03(\x0b\x32\x12.ragmesh.v1.Vector\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\ndimensions\x18\x03 \x01(\x05\"\r\n\x0bInfoRequest\"U\n\x0cInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\ndimensions\x18\x02 \x01(\x05\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x11\n\tmax_batch\x18\x04 \x01(\x05*5\n\x04Task\x12\x14\n\x10TASK_UNSPECIFIED\x10\x00\x12\t\n\x05QUERY\x10\x01\x12\x0c\n\x08\x44OCUMENT\x10\x02\x32\x83\x01\n\x08\x45mbedder\x12<\n\x05\x45mbed\x12\x18.ragmesh.v1.EmbedRequest\x1a\x19.ragmesh.v1.EmbedResponse\x12\x39\n\x04Info\x12\x17.ragmesh.v1.InfoRequest\x1a\x18.ragmesh.v1.InfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19ragmesh/v1/embedder.proto\x12\nragmesh.v1\"=\n\x0c\x45mbedRequest\x12\r\n\x05texts\x18\x01 \x03(\t\x12\x1e\n\x04task\x18\x02 \x01(\x0e\x32\x10.ragmesh.v1.Task\"\x18\n\x06Vector\x12\x0e\n\x06values\x18\x01 \x03(\x02\"W\n\rEmbedResponse\x12#\n\x07vectors\x18\x01 \x03(\x0b\x32\x12.ragmesh.v1.Vector\x12\r\n\x05model\x18\x02 \x01(\t\x12\x12\n\ndimensions\x18\x03 \x01(\x05\"\r\n\x0bInfoRequest\"U\n\x0cInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\ndimensions\x18\x02 \x01(\x05\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\x12\x11\n\tmax_batch\x18\x04 \x01(\x05*H\n\x04Task\x12\x14\n\x10TASK_UNSPECIFIED\x10\x00\x12\t\n\x05QUERY\x10\x01\x12\x0c\n\x08\x44OCUMENT\x10\x02\x12\x11\n\rDOCUMENT_FAST\x10\x03\x32\x83\x01\n\x08\x45mbedder\x12<\n\x05\x45mbed\x12\x18.ragmesh.v1.EmbedRequest\x1a\x19.ragmesh.v1.EmbedResponse\x12\x39\n\x04Info\x12\x17.ragmesh.v1.InfoRequest\x1a\x18.ragmesh.v1.InfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,7 +32,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ragmesh.v1.embedder_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TASK']._serialized_start=321
-  _globals['_TASK']._serialized_end=374
+  _globals['_TASK']._serialized_end=393
   _globals['_EMBEDREQUEST']._serialized_start=41
   _globals['_EMBEDREQUEST']._serialized_end=102
   _globals['_VECTOR']._serialized_start=104
@@ -43,6 +43,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INFOREQUEST']._serialized_end=232
   _globals['_INFORESPONSE']._serialized_start=234
   _globals['_INFORESPONSE']._serialized_end=319
-  _globals['_EMBEDDER']._serialized_start=377
-  _globals['_EMBEDDER']._serialized_end=508
+  _globals['_EMBEDDER']._serialized_start=396
+  _globals['_EMBEDDER']._serialized_end=527
 # @@protoc_insertion_point(module_scope)

@@ -12,9 +12,11 @@ class Task(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_UNSPECIFIED: _ClassVar[Task]
     QUERY: _ClassVar[Task]
     DOCUMENT: _ClassVar[Task]
+    DOCUMENT_FAST: _ClassVar[Task]
 TASK_UNSPECIFIED: Task
 QUERY: Task
 DOCUMENT: Task
+DOCUMENT_FAST: Task
 
 class EmbedRequest(_message.Message):
     __slots__ = ("texts", "task")

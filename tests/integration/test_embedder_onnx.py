@@ -13,6 +13,7 @@ from ragmesh import config
 from services.embedder import backends
 from services.embedder.backends.local import SentenceTransformersEmbedder, native_bf16
 from services.embedder.backends import onnx
+from services.embedder.backends.cores import CoreShare
 from services.embedder.backends.onnx import (QUANT_BLOCK, SHORT_RUN_TOKENS, OnnxMiniLMEmbedder, has_vnni,
                                              quantize_weights)
 
@@ -228,6 +229,42 @@ def test_int8_documents_of_two_callers_at_once(int8_embedder: OnnxMiniLMEmbedder
     for start, result in zip((0, 1) * 3, results):
         assert np.allclose(result, expected[start::2], atol=1e-6)
     assert int8_embedder.lanes == 2
+
+
+class _Documents:
+    """Stands in for the bf16 document encoder and records the tasks it is asked for."""
+
+    lanes = 2
+
+    def __init__(self) -> None:
+        self.cores = CoreShare()
+        self.tasks: list[str] = []
+
+    def warm_up(self) -> None:
+        pass
+
+    def embed(self, texts: list[str], task: str) -> np.ndarray:
+        self.tasks.append(task)
+        return np.zeros((len(texts), 384), dtype=np.float32)
+
+
+def test_document_fast_runs_on_the_int8_copy_and_document_keeps_its_path(
+        onnx_embedder: OnnxMiniLMEmbedder, int8_embedder: OnnxMiniLMEmbedder) -> None:
+    """Conversation memory's task: the int8 document copy (half the CPU of the default document path),
+    whichever path DOCUMENT takes, at cosine >= 0.99 to DOCUMENT's vectors."""
+    texts = _texts()
+    fast, document = onnx_embedder.embed(texts, "DOCUMENT_FAST"), onnx_embedder.embed(texts, "DOCUMENT")
+    assert np.allclose(fast, int8_embedder.embed(texts, "DOCUMENT"), atol=1e-6)
+    long = np.array([len(onnx_embedder._tokenizer.encode(text).ids) > SHORT_RUN_TOKENS for text in texts])
+    cosine = (fast * document).sum(axis=1)
+    assert cosine.min() >= 0.99 and cosine[long].max() < 0.99999, cosine
+    assert np.array_equal(fast[~long], onnx_embedder.embed([t for t, x in zip(texts, long) if not x], "QUERY"))
+    bf16 = _Documents()
+    beside = OnnxMiniLMEmbedder(onnx_embedder.cache_dir, documents=bf16)
+    beside.warm_up()
+    assert np.allclose(beside.embed(texts, "DOCUMENT_FAST"), fast, atol=1e-6) and bf16.tasks == []
+    beside.embed(texts, "DOCUMENT")
+    assert bf16.tasks == ["DOCUMENT"]
 
 
 def test_int8_documents_are_opt_in(tmp_path: Path) -> None:

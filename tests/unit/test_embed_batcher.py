@@ -16,7 +16,7 @@ from ragmesh.errors import ResourceExhausted
 from services.embedder import batcher as batcher_module
 from services.embedder.batcher import ALONE_SLICE, DeadlineExceeded, MicroBatcher
 
-TASK_CODE = {"QUERY": 1.0, "DOCUMENT": 2.0}
+TASK_CODE = {"QUERY": 1.0, "DOCUMENT": 2.0, "DOCUMENT_FAST": 3.0}
 
 
 def vector(text: str, task: str) -> list[float]:
@@ -85,13 +85,13 @@ def test_tasks_are_never_mixed_in_one_call() -> None:
     batcher = MicroBatcher(backend, window_ms=5, max_batch=64)
 
     async def scenario() -> None:
-        jobs = [(f"{task}-{i}", task) for i in range(20) for task in ("QUERY", "DOCUMENT")]
+        jobs = [(f"{task}-{i}", task) for i in range(20) for task in TASK_CODE]
         results = await asyncio.gather(*(batcher.embed([text], task) for text, task in jobs))
         for (text, task), rows in zip(jobs, results):
             assert rows.tolist() == [vector(text, task)]
         for task, call in backend.calls:
-            assert all(text.startswith(task) for text in call), (task, call)
-        assert len(backend.calls) <= 4
+            assert all(text.rsplit("-", 1)[0] == task for text in call), (task, call)
+        assert len(backend.calls) <= 6, "each task's requests share calls"
 
     run(batcher, scenario)
 
@@ -506,20 +506,22 @@ def test_closing_fails_the_callers_of_every_call_under_way() -> None:
 # ----------------------------------------------------------------------------- what one call costs another tenant
 
 
-def test_a_short_text_never_shares_a_call_with_another_tenants_long_ones() -> None:
+@pytest.mark.parametrize("task", ["DOCUMENT", "DOCUMENT_FAST"])
+def test_a_short_text_never_shares_a_call_with_another_tenants_long_ones(task: str) -> None:
     """A call is as slow as its longest text (padded), so a one-line upload that carried a rival's
     800-character memory chunk took 30 times as long: another tenant's request joins only texts of its
-    length class, and short ones (questions) still share calls across tenants."""
+    length class, and short ones (questions) still share calls across tenants. Conversation memory's
+    task (DOCUMENT_FAST) keeps the same classes."""
     backend = FakeBackend(gated=True)
     batcher = MicroBatcher(backend, window_ms=0, slice_chars=4096)
 
     async def scenario() -> None:
-        blocker = asyncio.create_task(batcher.embed([text("hold", 0)], "DOCUMENT", tenant="z"))
+        blocker = asyncio.create_task(batcher.embed([text("hold", 0)], task, tenant="z"))
         await running(backend)
-        tasks = await queued(batcher, ([text("memory", 1, 800)], "DOCUMENT", "rival"),
-                             ([text("upload", 2, 32)], "DOCUMENT", "demo"),
-                             ([text("note", 3, 200)], "DOCUMENT", "other"),
-                             ([text("memory", 4, 500)], "DOCUMENT", "third"))
+        tasks = await queued(batcher, ([text("memory", 1, 800)], task, "rival"),
+                             ([text("upload", 2, 32)], task, "demo"),
+                             ([text("note", 3, 200)], task, "other"),
+                             ([text("memory", 4, 500)], task, "third"))
         backend.gate.set()
         await asyncio.gather(blocker, *tasks)
         calls = [[len(t) for t in call] for _, call in backend.calls][1:]

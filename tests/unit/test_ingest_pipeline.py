@@ -14,7 +14,7 @@ import pytest
 
 from ragmesh.errors import InvalidArgument, ResourceExhausted, Unavailable
 from ragmesh.store.sqlite import SqliteStore
-from ragmesh.types import Document, SearchFilter
+from ragmesh.types import MEMORY_AUTHOR, MEMORY_COLLECTION, Document, SearchFilter
 from services.generator.backends import GenerationRequest
 from services.generator.backends.extractive import ExtractiveBackend
 from services.retriever.index import IndexRegistry
@@ -31,10 +31,12 @@ class FakeEmbedder:
 
     def __init__(self, failures: int = 0, error: type[Exception] = Unavailable, poison: str = "") -> None:
         self.calls: list[int] = []
+        self.tasks: list[str] = []
         self.failures, self.error, self.poison = failures, error, poison
 
     async def __call__(self, texts: list[str], task: str) -> np.ndarray:
         self.calls.append(len(texts))
+        self.tasks.append(task)
         if self.failures:
             self.failures -= 1
             raise self.error("embedder: UNAVAILABLE: try again")
@@ -131,6 +133,20 @@ def test_a_stream_is_read_ahead_no_further_than_its_embedding_calls_under_way(tm
     assert embedded == ["read d0", "read d1", "read d2", "embedded d0", "read d3", "embedded d1", "read d4",
                         "embedded d2", "embedded d3", "embedded d4"]
     assert {e for e in events if e.startswith("indexed")} == {f"indexed d{i}" for i in range(5)}
+
+
+def test_conversation_memory_is_embedded_as_document_fast_never_in_a_call_with_the_corpus(tmp_path: Path) -> None:
+    """Memory takes the fastest document encoder; the corpus keeps DOCUMENT, so a stream holding both
+    embeds them in calls of their own."""
+    embed = FakeEmbedder()
+    ingestor = make(tmp_path, embed)
+    memory = {MEMORY_AUTHOR: "alice", "conversation_id": "c1"}
+    docs = [Document("n1", "notes", text="The harbour opens at six."),
+            Document("m1", MEMORY_COLLECTION, text="When does the harbour open?", metadata=memory),
+            Document("m2", MEMORY_COLLECTION, text="At six, the notes say.", metadata=memory),
+            Document("n2", "notes", text="The ferry leaves at seven.")]
+    assert {p.stage for p in final(run(ingestor, *docs)).values()} == {"INDEXED"}
+    assert list(zip(embed.tasks, embed.calls)) == [("DOCUMENT", 1), ("DOCUMENT_FAST", 2), ("DOCUMENT", 1)]
 
 
 def test_a_pdfs_chunks_carry_their_pages(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from ragmesh.errors import Unavailable
 from ragmesh.provider_errors import gemini_error
 
-TASK_TYPES = {"QUERY": "RETRIEVAL_QUERY", "DOCUMENT": "RETRIEVAL_DOCUMENT"}
+TASK_TYPES = {"QUERY": "RETRIEVAL_QUERY", "DOCUMENT": "RETRIEVAL_DOCUMENT", "DOCUMENT_FAST": "RETRIEVAL_DOCUMENT"}
 
 
 class GeminiEmbedder:

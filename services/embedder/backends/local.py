@@ -33,11 +33,11 @@ class SentenceTransformersEmbedder:
             raise ValueError("EMBED_BATCH_SIZE must be at least 1")
         self.batch_size = batch_size
         self.device = device
-        self.bf16 = bf16  # DOCUMENT batches under bfloat16 autocast (queries stay float32)
+        self.bf16 = bf16  # DOCUMENT (and DOCUMENT_FAST) batches under bfloat16 autocast; queries stay float32
         self._model = None
         self.lanes = LANES
         self._lanes = threading.BoundedSemaphore(LANES)
-        self._cores = CoreShare()
+        self.cores = CoreShare()  # shared with the ONNX embedder when it sends documents here
         self._thread = threading.local()  # the thread count each worker thread last set
 
     def warm_up(self) -> None:
@@ -56,11 +56,11 @@ class SentenceTransformersEmbedder:
             return np.zeros((0, self.dimensions), dtype=np.float32)
         import torch
 
-        with self._lanes, self._cores.share() as threads:
+        with self._lanes, self.cores.share() as threads:
             if getattr(self._thread, "threads", 0) != threads:  # setting it clears oneDNN's kernel cache
                 torch.set_num_threads(threads)  # the calling thread's own OpenMP team from here on
                 self._thread.threads = threads
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16 and task == "DOCUMENT"):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16 and task != "QUERY"):
                 vectors = self._model.encode(
                     texts, batch_size=self.batch_size, normalize_embeddings=True,
                     convert_to_numpy=True, show_progress_bar=False,

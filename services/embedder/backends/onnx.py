@@ -15,7 +15,8 @@ float32. Which model a text goes to depends on its own length only: batching cha
 Tokenization (the model's own tokenizer.json, truncated at its 256-token limit), mean pooling over
 the attention mask and L2 normalisation happen here, as sentence-transformers does them.
 
-Documents (`int8_documents`, the default through backends.create) run on a third copy: weights in
+DOCUMENT_FAST texts (conversation memory: vectors at cosine >= 0.99 to DOCUMENT's will do) always run
+on a third copy, and DOCUMENT texts too with `int8_documents`: weights in
 int8 per output channel and activations quantized per tensor at run time (ONNX Runtime's dynamic
 quantization: MatMulInteger and QAttention, the VNNI kernels where the CPU has them), which does half
 the CPU work of float32 (and 1.4-2x less than torch's bf16 autocast) on chunk-length texts. Two parts
@@ -31,7 +32,8 @@ no thread waits at a barrier for another, and two calls at once (two tenants) sh
 Measured in bench/embed_bench.py (vectors' cosine to float32's, SciFact nDCG@10).
 
 With `documents` given (a SentenceTransformersEmbedder in bf16, on CPUs with native bf16), DOCUMENT
-batches go to it instead.
+batches go to it instead (DOCUMENT_FAST ones stay on the int8 copy, at half its CPU); the two encoders
+share the cores (its CoreShare).
 
 Threads do not spin while idle: on a couple of cores shared with three other services, ONNX Runtime's
 default busy-waiting burns the CPU the other services need.
@@ -51,12 +53,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from services.embedder.backends import EmbeddingBackend
 from services.embedder.backends.cores import CoreShare
 
 if TYPE_CHECKING:
     import onnx
     from tokenizers import Encoding
+
+    from services.embedder.backends.local import SentenceTransformersEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +203,7 @@ class OnnxMiniLMEmbedder:
     dimensions = 384
     max_batch = 256
 
-    def __init__(self, cache_dir: Path, threads: int = 0, documents: EmbeddingBackend | None = None,
+    def __init__(self, cache_dir: Path, threads: int = 0, documents: SentenceTransformersEmbedder | None = None,
                  int8_documents: bool = False) -> None:
         if documents is not None and int8_documents:
             raise ValueError("documents go to one encoder: int8 or the one given")
@@ -213,10 +216,10 @@ class OnnxMiniLMEmbedder:
         self.lanes = documents.lanes if documents is not None else LANES if int8_documents else 1
         self._session = None
         self._short = None  # the 8-bit copy, for texts of at most SHORT_RUN_TOKENS
-        self._documents = None  # the int8 copy, single-threaded runs side by side
+        self._documents = None  # the int8 copy (DOCUMENT_FAST), single-threaded runs side by side
         self._tokenizer = None
         self._lock = threading.Lock()  # one run at a time: a run already uses every core
-        self._cores = CoreShare(self.threads)
+        self._cores = documents.cores if documents is not None else CoreShare(self.threads)
         self._pool = ThreadPoolExecutor(max(1, self._cores.cores - 1), thread_name_prefix="embed-documents")
 
     def warm_up(self) -> None:
@@ -233,8 +236,7 @@ class OnnxMiniLMEmbedder:
             export(model_dir, path, short, documents, seven_bit)
         self._session = _session(ort, path, self._cores.cores)
         self._short = _session(ort, short, self._cores.cores)
-        if self.int8_documents:
-            self._documents = _session(ort, documents, 1)  # runs side by side, each on its caller's thread
+        self._documents = _session(ort, documents, 1)  # runs side by side, each on its caller's thread
         limit = json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"]
         tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         tokenizer.enable_truncation(limit)
@@ -242,8 +244,7 @@ class OnnxMiniLMEmbedder:
         self._tokenizer = tokenizer
         for text in ("warm-up", "warm-up " * SHORT_RUN_TOKENS):  # a run on each model
             self.embed([text], "QUERY")
-            if self.int8_documents:
-                self.embed([text], "DOCUMENT")
+            self.embed([text], "DOCUMENT_FAST")
         if self.documents is not None:
             self.documents.warm_up()
 
@@ -257,7 +258,7 @@ class OnnxMiniLMEmbedder:
         encoded = self._tokenizer.encode_batch(texts)
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i].ids), reverse=True)
         tokens = [len(e.ids) for e in encoded]
-        if task == "DOCUMENT" and self._documents is not None:  # short ones as questions: 8-bit weights
+        if task == "DOCUMENT_FAST" or (task == "DOCUMENT" and self.int8_documents):  # short ones as questions
             self._embed_documents(out, encoded, [i for i in order if tokens[i] > SHORT_RUN_TOKENS])
             order = [i for i in order if tokens[i] <= SHORT_RUN_TOKENS]
         with self._lock:

@@ -36,7 +36,7 @@ from services.retriever.backend import SearchBackend
 from services.retriever.ingest import batch
 from services.retriever.ingest.batch import CommitBatch, Ready
 from services.retriever.ingest.commit import Committer
-from services.retriever.ingest.embedding import TRANSIENT, BatchEmbedder
+from services.retriever.ingest.embedding import TRANSIENT, BatchEmbedder, task_for
 from services.retriever.ingest.parsed import BadRecord, Parsed
 from services.retriever.ingest.sanitize import is_redacted
 from services.retriever.ingest.strategies import Chunked, Sizes, chunk_document
@@ -214,9 +214,10 @@ class _Group:
     def fits(self, d: _Prepared) -> bool:
         """Whether `d` joins the group within its texts and GROUP_CHARS (a group's first always does): a
         call the embedder runs whole, not cut into a slice and a tail of a text or two that keeps one
-        core busy while the other idles."""
+        core busy while the other idles. A call has one embedding task (task_for its documents' collections)."""
         children = [c for e in [*self.docs, d] for c in e.children]
-        return not self.docs or (len(children) <= self.texts and sum(len(c.text) for c in children) <= GROUP_CHARS)
+        return not self.docs or (task_for(self.docs[0].record.collection) == task_for(d.record.collection)
+                                 and len(children) <= self.texts and sum(len(c.text) for c in children) <= GROUP_CHARS)
 
     @property
     def pending(self) -> bool:
@@ -415,7 +416,8 @@ class Ingestor:
         docs = group.take()
         if docs:
             texts = [c.text for d in docs for c in d.children]
-            group.calls.append(_Call(docs, asyncio.ensure_future(self.embedder(texts))))
+            task = task_for(docs[0].record.collection)
+            group.calls.append(_Call(docs, asyncio.ensure_future(self.embedder(texts, task))))
         while len(group.calls) > ahead:
             async for progress in self._embedded(group.calls.popleft(), commits):
                 yield progress
