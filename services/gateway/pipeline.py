@@ -190,8 +190,9 @@ class AskPipeline:
             if plan.retrieval != NO_RETRIEVAL:
                 metrics.scope_cache(plan.cache_hit)
             with tracing.span("context"):
-                compressed = (await self.planner.quality.compress(reading.text, plan.model, plan.hits)
-                              if plan.searched else None)
+                compressed = (await self.planner.quality.compress(
+                    reading.text, plan.model, plan.hits, (await self.planner.budgets.get(plan.model)).chars)
+                    if plan.searched else None)
                 hits = compressed.hits if compressed else plan.hits
                 ctx = await self._context(ask, plan.model, hits)
                 if plan.retrieval != NO_RETRIEVAL and not ctx.blocks and not plan.unavailable and (

@@ -36,11 +36,12 @@ def model_gateway(stack: Stack) -> Iterator[tuple[str, FakeGemini]]:
     fake.server.start()
     generator = stack.start_variant("generator", gemini_api_key="test-key", gemini_base_url=fake.url)
     # Generous limits: only the tests that make the model hang wait for them, on their own gateway. A context of
-    # 3,500 characters: the steps shape the route's 5 hits (not the hundred Gemini's window takes), with no room
+    # 2,000 characters (CONTEXT_MAX_CHARS, here and in each gateway of these tests): the steps shape the route's 5
+    # hits (not the hundred Gemini's window takes), which hold more than that, so compression is needed; no room
     # for a complete factsheet, which would stand for its sections' compressed text.
     gateway = stack.start_variant("gateway", generator_addr=generator.address, gemini_api_key="test-key",
                                   default_model="gemini-2.5-flash", rewrite_timeout_s=20.0, rerank_timeout_s=20.0,
-                                  compress_timeout_s=20.0, context_max_chars=3_500)
+                                  compress_timeout_s=20.0, context_max_chars=2_000)
     yield f"http://127.0.0.1:{gateway.app.http_port}", fake
     fake.server.stop()
 
@@ -179,7 +180,7 @@ def test_a_failing_or_silent_model_leaves_the_unimproved_path(stack: Stack) -> N
     try:
         generator = stack.start_variant("generator", gemini_api_key="test-key", gemini_base_url=fake.url)
         gateway = stack.start_variant("gateway", generator_addr=generator.address, gemini_api_key="test-key",
-                                      default_model="gemini-2.5-flash", rewrite_timeout_s=0.5)
+                                      default_model="gemini-2.5-flash", rewrite_timeout_s=0.5, context_max_chars=2_000)
         fake.respond(REWRITE, "", hold=True)
         fake.respond(RERANK, "I cannot score these excerpts.")
         fake.rules.add(COMPRESS, lambda _: Reply(503, {"error": {"code": 503, "message": "overloaded",
@@ -240,7 +241,8 @@ def test_the_steps_can_ask_another_model_than_the_answer(stack: Stack, fake_open
                                         openai_base_url=fake_openai.url, openai_model=MODEL)
         gateway = stack.start_variant("gateway", generator_addr=generator.address, gemini_api_key="test-key",
                                       default_model="gemini-2.5-flash", quality_model="openai",
-                                      rewrite_timeout_s=20.0, rerank_timeout_s=20.0, compress_timeout_s=20.0)
+                                      rewrite_timeout_s=20.0, rerank_timeout_s=20.0, compress_timeout_s=20.0,
+                                      context_max_chars=2_000)
         fake_openai.respond(REWRITE, "\n".join(VARIANTS))
         fake_openai.respond(RERANK, "1: 9\n2: 3")
         fake_openai.respond(COMPRESS, lambda sent: first_sentence(the_excerpt(sent)))

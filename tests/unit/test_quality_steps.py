@@ -82,5 +82,18 @@ def test_each_step_returns_how_it_went_and_what_it_made_leaving_its_input_alone(
     rewritten = asyncio.run(unused.rewrite("q", "gemini", cache_hit=False))
     assert outcome(rewritten.step) == ("rewrite", "skipped", "turned off (QUALITY_REWRITE=false)")
     assert rewritten.variants == []
-    offline = asyncio.run(unused.compress("q", EXTRACTIVE, hits))
+    offline = asyncio.run(unused.compress("q", EXTRACTIVE, hits, 0))
     assert outcome(offline.step) == ("compress", "skipped", "no model configured") and offline.hits == hits
+
+
+def test_compression_is_not_needed_when_every_hit_fits_the_context_whole() -> None:
+    """A model with room for the hits as they are reads them whole: no call per hit (a large window's hundred
+    hits would cost a hundred); past the room, each hit is cut."""
+    hits = [Hit(Chunk(str(i), "d", "c", "Kestrel cut Brazil to 4%. It added India."), 1.0) for i in range(3)]
+    room = sum(len(h.chunk.text) for h in hits)
+    whole = asyncio.run(QualityStack(Replying(AssertionError("no call")), AnsweringSettings()).compress(
+        "q", "gemini", hits, room))
+    assert outcome(whole.step) == ("compress", "skipped", "every hit fits the context whole") and whole.hits == hits
+    cut = asyncio.run(QualityStack(Replying("Kestrel cut Brazil to 4%."), AnsweringSettings()).compress(
+        "q", "gemini", hits, room - 1))
+    assert cut.step.status == "done" and [h.chunk.text for h in cut.hits] == ["Kestrel cut Brazil to 4%."] * 3

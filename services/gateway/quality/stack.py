@@ -126,9 +126,11 @@ class QualityStack:
                                            "fused order kept")
         return Reranked(step, hits, 0) if reordered is None else Reranked(step, reordered, len(pool))
 
-    async def compress(self, question: str, answer_model: str, hits: list[Hit]) -> Compressed:
+    async def compress(self, question: str, answer_model: str, hits: list[Hit], room: int) -> Compressed:
         """Each hit's text cut to the sentences the question needs; the hits the model found nothing in
-        dropped, unless that is all of them."""
+        dropped, unless that is all of them. Not needed when the hits fit `room` (the answer model's context
+        budget, in characters) whole: a model with a large window reads them as they are, and a hundred
+        hits would otherwise cost a hundred calls."""
         model = self.model(answer_model)
 
         async def work() -> tuple[str, list[Hit]]:
@@ -152,7 +154,9 @@ class QualityStack:
             note = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
             return f"{len(texts)} chunks: {note}" + (f" ({len(failures)} {failures[0]})" if failures else ""), kept
 
-        step, kept = await self._step("compress", model, "" if hits else "no hits", work, "chunks kept whole")
+        unneeded = ("no hits" if not hits else "every hit fits the context whole"
+                    if sum(len(h.chunk.text) for h in hits) <= room else "")
+        step, kept = await self._step("compress", model, unneeded, work, "chunks kept whole")
         return Compressed(step, hits if kept is None else kept)
 
     async def use_history(self, answer_model: str, hits: list[Hit], dense_skipped: bool, threshold_layer: int,
