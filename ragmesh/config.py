@@ -463,6 +463,12 @@ class SearchBackendSettings(Section):
                                   "acknowledged before it), Bounded, Session or Eventually.")
     milvus_prefix: str = env("MILVUS_PREFIX", "ragmesh_",
                              "Milvus: collection names are this prefix + the ragmesh collection name.")
+    fusion: Literal["rrf", "convex", "dbsf"] = env(
+        "FUSION", "rrf",
+        "How a search's dense and keyword lists are fused (unless it asks for linear fusion, as the notes contract "
+        "does): rrf (weighted reciprocal rank fusion, k 20), convex (each list's scores min-max normalised, "
+        "weighted) or dbsf (distribution-based score fusion: each list's scores normalised by its mean +- 3 "
+        "standard deviations, weighted). SciFact train nDCG@10 of each: docs/benchmarks.md.")
 
     @field_validator("retriever_backend")
     @classmethod

@@ -1,4 +1,4 @@
-"""From ranked lists to explained hits: fusion (weighted RRF or linear), then boosters
+"""From ranked lists to explained hits: fusion (weighted RRF, normalised scores or linear), then boosters
 and thresholds, in the order the design applies them: time decay, recency and
 same-conversation boosts, tag boost, authoritative tie-break, relevance threshold
 with fallback layers, parent expansion.
@@ -12,12 +12,18 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ragmesh.errors import InvalidArgument
 from ragmesh.types import Chunk, Hit
 from ragmesh.validation import MAX_ID_CHARS, check_date, check_number, check_text, shown
 from services.retriever.backend import Retrieved
 
 RRF, LINEAR = "RRF", "LINEAR"
+CONVEX, DBSF = "CONVEX", "DBSF"  # score-based fusions: min-max / distribution-normalised scores, weighted
+HYBRID_FUSIONS = (RRF, CONVEX, DBSF)  # what a search that does not ask for linear fusion may be fused by
+DEFAULT_FUSION = RRF
+HYBRID_WEIGHTS = {RRF: (0.5, 0.5), CONVEX: (0.5, 0.5), DBSF: (0.5, 0.5)}  # dense, keyword: each fusion's defaults
 TIME_WINDOWS = {"24h": 1, "48h": 2, "1w": 7, "all": 0, "": 0}
 LINEAR_DEFAULTS = (0.6, 0.25, 0.15)  # vector, keyword, recency (the notes contract)
 DEFAULT_HALF_LIFE_DAYS = 30.0
@@ -117,6 +123,41 @@ def fuse_rrf(r: Retrieved, dense_weight: float, sparse_weight: float, k: int) ->
     best = (dense_weight * len(r.dense) + sparse_weight * len(r.sparse)) / (k + 1) or 1.0
     for c in cands.values():
         c.fused /= best
+    return list(cands.values())
+
+
+def _min_max(scores: np.ndarray) -> np.ndarray:
+    """0 at the list's lowest score, 1 at its highest; a list of equal scores is each the list's best (1)."""
+    low, high = scores.min(), scores.max()
+    return np.ones_like(scores) if high - low <= 0 else (scores - low) / (high - low)
+
+
+def _distribution(scores: np.ndarray) -> np.ndarray:
+    """Distribution-based score fusion's scale: 0 at mean - 3 std, 1 at mean + 3 std (the population std),
+    kept to 0..1; a list of equal scores says nothing (each 0.5, where Haystack's joiner gives 0)."""
+    mean, std = scores.mean(), scores.std()
+    if std <= 0:
+        return np.full_like(scores, 0.5)
+    return np.clip((scores - (mean - 3 * std)) / (6 * std), 0.0, 1.0)
+
+
+NORMALISE = {CONVEX: _min_max, DBSF: _distribution}
+
+
+def fuse_scores(r: Retrieved, method: str, dense_weight: float, sparse_weight: float) -> list[Candidate]:
+    """Score fusion: each list's scores normalised on their own (`NORMALISE[method]`), then the weighted mean
+    over every variant's lists, a list lacking the slot giving it 0; so 1 at most, as RRF's."""
+    cands = _candidates(r)
+    normalise = NORMALISE[method]
+    total = 0.0
+    for weight, lists in ((dense_weight, r.dense), (sparse_weight, r.sparse)):
+        for slots, scores in lists:
+            total += weight
+            if weight and len(slots):
+                for slot, value in zip(slots.tolist(), normalise(scores.astype(np.float64)).tolist()):
+                    cands[slot].fused += weight * value
+    for c in cands.values():
+        c.fused /= total or 1.0
     return list(cands.values())
 
 
