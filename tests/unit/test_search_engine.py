@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ragmesh.errors import InvalidArgument, Unavailable
-from ragmesh.types import Chunk, StoredChunk
+from ragmesh.types import Chunk, SearchFilter, StoredChunk
 from services.retriever.fusion import CONVEX, DBSF, HYBRID_FUSIONS, HYBRID_WEIGHTS, Boosters
 from services.retriever.index import IndexRegistry
 from services.retriever.search import SearchEngine, SearchQuery
@@ -66,3 +66,15 @@ def _dbsf_tops() -> tuple[float, float]:
     scores: the higher is mean + 1 std, 4/6 of the way from mean - 3 std to mean + 3 std)."""
     std = np.std([1, 0, 0, 0])
     return (1 - (0.25 - 3 * std)) / (6 * std), 4 / 6
+
+
+@pytest.mark.parametrize("fusion", HYBRID_FUSIONS)
+def test_a_filtered_search_fuses_the_admitted_chunks_alone(fusion: str) -> None:
+    """The filter admits d0 and d3: d0 tops both admitted lists (the keyword list is d0 alone, d2 the other gold
+    document being filtered out) and every fused score stays in 0..1: normalisation reads the admitted lists,
+    never the documents the caller may not read."""
+    engine = SearchEngine(registry(), embed, fusion)
+    outcome = asyncio.run(engine.search(SearchQuery("gold", filter=SearchFilter(doc_ids=["d0", "d3"]))))
+    assert {h.chunk.doc_id for h in outcome.hits} <= {"d0", "d3"} and outcome.hits[0].chunk.doc_id == "d0"
+    assert all(0.0 <= h.fused_score <= 1.0 for h in outcome.hits)
+    assert (outcome.hits[0].dense_rank, outcome.hits[0].sparse_rank) == (1, 1)
