@@ -63,7 +63,7 @@ import redis
 import yaml
 
 from bench.load_bench import QUESTIONS, SERVICES, Stack
-from bench.search_bench import REPO, Section, Target, log
+from bench.search_bench import REPO, Section, Target, log, render
 from ragmesh import config
 from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
 from ragmesh.validation import MAX_METADATA_BYTES, MAX_METADATA_KEYS, MAX_METADATA_VALUE_CHARS
@@ -544,7 +544,8 @@ def _rows(section: Section, name: str, idle: dict[str, Measured], figures: dict[
         log(f"  the load: {what[:300]}")
 
 
-def run_fairness(quick: bool = False) -> Section:
+def run_fairness(quick: bool = False, only: frozenset[str] | None = None) -> Section:
+    """`only`: the loads to run (LOADS' names; None: every one), after the idle baseline."""
     plan = QUICK if quick else FULL
     section = Section("Fairness between tenants (victim's p50 / p99 under another's load, as a ratio to idle)")
     with tempfile.TemporaryDirectory(prefix="ragmesh-bench-redis-") as redis_dir:
@@ -553,14 +554,15 @@ def run_fairness(quick: bool = False) -> Section:
             client = redis.Redis(port=server.port)
             client.config_set("maxmemory", REDIS_MAXMEMORY)
             client.config_set("maxmemory-policy", "noeviction")
-            _run(section, plan, quick, server.url, client)
+            _run(section, plan, quick, server.url, client, only)
             client.close()
         finally:
             server.kill()
     return section
 
 
-def _run(section: Section, plan: FairnessPlan, quick: bool, redis_url: str, client: redis.Redis) -> None:
+def _run(section: Section, plan: FairnessPlan, quick: bool, redis_url: str, client: redis.Redis,
+         only: frozenset[str] | None) -> None:
     # the deployment's default limits and shares, for the rival too
     with Stack(RATE_LIMIT_PER_MINUTE="", TENANT_CALL_SHARE="", USER_CALL_SHARE="", TENANT_STREAM_SHARE="",
                REDIS_URL=redis_url) as stack:
@@ -577,6 +579,8 @@ def _run(section: Section, plan: FairnessPlan, quick: bool, redis_url: str, clie
         limits, pids = manifest_limits(), service_pids(stack)
         idle: dict[str, Measured] = {}
         for i, (name, load) in enumerate(loads.items()):
+            if load is not None and only is not None and load not in only:
+                continue
             log(f"fairness: {name}")
             if load == "metadata":
                 ingest_heavy(stack, make_key(stack, RIVAL, "librarian"))
@@ -614,3 +618,13 @@ def _run(section: Section, plan: FairnessPlan, quick: bool, redis_url: str, clie
                              f"the bombs: DOCX of {len(docx_bomb()):,} bytes inflating to "
                              f"{BOMB_XML_BYTES // 2**20} MB; the metadata-heavy documents: {METADATA_DOCS}, asked by "
                              f"{ASKERS} askers.")
+
+
+if __name__ == "__main__":  # one load or a few, twice in a row say: python -m bench.fairness_bench uploads
+    import argparse
+
+    parser = argparse.ArgumentParser(description="the fairness part, the loads named only (after the idle baseline)")
+    parser.add_argument("loads", nargs="*", choices=sorted(LOADS), help="default: every load")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print(render([run_fairness(args.quick, frozenset(args.loads) or None)]))

@@ -7,7 +7,11 @@ subprocess on free ports and a temp DATA_DIR, then
   search   concurrent `Retriever/Search` calls over grpc.aio, with `query_vector` given (from one Embedder
            call beforehand) and without it (the retriever calls the embedder): searches/s and the share
            that fell back to keyword-only (`dense_skipped`);
-  services every service's RSS, open descriptors and CPU time, before (after a warm-up) and after.
+  services every service's RSS, open descriptors and CPU time, before (after a warm-up) and after;
+  per work all services' CPU time (each phase's, until they are idle again) per completed answer and per
+           search with the embedder in the path, and issue 37's two ratios measured in the same run: CPU-ms
+           an answer / CPU-ms a search (its question's embedding and the search), answers/s at the first
+           chat phase / searches/s with the embedder in the path.
 
 The benchmark client runs on the same machine as the stack, so it competes with it for the CPUs; its own
 CPU time is reported beside the services'.
@@ -59,6 +63,8 @@ ASK_TIMEOUT_S = 120.0
 REFUSED_PAUSE_S = 1.0  # after a refusal without a Retry-After, before asking again
 DRAIN_TIMEOUT_S = 180.0
 DRAIN_NOTE = "until the services used < 0.1 CPU s in a second: work still running for callers that gave up"
+CPU_PER_ANSWER_BOUND = 6.0  # issue 37: CPU-ms an answer / CPU-ms of its question's embedding and search
+RATE_BOUND = 0.19  # issue 37: answers/s at 50 concurrent chats / searches/s at 200 with the embedder in the path
 FD_SLACK = 10  # "flat": at most this many more open descriptors after the run than before
 MB = 2**20
 
@@ -411,6 +417,31 @@ def add_search_figures(section: Section, label: str, n: int, tally: SearchTally,
 # ----------------------------------------------------------------------------- the part
 
 
+def cpu_ms(before: dict[str, Usage], after: dict[str, Usage], services: tuple[str, ...] = SERVICES) -> float:
+    """CPU-ms the services used from one snapshot to the next (a restarted one's from its new start)."""
+    return 1000 * sum(after[n].cpu_s - (before[n].cpu_s if before[n].pid == after[n].pid else 0.0)
+                      for n in services if n in before and n in after)
+
+
+def add_cost_figures(section: Section, n_chats: int, answer: tuple[int, float, float],
+                     search: tuple[int, float, float], judged: bool, keyword_only: int = 0) -> None:
+    """CPU per answer and per search (embedder in the path) and the issue's two ratios. `answer` and
+    `search`: (completed, wall s, CPU-ms of all services over the phase and its drain); `keyword_only`:
+    searches that fell back without their embedding (whose CPU the figure then lacks)."""
+    (answers, chat_wall, chat_ms), (searches, search_wall, search_ms) = answer, search
+    per_answer, per_search = chat_ms / max(answers, 1), search_ms / max(searches, 1)
+    section.add(f"chat x{n_chats}: CPU-ms an answer (all services)", per_answer, "ms",
+                note=f"{chat_ms / 1000:.1f} CPU s for {answers:,} answers, background work included")
+    fell_back = f"; {keyword_only:,} fell back to keyword-only, without their embedding" if keyword_only else ""
+    section.add("search, embedder in the path: CPU-ms a search (embedder + retriever)", per_search, "ms",
+                note=f"{search_ms / 1000:.1f} CPU s for {searches:,} searches{fell_back}")
+    section.add("CPU-ms an answer / CPU-ms a search with its embedding", per_answer / max(per_search, 1e-9), "x",
+                Target("<=", CPU_PER_ANSWER_BOUND) if judged else None)
+    section.add(f"answers/s at {n_chats} chats / searches/s with the embedder in the path",
+                (answers / chat_wall) / max(searches / search_wall, 1e-9), "x",
+                Target(">=", RATE_BOUND) if judged else None)
+
+
 def add_service_figures(section: Section, snapshots: list[tuple[str, dict[str, Usage]]], judged: bool) -> None:
     """RSS growth and descriptors from the first snapshot to the last; RSS at each one, to tell a plateau
     (allocator pools, caches filling) from a leak."""
@@ -460,20 +491,26 @@ def run_load(quick: bool) -> Section:
         if bad:
             section.notes.append(f"Not answered from the notes even alone (warm-up): {'; '.join(bad)}.")
         snapshots, cpu0 = [("before", snapshot(stack))], time.process_time()
+        costs: dict[str, tuple[int, float, float]] = {}  # the first chat phase's and the embedded searches'
         for n in plan.chats:
             log(f"load: {n} concurrent SSE chats for {plan.chat_s:.0f} s")
             tally, wall = asyncio.run(chat_load(stack, n, plan.chat_s))
             add_chat_figures(section, n, tally, wall, plan.judged, drain(stack))
             snapshots.append((f"after chat x{n}", snapshot(stack)))
+            costs.setdefault("chat", (tally.completed, wall, cpu_ms(snapshots[-2][1], snapshots[-1][1])))
         vectors = asyncio.run(query_vectors(stack))
         rates = {}
         for label, given in (("query_vector given", vectors), ("embedder in the path", None)):
             log(f"load: {plan.searchers} concurrent searches, {label}, for {plan.search_s:.0f} s")
+            start = snapshot(stack)
             tally_s, wall = asyncio.run(search_load(stack, plan.searchers, plan.search_s, given))
             rates[label] = add_search_figures(section, label, plan.searchers, tally_s, wall, drain(stack))
+            costs["search"] = (tally_s.calls, wall, cpu_ms(start, snapshot(stack), ("embedder", "retriever")))
+            keyword_only = tally_s.dense_skipped if given is None else 0
         section.add("search throughput, embedder in the path / query_vector given",
                     rates["embedder in the path"] / max(rates["query_vector given"], 1e-9), "x",
                     Target(">=", 0.5) if plan.judged else None)
+        add_cost_figures(section, plan.chats[0], costs["chat"], costs["search"], plan.judged, keyword_only)
         snapshots.append(("after the searches", snapshot(stack)))
         client_cpu = time.process_time() - cpu0
         add_service_figures(section, snapshots, plan.judged)

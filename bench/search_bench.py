@@ -61,8 +61,9 @@ LATENCY_TARGETS: dict[int, tuple[float | None, float | None]] = {
     100_000: (15.0, 50.0),
     1_000_000: (150.0, None),
 }
-# Issue 15: the approximate option (ivf) at 1M, with dense recall@10 against exact through gRPC.
-APPROX_LATENCY_TARGETS: dict[int, tuple[float | None, float | None]] = {1_000_000: (20.0, None)}
+# The approximate option (ivf) at 1M, with dense recall@10 against exact through gRPC: 20 ms (issue 15),
+# 10 ms since issue 37 (set for the AVX-512 class; the header names the class a run measured on).
+APPROX_LATENCY_TARGETS: dict[int, tuple[float | None, float | None]] = {1_000_000: (10.0, None)}
 APPROX_RECALL_QUERIES = 200
 MEMORY_TARGET_MB: dict[int, float] = {100_000: 600.0}
 BM25_SPEEDUP_TARGET = 100.0

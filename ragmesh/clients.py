@@ -21,6 +21,7 @@ from ragmesh import convert, tls, tracing
 from ragmesh import types as t
 from ragmesh.access import Access
 from ragmesh.config import Settings
+from ragmesh.context_budget import ContextBudget
 from ragmesh.errors import (InvalidArgument, Misconfigured, NotFound, PermissionDenied, RagmeshError, ResourceExhausted,
                             Unavailable)
 from ragmesh.identity.authenticator import service_token
@@ -446,3 +447,9 @@ class GeneratorClient(_Client):
     async def stats(self) -> generator_pb2.GeneratorStatsResponse:
         with _translated("generator"):
             return await self._unary(self.stub.Stats, generator_pb2.GeneratorStatsRequest())
+
+    async def budget(self, model: str, timeout: float | None = None) -> ContextBudget:
+        """How much retrieved context `model` takes, as the generator's backend for it declares."""
+        with _translated("generator"):
+            reply = await self._unary(self.stub.Budget, generator_pb2.ContextBudgetRequest(model=model), timeout)
+        return ContextBudget(reply.chars, reply.hits, reply.window_tokens, reply.complete_records)

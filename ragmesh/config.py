@@ -396,6 +396,12 @@ class GenerationSettings(Section):
     openai_base_url: str = env("OPENAI_BASE_URL", "", _OPENAI)
     openai_api_key: str = env("OPENAI_API_KEY", "", _OPENAI)
     openai_model: str = env("OPENAI_MODEL", "", _OPENAI)
+    openai_context_tokens: Int = env("OPENAI_CONTEXT_TOKENS", 8192,
+                                     "The OPENAI_MODEL's context window in tokens, as its server runs it (Ollama's "
+                                     "num_ctx, vLLM's max_model_len): the gateway sizes the retrieved context to it "
+                                     "(three quarters of what 4,096 tokens of instructions, conversation and answer "
+                                     "leave, at most CONTEXT_MAX_CHARS); 0 = not declared: the offline answerer's "
+                                     "CONTEXT_CHAR_BUDGET.")
 
 
 _RETRIES = "Embedding calls at ingest: a transient failure is retried this often, waiting base, 2x base, ..."
@@ -582,7 +588,14 @@ class AnsweringSettings(Section):
                              "Earlier turns of the conversation read before routing (the prompt carries as many as "
                              "HISTORY_CHAR_BUDGET holds).")
     context_char_budget: Int = env("CONTEXT_CHAR_BUDGET", 4000,
-                                   "Characters of retrieved context in the prompt (hard cap 12,000).")
+                                   "Characters of retrieved context for the offline extractive answerer (hard cap "
+                                   "12,000), and for every model while the generator cannot say what it takes; it "
+                                   "quotes the route's 5, 10 or 15 best hits.")
+    context_max_chars: Int = env("CONTEXT_MAX_CHARS", 200_000,
+                                 "Characters of retrieved context a model's prompt carries at most: each model takes "
+                                 "what its generator backend declares from its context window (Gemini about a "
+                                 "million tokens, OPENAI_CONTEXT_TOKENS), with as many hits as fill it (at most 100), "
+                                 "and complete factsheets keep their room when notes compete for it.")
     retrieval_timeout_s: Float = env("RETRIEVAL_TIMEOUT_S", 3.5,
                                      "The searches of one question run side by side within this (seconds); late ones "
                                      "are left out.")

@@ -117,6 +117,7 @@ def citation_to_proto(c: t.Citation) -> common_pb2.Citation:
     return common_pb2.Citation(
         index=c.index, chunk_id=c.chunk_id, doc_id=c.doc_id, collection=c.collection,
         title=c.title, date=c.date, metadata=c.metadata, url=c.url, snippet=c.snippet, ref=c.ref,
+        chapter=c.chapter, section=c.section, paragraph=c.paragraph,
     )
 
 
@@ -124,7 +125,7 @@ def citation_from_proto(p: common_pb2.Citation) -> t.Citation:
     return t.Citation(
         index=p.index, chunk_id=p.chunk_id, doc_id=p.doc_id, collection=p.collection,
         title=p.title, date=p.date, metadata=dict(p.metadata), url=p.url, snippet=p.snippet,
-        ref=p.ref,
+        ref=p.ref, chapter=p.chapter, section=p.section, paragraph=p.paragraph,
     )
 
 

@@ -26,10 +26,17 @@ class Spooled:
         self._file = file
         self._closing = weakref.finalize(self, file.close)
 
-    def read(self) -> bytes:
-        """The bytes, the file kept (a payload sent again reads it again). Blocking."""
-        self._file.seek(0)
-        return self._file.read()
+    def append(self, data: bytes) -> None:
+        """`data` written after what the file holds (a file received in pieces). Blocking."""
+        self._file.seek(0, 2)
+        self._file.write(data)
+        self._file.flush()
+        self.size += len(data)
+
+    def read(self, start: int = 0, stop: int | None = None) -> bytes:
+        """The bytes [start, stop), the file kept (a payload sent again reads it again). Blocking."""
+        self._file.seek(start)
+        return self._file.read(-1 if stop is None else stop - start)
 
     def take(self) -> bytes:
         """The bytes, the file removed. Blocking."""
@@ -56,16 +63,15 @@ class Spool:
             else:
                 left.unlink(missing_ok=True)
 
-    def put(self, data: bytes) -> Spooled:
-        """`data` written to a nameless 0600 file in the folder. Blocking."""
-        file = tempfile.TemporaryFile(dir=self.folder)
+    def put(self, data: bytes = b"") -> Spooled:
+        """`data` written to a nameless 0600 file in the folder (more may be appended). Blocking."""
+        spooled = Spooled(tempfile.TemporaryFile(dir=self.folder), 0)
         try:
-            file.write(data)
-            file.flush()
+            spooled.append(data)
         except BaseException:
-            file.close()
+            spooled.close()
             raise
-        return Spooled(file, len(data))
+        return spooled
 
     def __repr__(self) -> str:
         return f"Spool({str(self.folder)!r})"

@@ -146,6 +146,9 @@ class Citation:
     url: str = ""
     snippet: str = ""
     ref: str = ""
+    chapter: str = ""  # where in a book: empty for documents without chapters
+    section: str = ""
+    paragraph: int = 0
 
 
 @dataclass

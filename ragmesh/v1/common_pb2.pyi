@@ -85,7 +85,7 @@ class Access(_message.Message):
     def __init__(self, users: _Optional[_Iterable[str]] = ..., groups: _Optional[_Iterable[str]] = ..., tenant: _Optional[bool] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class Citation(_message.Message):
-    __slots__ = ("index", "chunk_id", "doc_id", "collection", "title", "date", "metadata", "url", "snippet", "ref")
+    __slots__ = ("index", "chunk_id", "doc_id", "collection", "title", "date", "metadata", "url", "snippet", "ref", "chapter", "section", "paragraph")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +103,9 @@ class Citation(_message.Message):
     URL_FIELD_NUMBER: _ClassVar[int]
     SNIPPET_FIELD_NUMBER: _ClassVar[int]
     REF_FIELD_NUMBER: _ClassVar[int]
+    CHAPTER_FIELD_NUMBER: _ClassVar[int]
+    SECTION_FIELD_NUMBER: _ClassVar[int]
+    PARAGRAPH_FIELD_NUMBER: _ClassVar[int]
     index: int
     chunk_id: str
     doc_id: str
@@ -113,7 +116,10 @@ class Citation(_message.Message):
     url: str
     snippet: str
     ref: str
-    def __init__(self, index: _Optional[int] = ..., chunk_id: _Optional[str] = ..., doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., title: _Optional[str] = ..., date: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., url: _Optional[str] = ..., snippet: _Optional[str] = ..., ref: _Optional[str] = ...) -> None: ...
+    chapter: str
+    section: str
+    paragraph: int
+    def __init__(self, index: _Optional[int] = ..., chunk_id: _Optional[str] = ..., doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., title: _Optional[str] = ..., date: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., url: _Optional[str] = ..., snippet: _Optional[str] = ..., ref: _Optional[str] = ..., chapter: _Optional[str] = ..., section: _Optional[str] = ..., paragraph: _Optional[int] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("prompt_tokens", "completion_tokens", "thinking_tokens", "total_tokens")

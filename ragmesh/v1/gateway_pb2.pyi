@@ -49,7 +49,7 @@ class HistoryTurn(_message.Message):
     def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ...) -> None: ...
 
 class Strategy(_message.Message):
-    __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks", "retrieval", "dense_skipped", "unavailable", "threshold_layer", "time_hint", "detected_funds", "context_chars", "corrections", "model", "variants", "rerank_count", "quality", "time_window", "embed_ms", "search_ms", "followup", "recency", "default_window", "relaxed")
+    __slots__ = ("route", "reason", "cache_hit", "collections", "filter", "k", "candidate_count", "retrieval_ms", "conversation_id", "cache_key", "chunks", "retrieval", "dense_skipped", "unavailable", "threshold_layer", "time_hint", "detected_funds", "context_chars", "corrections", "model", "variants", "rerank_count", "quality", "time_window", "embed_ms", "search_ms", "followup", "recency", "default_window", "relaxed", "carried")
     class DefaultWindowEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -87,6 +87,7 @@ class Strategy(_message.Message):
     RECENCY_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_WINDOW_FIELD_NUMBER: _ClassVar[int]
     RELAXED_FIELD_NUMBER: _ClassVar[int]
+    CARRIED_FIELD_NUMBER: _ClassVar[int]
     route: str
     reason: str
     cache_hit: bool
@@ -117,7 +118,26 @@ class Strategy(_message.Message):
     recency: str
     default_window: _containers.ScalarMap[str, int]
     relaxed: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, route: _Optional[str] = ..., reason: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., k: _Optional[int] = ..., candidate_count: _Optional[int] = ..., retrieval_ms: _Optional[float] = ..., conversation_id: _Optional[str] = ..., cache_key: _Optional[str] = ..., chunks: _Optional[int] = ..., retrieval: _Optional[str] = ..., dense_skipped: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., threshold_layer: _Optional[int] = ..., time_hint: _Optional[str] = ..., detected_funds: _Optional[_Iterable[str]] = ..., context_chars: _Optional[int] = ..., corrections: _Optional[int] = ..., model: _Optional[str] = ..., variants: _Optional[_Iterable[str]] = ..., rerank_count: _Optional[int] = ..., quality: _Optional[_Iterable[_Union[QualityStep, _Mapping]]] = ..., time_window: _Optional[str] = ..., embed_ms: _Optional[float] = ..., search_ms: _Optional[float] = ..., followup: _Optional[_Union[Followup, _Mapping]] = ..., recency: _Optional[str] = ..., default_window: _Optional[_Mapping[str, int]] = ..., relaxed: _Optional[_Iterable[str]] = ...) -> None: ...
+    carried: Carried
+    def __init__(self, route: _Optional[str] = ..., reason: _Optional[str] = ..., cache_hit: _Optional[bool] = ..., collections: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[_common_pb2.Filter, _Mapping]] = ..., k: _Optional[int] = ..., candidate_count: _Optional[int] = ..., retrieval_ms: _Optional[float] = ..., conversation_id: _Optional[str] = ..., cache_key: _Optional[str] = ..., chunks: _Optional[int] = ..., retrieval: _Optional[str] = ..., dense_skipped: _Optional[bool] = ..., unavailable: _Optional[_Iterable[str]] = ..., threshold_layer: _Optional[int] = ..., time_hint: _Optional[str] = ..., detected_funds: _Optional[_Iterable[str]] = ..., context_chars: _Optional[int] = ..., corrections: _Optional[int] = ..., model: _Optional[str] = ..., variants: _Optional[_Iterable[str]] = ..., rerank_count: _Optional[int] = ..., quality: _Optional[_Iterable[_Union[QualityStep, _Mapping]]] = ..., time_window: _Optional[str] = ..., embed_ms: _Optional[float] = ..., search_ms: _Optional[float] = ..., followup: _Optional[_Union[Followup, _Mapping]] = ..., recency: _Optional[str] = ..., default_window: _Optional[_Mapping[str, int]] = ..., relaxed: _Optional[_Iterable[str]] = ..., carried: _Optional[_Union[Carried, _Mapping]] = ...) -> None: ...
+
+class Carried(_message.Message):
+    __slots__ = ("funds", "period", "start_date", "end_date", "people", "question", "replaced")
+    FUNDS_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_FIELD_NUMBER: _ClassVar[int]
+    START_DATE_FIELD_NUMBER: _ClassVar[int]
+    END_DATE_FIELD_NUMBER: _ClassVar[int]
+    PEOPLE_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_FIELD_NUMBER: _ClassVar[int]
+    funds: _containers.RepeatedScalarFieldContainer[str]
+    period: str
+    start_date: str
+    end_date: str
+    people: _containers.RepeatedScalarFieldContainer[str]
+    question: str
+    replaced: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, funds: _Optional[_Iterable[str]] = ..., period: _Optional[str] = ..., start_date: _Optional[str] = ..., end_date: _Optional[str] = ..., people: _Optional[_Iterable[str]] = ..., question: _Optional[str] = ..., replaced: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Followup(_message.Message):
     __slots__ = ("rework", "signal", "detail")

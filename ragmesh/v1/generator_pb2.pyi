@@ -94,3 +94,21 @@ class GeneratorStatsResponse(_message.Message):
     cancelled: int
     models: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, started: _Optional[int] = ..., completed: _Optional[int] = ..., cancelled: _Optional[int] = ..., models: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ContextBudgetRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class ContextBudget(_message.Message):
+    __slots__ = ("chars", "hits", "window_tokens", "complete_records")
+    CHARS_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    chars: int
+    hits: int
+    window_tokens: int
+    complete_records: bool
+    def __init__(self, chars: _Optional[int] = ..., hits: _Optional[int] = ..., window_tokens: _Optional[int] = ..., complete_records: _Optional[bool] = ...) -> None: ...

@@ -45,6 +45,11 @@ class GeneratorStub:
                 request_serializer=ragmesh_dot_v1_dot_generator__pb2.GeneratorStatsRequest.SerializeToString,
                 response_deserializer=ragmesh_dot_v1_dot_generator__pb2.GeneratorStatsResponse.FromString,
                 _registered_method=True)
+        self.Budget = channel.unary_unary(
+                '/ragmesh.v1.Generator/Budget',
+                request_serializer=ragmesh_dot_v1_dot_generator__pb2.ContextBudgetRequest.SerializeToString,
+                response_deserializer=ragmesh_dot_v1_dot_generator__pb2.ContextBudget.FromString,
+                _registered_method=True)
 
 
 class GeneratorServicer:
@@ -63,6 +68,13 @@ class GeneratorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Budget(self, request, context):
+        """How much retrieved context a model takes (the gateway sizes its search and context to it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GeneratorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +87,11 @@ def add_GeneratorServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=ragmesh_dot_v1_dot_generator__pb2.GeneratorStatsRequest.FromString,
                     response_serializer=ragmesh_dot_v1_dot_generator__pb2.GeneratorStatsResponse.SerializeToString,
+            ),
+            'Budget': grpc.unary_unary_rpc_method_handler(
+                    servicer.Budget,
+                    request_deserializer=ragmesh_dot_v1_dot_generator__pb2.ContextBudgetRequest.FromString,
+                    response_serializer=ragmesh_dot_v1_dot_generator__pb2.ContextBudget.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -132,6 +149,33 @@ class Generator:
             '/ragmesh.v1.Generator/Stats',
             ragmesh_dot_v1_dot_generator__pb2.GeneratorStatsRequest.SerializeToString,
             ragmesh_dot_v1_dot_generator__pb2.GeneratorStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Budget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ragmesh.v1.Generator/Budget',
+            ragmesh_dot_v1_dot_generator__pb2.ContextBudgetRequest.SerializeToString,
+            ragmesh_dot_v1_dot_generator__pb2.ContextBudget.FromString,
             options,
             channel_credentials,
             insecure,

@@ -20,6 +20,13 @@ and then merged into the next. So:
   call. Only the batch's first tenant may have its request cut; the others' requests join whole or
   wait for their own turn, so a small request never rides with another tenant's slice. Characters
   stand in for the model's work (a text of 2,000 characters takes about ten times a question's);
+- another tenant's request joins a call only if it is of the same length class (SHORT_CHARS): a call
+  is as slow as its longest text, padded, and the model takes a faster path for short texts, so a
+  one-line upload that carried a rival's 800-character memory chunk took 30 times as long (4 -> 130 ms),
+  and one that rode along a rival's long call waited for all of it;
+- a request waits for company (the window) only while its own tenant's requests keep coming, never
+  because another tenant's call is under way: one tenant's load made every other tenant's lone request
+  wait out the window;
 - a tenant alone on the model (no other tenant served in the last ACTIVE_S) gets slices ALONE_SLICE
   times as large, and its many small requests share calls of up to max_batch texts as before: nobody
   waits on them, and so a lone tenant's ingest (5 chunks a call embed as fast as 64) and its users'
@@ -53,6 +60,10 @@ from services.embedder.backends import EmbeddingBackend
 
 ACTIVE_S = 1.0  # a tenant served this recently is still about: its next request is likely on its way
 ALONE_SLICE = 2
+# Texts of at most this many characters (about the 64 tokens of the model's short-text path) embed at
+# about the same cost whatever their length: any of them share a call. Longer ones share a call with
+# another tenant's only if neither is more than twice as long (a call's texts are padded to its longest).
+SHORT_CHARS = 256
 
 
 class DeadlineExceeded(RagmeshError):
@@ -96,6 +107,12 @@ class _Batch:
     pieces: list[_Piece] = field(default_factory=list)
     texts: int = 0
     chars: int = 0
+    longest: int = 0  # characters of its longest text
+
+
+def _alike(a: int, b: int) -> bool:
+    """Whether texts of a and b characters cost about the same padded to each other (SHORT_CHARS)."""
+    return max(a, b) <= max(2 * min(a, b), SHORT_CHARS)
 
 
 class MicroBatcher:
@@ -234,12 +251,9 @@ class MicroBatcher:
 
     async def _run(self, arrived: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
-        last_end = float("-inf")  # when the last batch finished (loop time)
 
         def ended(task: asyncio.Task[None]) -> None:
-            nonlocal last_end
             self._running.pop(task, None)
-            last_end = loop.time()
             arrived.set()  # a lane is free, and its tenants may go again
 
         try:
@@ -250,11 +264,12 @@ class MicroBatcher:
                     await arrived.wait()
                     continue
                 # Wait for company until the first request's window closes or its task fills a batch,
-                # but only while requests keep coming (it arrived while a batch ran): a request that
-                # found the model idle runs at once, and the ones arriving meanwhile form the next
-                # batch. A request already partly run has had its wait.
+                # but only while its tenant's requests keep coming (it arrived while its tenant's last
+                # call ran): a request that found its tenant idle runs at once, whatever other tenants
+                # run, and the ones arriving meanwhile form the next batch. A request already partly
+                # run has had its wait.
                 delay = head.arrived + self.window_s - loop.time()
-                busy = (bool(self._running) or head.arrived <= last_end) and not head.taken
+                busy = head.arrived <= self._served_at.get(head.tenant, float("-inf")) and not head.taken
                 if busy and delay > 0 and self._waiting_by_task[head.task] < self.max_batch:
                     arrived.clear()
                     try:
@@ -289,7 +304,8 @@ class MicroBatcher:
             n, chars = len(request.texts) - request.taken, request.remaining_chars()
             # A request that runs in slices (cut, or too big for one) only ever goes first.
             if request.taken or chars > limit or batch.texts + n > self.max_batch or (
-                    batch.chars + chars > batch.chars_limit):
+                    batch.chars + chars > batch.chars_limit) or (
+                    tenant != first.tenant and not _alike(batch.longest, max(map(len, request.texts)))):
                 continue
             self._add(batch, request, n)
             tenants.append(tenant)
@@ -313,6 +329,7 @@ class MicroBatcher:
         batch.pieces.append(_Piece(request, start, request.taken))
         batch.texts += n
         batch.chars += sum(map(len, request.texts[start : request.taken]))
+        batch.longest = max(batch.longest, *map(len, request.texts[start : request.taken]))
         self._count(request, -n)
         if request.taken == len(request.texts):
             request.queued = False

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ragmesh.types import MEMORY_COLLECTION
-from services.gateway.query_analysis import reported_period
+from services.gateway.query_analysis import DateRange
 from services.gateway.request import SOURCE_COLLECTIONS
 from services.gateway.router import FALLBACK_SIMILARITY
 
@@ -59,11 +59,12 @@ class Ranking:
         return age > self.half_life_days * math.log(1 / self.decay_floor)
 
 
-def toward_period(r: Ranking, question: str) -> tuple[Ranking, str]:
-    """The ranking for a question about a whole year's result ("2025 full-year return"), and what the
+def toward_period(r: Ranking, period: DateRange | None) -> tuple[Ranking, str]:
+    """The ranking for a question about a whole year's result (`period`, read from "2025 full-year return":
+    query_analysis.reported_period), and what the
     strategy event says of it: the time decay counted from the year's end, since what reports on a year is
     dated at its end or after. Words asking for the latest (a decay from today) and a time window win."""
-    if r.half_life_days or r.time_window not in ("", "all") or not (period := reported_period(question)):
+    if r.half_life_days or r.time_window not in ("", "all") or period is None:
         return r, ""
     note = (f"; {period.phrase!r} is reported at {period.end} and after: time decay counted from {period.end}, "
             f"half-life {PERIOD_HALF_LIFE_DAYS:g} days, floor {PERIOD_FLOOR:g}")

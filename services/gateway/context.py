@@ -3,9 +3,10 @@
 Blocks follow the fund-research context layout: meeting notes with date, fund,
 manager and chunk type; factsheets grouped by factsheet id, listing the sections that
 matched with their scores, with the complete factsheet JSON once (the parent the record
-parser stores for every factsheet's sections, shown whole). A character budget (default 4,000,
-hard cap 12,000) bounds the context, a child's parent text comes once, and sentences
-that repeat an earlier block's are dropped (sentence dedupe). Retrieved text, and the earlier turns
+parser stores for every factsheet's sections, shown whole). The model's context budget
+(ragmesh.context_budget: the offline answerer's 4,000 characters, a large-window model's much more) bounds
+the context, a child's parent text comes once, and sentences that repeat an earlier block's are dropped
+(sentence dedupe). Retrieved text, and the earlier turns
 of the conversation, are fenced in <data> ... </data> and the prompts say it is data, not instructions."""
 from __future__ import annotations
 
@@ -18,22 +19,29 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ragmesh.context_budget import ContextBudget
 from ragmesh.prompts import PROMPTS, system_instruction
 from ragmesh.text import split_sentences, tokenize
 from ragmesh.types import Chunk, Citation, ContextBlock, Hit, Turn
 from services.gateway.context_sections import RenderedBlock, sectioned
+from services.gateway.places import place_of
 
-HARD_CAP_CHARS = 12_000
 PARENT_MAX_CHARS = 1_600
+RECORDS_SHARE = 0.5  # of a budget that reserves complete records, the most they may hold back from the notes
+RECORD_LINES_CHARS = 60  # per line a factsheet's block shows besides its record (label, each matching section)
 DEDUPE_JACCARD = 0.8
 
 
 def label(chunk: Chunk) -> str:
+    """What the model and the sources list call the chunk: a book's chunk names its chapter, section and
+    paragraph ("guide.md › Chapter 2: Storms › 2.1 The fog signal · ¶3")."""
     fund = chunk.metadata.get("fund_name", "")
     if chunk.collection == "factsheets":
         return f"{fund} Factsheet ({chunk.date})".strip()
     kind = {"meeting_notes": "Meeting note", "conversations": "Earlier conversation",
             "documents": chunk.metadata.get("filename") or "Document"}.get(chunk.collection, chunk.collection)
+    if place := place_of(chunk.metadata):
+        kind = f"{kind} › {place}"
     parts = [p for p in (fund, chunk.date) if p]
     return f"{kind}, {', '.join(parts)}" if parts else kind
 
@@ -46,10 +54,11 @@ def persistent_ref(chunk_id: str) -> str:
 def citation_for(block: ContextBlock) -> Citation:
     chunk = block.chunk
     assert chunk is not None
+    place = place_of(chunk.metadata)
     return Citation(
         index=block.index, chunk_id=chunk.chunk_id, doc_id=chunk.doc_id, collection=chunk.collection,
         title=block.label, date=chunk.date, metadata=dict(chunk.metadata), snippet=chunk.text[:240],
-        ref=persistent_ref(chunk.chunk_id),
+        ref=persistent_ref(chunk.chunk_id), chapter=place.chapter, section=place.section, paragraph=place.paragraph,
     )
 
 
@@ -205,35 +214,65 @@ class Context:
     blocks: list[ContextBlock]
     text: str
     hits_used: list[Hit]
+    budget: ContextBudget | None = None  # what it was built within (None: not known, as when read back from Redis)
 
 
-def build(hits: list[Hit], budget: int) -> Context:
-    """Numbered blocks within the character budget, best hits first. What the hits say comes first: a block
-    that does not fit is left out (what it said unsaid) and smaller ones after it are tried; then each
-    factsheet's complete record takes the place of its sections' text, best first, while the budget has
-    room for it."""
-    budget = min(budget, HARD_CAP_CHARS)
+def _record(draft: _Draft) -> str:
+    """The complete record (a factsheet's whole JSON) a factsheet's block shows, or ""."""
+    if draft.hits[0].chunk.collection != "factsheets":
+        return ""
+    return next((h.parent_text for h in draft.hits if h.parent_text and _is_record(h.parent_text)), "")
+
+
+def _reserved(drafts: list[_Draft], chars: int) -> dict[int, int]:
+    """id(draft) -> the characters held for its block with its complete record: the factsheets' blocks best first,
+    while all held stay within RECORDS_SHARE of `chars`, so the notes ranked above them cannot take their room."""
+    held: dict[int, int] = {}
+    room = int(chars * RECORDS_SHARE)
+    for draft in drafts:
+        if record := _record(draft):
+            size = len(record) + RECORD_LINES_CHARS * (len(draft.hits) + 2)
+            if size > room:
+                break
+            held[id(draft)], room = size, room - size
+    return held
+
+
+def build(hits: list[Hit], budget: ContextBudget) -> Context:
+    """Numbered blocks within the budget's characters, best hits first. What the hits say comes first: a block
+    that does not fit is left out (what it said unsaid) and smaller ones after it are tried. A budget that reserves
+    complete records holds room for the best factsheets' whole records before any block is placed (the notes
+    ranked above them take the rest), and each of those factsheets shows its record in place of its sections'
+    text; then each other factsheet's record takes the place of its sections' text, best first, while the budget
+    has room for it."""
+    limit = budget.chars
+    drafts = _group(hits)
+    held = _reserved(drafts, limit) if budget.complete_records else {}
     blocks: list[ContextBlock] = []
     rendered: list[RenderedBlock] = []
     records: list[str] = []  # each placed block with its complete record
     used: list[Hit] = []
     dedupe: list[frozenset[str]] = []
     seen_parents: set[str] = set()
-    for draft in _group(hits):
+    for draft in drafts:
         index = len(blocks) + 1
         said, parents = len(dedupe), set(seen_parents)
         out = _render(draft, index, dedupe, seen_parents)
+        whole = bool(held.pop(id(draft), 0))  # its room is its own now (or given back)
         if not out.content:
             continue  # every sentence repeated an earlier block
         chunk = draft.best.chunk
-        block = RenderedBlock(chunk.collection, out.lean, len(draft.hits))
         content = out.content
-        if len(sectioned([*rendered, block])) > budget:  # the section headers count too
+        room = limit - sum(held.values())  # the section headers count too
+        fitting = [text for text in ([out.full] if whole else []) + [out.lean]
+                   if len(sectioned([*rendered, RenderedBlock(chunk.collection, text, len(draft.hits))])) <= room]
+        block = RenderedBlock(chunk.collection, fitting[0] if fitting else out.lean, len(draft.hits))
+        if not fitting:
             if blocks:
                 del dedupe[said:]
                 seen_parents = parents
                 continue
-            room = budget - len(sectioned([dataclasses.replace(block, text="")]))
+            room = limit - len(sectioned([dataclasses.replace(block, text="")]))
             block = dataclasses.replace(block, text=_truncate(out.lean, room))  # the best block always goes in
             content = _truncate(content, room)
         rendered.append(block)
@@ -243,9 +282,9 @@ def build(hits: list[Hit], budget: int) -> Context:
     for i, full in enumerate(records):
         if full != rendered[i].text:
             trial = [*rendered[:i], dataclasses.replace(rendered[i], text=full), *rendered[i + 1:]]
-            if len(sectioned(trial)) <= budget:
+            if len(sectioned(trial)) <= limit:
                 rendered = trial
-    return Context(blocks, sectioned(rendered), used)
+    return Context(blocks, sectioned(rendered), used, budget)
 
 
 _FENCE_TAG = re.compile(r"<\s*/?\s*data\b")

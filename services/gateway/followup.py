@@ -7,16 +7,19 @@ A question is answered from the conversation only when all of these hold:
   signal, not the rule;
 - the conversation has answers from an earlier search to rework, under the same filters the user set
   (funds, dates, window, documents, sources): a changed filter always searches;
+- it keeps the conversation's subject: it names no other fund or person, nor "the other fund"
+  (services/gateway/reading.py says what it inherits and what it replaces);
 - it brings nothing new: no period, no number or name, no content term that the answers shown so far
   do not hold (those answers are what the conversation-only prompt carries: a fact only in the
   sources behind them could not be answered from it);
 - the model, when one is configured to check, does not say the answers lack what is asked.
 The first of these that fails is the signal that decided, and the strategy event names it.
+The decisions take the question's one reading (services/gateway/reading.py); the functions here that read
+its words are what that reading calls, once per ask.
 """
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,9 +27,10 @@ from dataclasses import dataclass
 from ragmesh.clients import GeneratorClient
 from ragmesh.errors import RagmeshError
 from ragmesh.question_kinds import DATE, FIGURE, PERSON, asked
-from ragmesh.text import STOPWORDS, strip_citations
+from ragmesh.text import strip_citations
 from ragmesh.types import Hit, Turn
-from services.gateway.query_analysis import time_hint, time_window
+from services.gateway.reading import Reading
+from services.gateway.referents import WORD, content_words, stem
 from services.gateway.request import AskInput
 from services.gateway.scope import Scope
 from services.gateway.scope_cache import ScopeEntry
@@ -35,41 +39,14 @@ from services.gateway.scope_cache import ScopeEntry
 NO_REFERENT = "no_referent"  # the question does not refer back: it asks something of its own
 NO_EARLIER_SEARCH = "no_earlier_search"  # no searched answers in this conversation (or their scope expired)
 FILTERS_CHANGED = "filters_changed"  # the user set other funds, dates, window, documents or sources
+NEW_SUBJECT = "new_subject"  # it names another fund or person than the conversation's, or "the other fund"
 NEW_PERIOD = "new_period"  # a time expression: a date filter of its own
 NEW_ENTITY = "new_entity"  # a name or number the answers do not hold
 NEW_TERM = "new_term"  # a content word the answers do not hold
 MODEL = "model"  # the model says the conversation does not hold the answer
 REWORK = "rework"  # refers back and brings nothing new: answered from the conversation
 
-REFERENT_PHRASES = (
-    "tell me more", "more detail", "more details", "in simpler words", "in simpler terms", "simpler words",
-    "in plain english", "in other words", "so far", "what do you mean", "can you clarify", "the above",
-    "about the above", "what about the", "regarding the", "say that again", "rephrase", "as a list",
-    "in bullet points",
-    "that", "this", "it", "its", "those", "these", "them", "they", "their", "he", "she", "his", "her", "him",
-)
-# The fund-research transform words: a question made of them alone ("why?", "summarize") refers to the last answer.
-TRANSFORM_WORDS = (
-    "summarize", "summarise", "summary", "list", "compare", "contrast", "explain", "elaborate", "clarify",
-    "why", "how", "rephrase", "shorten", "simplify", "expand",
-)
-# Words that ask for a rework of what was said, not for a fact: never "new".
-_REWORK_WORDS = frozenset(
-    """summarize summarise summary list compare contrast explain elaborate clarify rephrase shorten simplify
-    expand remind recap tell me more most detail details simpler simple plain english words terms other mean
-    meant again please briefly brief short shorter longer version bullet bullets points point key main way
-    answer said say above previous earlier mentioned so just also exactly really actually quick quickly
-    happen happened go went make made sense thing things one ones same give show break down could would all
-    any both each some much many well very only sentence sentences paragraph line lines two three him hers
-    himself herself themselves""".split()
-) | STOPWORDS
-_PHRASES = re.compile(r"\b(" + "|".join(re.escape(p) for p in REFERENT_PHRASES) + r")\b", re.I)
-_TRANSFORM = re.compile(r"\b(" + "|".join(TRANSFORM_WORDS) + r")\b", re.I)
-_THIS_PERIOD = re.compile(r"\bthis (year|quarter|month|week)\b", re.I)  # a period, not a referent
-_WORD = re.compile(r"[A-Za-z0-9]+")
-_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][A-Za-z]+")  # capitalised, not opening a sentence
 FACT_KINDS = frozenset({PERSON, FIGURE, DATE})  # what `new_kind` compares
-_SUFFIXES = ("ing", "ies", "ed", "es", "er", "ly", "s")
 _WORD_STARTS = " \n(\"'$-/"
 
 
@@ -85,28 +62,11 @@ class Followup:
         return f"follow-up {self.signal}: {self.detail}"
 
 
-def stem(word: str) -> str:
-    """A crude stem, so "returned" matches "returns" and "manager" matches "manages"."""
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
-
-
-def referent(question: str) -> str:
-    """The words by which the question refers back to what was said, or "" when it does not."""
-    text = _THIS_PERIOD.sub(" ", question)
-    if m := _PHRASES.search(text):
-        return m.group(1).lower()
-    if (m := _TRANSFORM.search(text)) and not _content(question):
-        return m.group(1).lower()  # nothing but transform words: "why?", "summarize", "explain"
-    return ""
-
-
-def may_rework(question: str) -> bool:
-    """False when the question is searched for whatever the conversation holds (the embedding can
-    start before the conversation is read)."""
-    return bool(referent(question))
+def may_rework(reading: Reading) -> bool:
+    """False when the question is searched for whatever the conversation holds and searched as asked (the
+    embedding can start before the conversation is read): it neither refers back nor says nothing of its
+    own (terse: an elliptical follow-up is searched in the words of the question it asks again)."""
+    return reading.refers_back or reading.terse
 
 
 def asked_key(ask: AskInput) -> str:
@@ -114,62 +74,58 @@ def asked_key(ask: AskInput) -> str:
     return Scope.asked(ask).key
 
 
-def _content(question: str) -> dict[str, str]:
-    """The question's content words, stemmed, each with the word as written."""
-    words = {stem(w.lower()): w for w in _WORD.findall(question) if len(w) >= 2}
-    return {s: w for s, w in words.items() if w.lower() not in _REWORK_WORDS and s not in _REWORK_WORDS}
-
-
-def not_in_hits(question: str, hits: Sequence[Hit]) -> list[str]:
-    """The question's content words that none of `hits` holds: reusing those hits (RAG_REUSE) would
-    answer without what the question asks for."""
+def not_in_hits(words: dict[str, str], hits: Sequence[Hit]) -> list[str]:
+    """The question's content `words` (stem -> as written) that none of `hits` holds: reusing those hits
+    (RAG_REUSE) would answer without what the question asks for."""
     text = " " + " ".join(f"{h.chunk.text} {' '.join(map(str, h.chunk.metadata.values()))}" for h in hits).lower()
     # A word starts after one of these: substring tests stay in C (this runs before every reuse).
-    return [w for s, w in _content(question).items() if not any(f"{c}{s}" in text for c in _WORD_STARTS)]
+    return [w for s, w in words.items() if not any(f"{c}{s}" in text for c in _WORD_STARTS)]
 
 
-def new_kind(question: str, searched: str) -> str:
+def new_kind(kinds: frozenset[str], searched: str) -> str:
     """The fact the question asks for (a person, a figure, a date) that the question an earlier search was
     made for did not ("a person" after "a date"), or "": that search ranked its hits for the other fact, so
     a name they happen to hold (a predecessor's, say) is not the one asked for. A reason is told by the
     passages that tell what happened: "why" after "what" reuses them."""
-    return " and ".join(f"a {kind}" for kind in sorted((asked(question) - asked(searched)) & FACT_KINDS))
+    return " and ".join(f"a {kind}" for kind in sorted((kinds - asked(searched)) & FACT_KINDS))
 
 
 def _held(turns: Sequence[Turn]) -> set[str]:
-    return {stem(w.lower()) for t in turns for w in _WORD.findall(strip_citations(t.answer))}
+    return {stem(w.lower()) for t in turns for w in WORD.findall(strip_citations(t.answer))}
 
 
 def subject(turns: Sequence[Turn]) -> str:
     """The conversation's subject: its latest question that asks something of its own (a "Summarize that"
     before it refers back as well), or "" when none does."""
-    return next((t.question for t in reversed(turns) if _content(t.question)), "")
+    return next((t.question for t in reversed(turns) if content_words(t.question)), "")
 
 
-def search_context(question: str, turns: Sequence[Turn]) -> list[str]:
+def search_context(reading: Reading, turns: Sequence[Turn]) -> list[str]:
     """More search queries for a question that refers back but is searched (under new filters, say):
     "Summarize that" alone finds nothing, so the conversation's subject is searched with it."""
-    if not turns or not referent(question) or _content(question):
+    if not turns or not reading.refers_back or reading.content:
         return []
     return [found] if (found := subject(turns)) else []
 
 
-def decide(ask: AskInput, turns: Sequence[Turn], entry: ScopeEntry | None, today: dt.date) -> Followup:
-    """The cheap signals, in order; `turns` are the conversation's last turns, `entry` its last search."""
-    question = ask.question
-    if not (ref := referent(question)):
+def decide(reading: Reading, ask: AskInput, turns: Sequence[Turn], entry: ScopeEntry | None) -> Followup:
+    """The cheap signals, in order; `reading` is the question's (with what it inherits), `turns` the
+    conversation's last turns, `entry` its last search."""
+    if not (ref := reading.referent):
         return Followup(False, NO_REFERENT, "the question does not refer back to earlier answers")
     if entry is None or not turns:
         return Followup(False, NO_EARLIER_SEARCH, f"refers back ({ref!r}) but no searched answers to rework")
     if entry.asked != asked_key(ask) or entry.collections != ask.collections:
         return Followup(False, FILTERS_CHANGED, f"filters or sources changed since the last search "
                                                 f"({entry.asked} -> {asked_key(ask)})")
-    if period := time_window(question) or time_hint(question, today):
+    if replaced := reading.carried.replaced or (("the other fund",) if reading.other_fund else ()):
+        return Followup(False, NEW_SUBJECT, f"replaces the conversation's subject ({'; '.join(replaced)})")
+    if period := reading.window or reading.period:
         return Followup(False, NEW_PERIOD, f"names a period ({period.phrase!r})")
     held = _held(turns)
-    new = {s: w for s, w in _content(question).items() if s not in held}
-    names = {m.group(0).lower() for m in _NAME.finditer(question)}
-    if entities := [w for w in new.values() if w.lower() in names or any(c.isdigit() for c in w)]:
+    new = {s: w for s, w in reading.content if s not in held}
+    capitalised = {n.lower() for n in reading.names}
+    if entities := [w for w in new.values() if w.lower() in capitalised or any(c.isdigit() for c in w)]:
         return Followup(False, NEW_ENTITY, f"{', '.join(entities)} not in the earlier answers")
     if new:
         return Followup(False, NEW_TERM, f"{', '.join(new.values())} not in the earlier answers")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -30,7 +29,7 @@ from ragmesh.request_context import identity_var, request_id_var
 from ragmesh.store import CorrectionRecord
 from ragmesh.text import citation_numbers
 from ragmesh.types import Citation, GenEvent, Hit
-from services.gateway import context, generation_params, router
+from services.gateway import context, fallback, generation_params, router, small_talk
 from services.gateway.answer_guard import AnswerGuard
 from services.gateway.events import Done, Event, Sources
 from services.gateway.history import (History, Recent, Unstored, carried_whole, held_conversation_id,
@@ -39,6 +38,7 @@ from services.gateway.limits import RateLimiter, UsageLimiter
 from services.gateway.memory import Memory, corrections_text
 from services.gateway.models_offered import ModelCatalog, web_search_note
 from services.gateway.planner import NO_RETRIEVAL, Planner
+from services.gateway.reading import Reading
 from services.gateway.request import AskInput
 from services.gateway.scope_cache import Scopes
 from services.gateway.shared_state import LocalRuns, SharedState
@@ -46,26 +46,19 @@ from services.gateway.strategy import Strategy, strategy_event, strategy_json
 
 log = logging.getLogger(__name__)
 
-GOODBYE = "Goodbye! Your conversation is saved; come back any time."
-GOODBYE_HELD = "Goodbye! Come back any time."  # nothing of a conversation the client holds is saved
 HELD_NOTE = "the client holds the conversation: nothing of it is stored"
 NO_MATCH = "I don't have any notes that match this question and these filters, so there is no data I can answer from."
-DIRECT_ANSWERS = (
-    (re.compile(r"\b(thanks|thank you|thx|cheers)\b", re.I), "You're welcome! Ask me anything about your meeting notes, factsheets and documents."),
-    (re.compile(r"\b(bye|goodbye)\b", re.I), GOODBYE),
-    (re.compile(r"\b(name|who are you|called)\b", re.I), "I'm ragmesh, a research assistant that answers from your meeting notes, factsheets and documents, with citations."),
-)
 STOP_WAIT_S = 5.0  # a stop waits this long at most for the answer to end (planning ends within its deadline)
-GREETING = "Hello! I'm ragmesh. Ask me about your funds, meetings, factsheets or documents."
 
 
 @dataclass(frozen=True)
 class Prepared:
     """A question `AskPipeline.prepare` accepted, with what it already holds for `run`: its
-    conversation so far (turn count, last turns) and, when started, the question's embedding."""
+    conversation so far (turn count, last turns), its one reading and, when started, its embedding."""
 
     ask: AskInput
     conversation: Recent
+    reading: Reading
     embedding: asyncio.Future[tuple[Any, float]] | None = None
     opens: bool = False  # a stored conversation's first turn (no earlier one)
 
@@ -146,7 +139,8 @@ class AskPipeline:
         await self.models.check(ask.model)
         if self.limits.enabled:  # unlimited: no store read, and no trip through a thread before the answer
             await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
-        embedding = self.planner.embed_early(ask) if self.planning.quiet else None
+        reading = self.planner.read(ask)
+        embedding = self.planner.embed_early(ask, reading) if self.planning.quiet else None
         conversation = Recent(0, [])
         if ask.held:  # nothing to read: the client sent its turns; the id only names them (held_conversation_id)
             turns = ask.conversation_history
@@ -164,7 +158,7 @@ class AskPipeline:
                 raise
         else:
             ask.conversation_id = uuid.uuid4().hex
-        return Prepared(ask, conversation, embedding, opens=not (ask.held or conversation.count))
+        return Prepared(ask, conversation, reading, embedding, opens=not (ask.held or conversation.count))
 
     async def stop(self, conversation_id: str, wait_s: float = STOP_WAIT_S) -> bool:
         """Stops a running answer and waits (at most `wait_s`) until it has ended, so what it leaves
@@ -186,7 +180,8 @@ class AskPipeline:
             # The user's corrections are looked up while the question is planned, not after.
             lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
             with self.planning.slot(ask.tenant, ask.user_id):  # a tenant plans at most its share
-                plan = await self.planner.plan(ask, conversation, embedding)
+                plan = await self.planner.plan(ask, conversation, embedding, prepared.reading)
+            reading = plan.reading or prepared.reading
             metrics.route_taken(plan.route)
             # Said after the plan's reason: web search the model cannot do, stop and reuse reaching this
             # replica only while the shared state is degraded, and a conversation stored nowhere.
@@ -195,10 +190,16 @@ class AskPipeline:
             if plan.retrieval != NO_RETRIEVAL:
                 metrics.scope_cache(plan.cache_hit)
             with tracing.span("context"):
-                compressed = (await self.planner.quality.compress(ask.question, plan.model, plan.hits)
+                compressed = (await self.planner.quality.compress(reading.text, plan.model, plan.hits)
                               if plan.searched else None)
                 hits = compressed.hits if compressed else plan.hits
-                ctx = await self._context(ask, hits)
+                ctx = await self._context(ask, plan.model, hits)
+                if plan.retrieval != NO_RETRIEVAL and not ctx.blocks and not plan.unavailable and (
+                        recent := await fallback.recent_notes(self.planner.retriever, ask, plan)):
+                    hits = recent.hits
+                    ctx = context.build(recent.hits, await self.planner.budgets.get(plan.model))
+                    plan.relaxed.append(recent.note)
+                    notes.append(recent.note)
                 tracing.annotate(blocks=len(ctx.blocks), chars=len(ctx.text))
             if prepared.opens and plan.searched:
                 await self._keep_for_held(ask)
@@ -215,7 +216,8 @@ class AskPipeline:
             with tracing.span("storing", record="question"):
                 question_id = await asyncio.to_thread(self._log(ask).save_question, ask.tenant, ask.user_id, conv,
                                                       ask.question)
-            async for event in self._answer(ask, strategy, conversation, stop, question_id, ctx, corrections, scores):
+            async for event in self._answer(ask, reading, strategy, conversation, stop, question_id, ctx, corrections,
+                                            scores):
                 yield event
         except RagmeshError as exc:
             log.warning("ask failed", extra={"error": str(exc), "conversation_id": conv})
@@ -243,21 +245,26 @@ class AskPipeline:
         """Where the ask's question and answer are stored: nowhere when the client holds the conversation."""
         return Unstored() if ask.held else self.history
 
-    async def _context(self, ask: AskInput, hits: list[Hit]) -> context.Context:
-        """The context of the planned hits. A question that reuses its scope mostly has the very hits
-        the scope's last context was built from: that context is used again (it is never changed)."""
-        entry = await self.cache.get(ask.tenant, ask.conversation_id) if hits else None
-        if entry is not None and entry.context is not None and _same_objects(entry.context[0], hits):
+    async def _context(self, ask: AskInput, model: str, hits: list[Hit]) -> context.Context:
+        """The context of the planned hits, within what `model` takes. A question that reuses its scope mostly
+        has the very hits the scope's last context was built from: that context is used again (it is never
+        changed) when it was built for the same budget."""
+        if not hits:  # nothing to size: a turn that searches nothing never waits on the generator's budget
+            return context.Context([], "", [])
+        budget = await self.planner.budgets.get(model)
+        entry = await self.cache.get(ask.tenant, ask.conversation_id)
+        if (entry is not None and entry.context is not None and _same_objects(entry.context[0], hits)
+                and entry.context[1].budget == budget):
             return entry.context[1]
-        built = context.build(hits, self.settings.context_char_budget)
+        built = context.build(hits, budget)
         if entry is not None and _same_objects(hits, entry.hits[: len(hits)]):
             entry.context = (list(hits), built)
             await self.cache.keep_context(ask.tenant, ask.conversation_id, entry)
         return built
 
     # -- generation -------------------------------------------------------------------------
-    async def _answer(self, ask: AskInput, s: Strategy, conversation: Recent, stop: asyncio.Event, question_id: str,
-                      ctx: context.Context, corrections: list[CorrectionRecord],
+    async def _answer(self, ask: AskInput, reading: Reading, s: Strategy, conversation: Recent, stop: asyncio.Event,
+                      question_id: str, ctx: context.Context, corrections: list[CorrectionRecord],
                       scores: dict[str, float]) -> AsyncIterator[Event]:
         answer = Generated(s.model)
         finished, failure = False, ""
@@ -265,7 +272,8 @@ class AskPipeline:
         yield Event("generating", True)
         try:
             # closed on the way out, so a client that goes cancels the generator call upstream
-            async with aclosing(self._generate(ask, s, conversation, stop, ctx, corrections, answer)) as events:
+            async with aclosing(self._generate(ask, reading, s, conversation, stop, ctx, corrections,
+                                               answer)) as events:
                 async for event in events:
                     yield event
             text = answer.text
@@ -310,20 +318,23 @@ class AskPipeline:
                         **({"failed": failure} if failure else {})}
                 log.save_answer(ask.conversation_id, answer.text, meta, stopped=not failure, failed=failure)
 
-    async def _generate(self, ask: AskInput, s: Strategy, conversation: Recent, stop: asyncio.Event,
-                        ctx: context.Context, corrections: list[CorrectionRecord],
+    async def _generate(self, ask: AskInput, reading: Reading, s: Strategy, conversation: Recent,
+                        stop: asyncio.Event, ctx: context.Context, corrections: list[CorrectionRecord],
                         answer: Generated) -> AsyncIterator[Event]:
         """Generation: the thinking and content events shown as they arrive, the rest gathered in `answer`.
         A generator failure raises out; a stop ends it with `answer.stopped` set."""
-        canned = self._canned(ask, s, ctx)
+        canned = await self._canned(ask, reading, s, ctx, conversation)
         if canned is not None:
             answer.model, text = canned
             answer.parts.append(text)
             answer.mark("first_content_ms")
             yield Event("content", text)
             return
-        stream = await self._generation(ask, s, conversation, ctx, corrections)
+        stream = await self._generation(ask, reading, s, conversation, ctx, corrections)
         guard = AnswerGuard({b.index for b in ctx.blocks}, enforce=bool(ctx.blocks))
+        if preface := fallback.preface(s):  # the context is the recent notes, not matches: said first
+            answer.parts.append(guard.feed(preface))
+            yield Event("content", preface)
         with tracing.span("generation", model=s.model):
             async with aclosing(_until(stream, stop)) as events:
                 try:
@@ -353,10 +364,15 @@ class AskPipeline:
                 answer.mark("first_content_ms")
                 yield Event("content", tail)
 
-    def _canned(self, ask: AskInput, s: Strategy, ctx: context.Context) -> tuple[str, str] | None:
-        """(model, answer) for answers made without the generator, or None."""
+    async def _canned(self, ask: AskInput, reading: Reading, s: Strategy, ctx: context.Context,
+                      conversation: Recent) -> tuple[str, str] | None:
+        """(model, answer) for answers made without the generator, or None. A turn that is not a question
+        is answered by a configured model from the conversation when it has one (thanks, "what else?")."""
         if s.route == router.DIRECT:
-            return "direct_response", _direct_answer(ask.question, ask.held)
+            if s.model != EXTRACTIVE and reading.small_talk in small_talk.CONVERSATIONAL and conversation.turns:
+                return None
+            funds = await self.planner.known_funds(ask.tenant) if small_talk.offers(reading) else []
+            return "direct_response", small_talk.reply(reading, funds, ask.held)
         if s.retrieval != NO_RETRIEVAL and not ctx.blocks:
             return "no_context_response", NO_MATCH
         if s.route == router.SUMMARY and s.model == EXTRACTIVE:  # the offline backend quotes; a summary is quoted whole
@@ -364,8 +380,8 @@ class AskPipeline:
             return "global_summary_path", "\n\n".join(lines)
         return None
 
-    async def _generation(self, ask: AskInput, s: Strategy, conversation: Recent, ctx: context.Context,
-                          corrections: list[CorrectionRecord]) -> AsyncIterator[GenEvent]:
+    async def _generation(self, ask: AskInput, reading: Reading, s: Strategy, conversation: Recent,
+                          ctx: context.Context, corrections: list[CorrectionRecord]) -> AsyncIterator[GenEvent]:
         # The whole conversation while it fits the history budget; past it, the running summary and
         # every turn after what it covers. One the client holds: its newest turns that fit.
         budget = self.settings.history_char_budget
@@ -377,11 +393,11 @@ class AskPipeline:
         recent, summary = remembered.turns, remembered.summary
         params = generation_params.for_answer(s.route, s.collections, persona=bool(ask.persona.strip()),
                                               notes_contract=ask.notes_contract)
-        system, prompt = context.build_prompt(params.prompt, ask.question, recent, summary, ctx, ask.sources,
+        system, prompt = context.build_prompt(params.prompt, reading.text, recent, summary, ctx, ask.sources,
                                               ask.persona)
         if corrections:
             system = f"{corrections_text(corrections)}\n\n{system}"
-        return self.generator.generate(model=s.model, question=ask.question, blocks=ctx.blocks, history=recent,
+        return self.generator.generate(model=s.model, question=reading.text, blocks=ctx.blocks, history=recent,
                                        system_instruction=system, prompt=prompt, web_search=ask.web_search,
                                        temperature=params.temperature)
 
@@ -394,13 +410,6 @@ def _discard(task: asyncio.Future | None) -> None:
     """Cancels work the answer no longer needs; done, its failure is not reported twice."""
     if task is not None and not task.cancel() and not task.cancelled():
         task.exception()
-
-
-def _direct_answer(question: str, held: bool) -> str:
-    for pattern, answer in DIRECT_ANSWERS:
-        if pattern.search(question):
-            return GOODBYE_HELD if held and answer == GOODBYE else answer
-    return GREETING
 
 
 async def _until(stream: AsyncIterator[GenEvent], stop: asyncio.Event) -> AsyncIterator[GenEvent]:

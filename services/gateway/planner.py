@@ -23,11 +23,12 @@ from ragmesh.models import EXTRACTIVE
 from ragmesh.types import MEMORY_COLLECTION, Chunk, Hit, SearchFilter
 from ragmesh.validation import MAX_VARIANTS
 from services.gateway import boosts, context, followup, router
+from services.gateway.context_budgets import ContextBudgets
 from services.gateway.followup import Followup
 from services.gateway.history import Recent
 from services.gateway.quality import QualityStack, QualityStep
-from services.gateway.query_analysis import mentioned_funds, recency_phrase, time_hint, time_window
 from services.gateway.question_lookup import numbered_filter
+from services.gateway.reading import Reading, read
 from services.gateway.request import AskInput, document_ref
 from services.gateway.scope import Scope
 from services.gateway.scope_cache import ScopeEntry, Scopes
@@ -74,6 +75,7 @@ class Plan:
     recency: str = ""  # the words asking for the latest, which sent the retriever's time decay
     default_window: dict[str, int] = field(default_factory=dict)  # collection -> days of its default window searched
     relaxed: list[str] = field(default_factory=list)  # filters read from the question, loosened, and why
+    reading: Reading | None = field(default=None, repr=False)  # the question's, with what it inherits
 
     @property
     def searched(self) -> bool:
@@ -81,15 +83,15 @@ class Plan:
         return bool(self.quality)
 
 
-def _not_reusable(ask: AskInput, s: Plan, cached: ScopeEntry | None) -> str:
+def _not_reusable(reading: Reading, s: Plan, cached: ScopeEntry | None) -> str:
     """Why the cached scope cannot be reused whatever the question's topic, or "" when it may be."""
     if cached is None:
         return "no cached scope for this conversation"
     if cached.key != s.cache_key:
         return f"filters changed ({cached.key} -> {s.cache_key})"
-    if missing := followup.not_in_hits(ask.question, cached.hits):
+    if missing := followup.not_in_hits(reading.words, cached.hits):
         return f"same filters, but {', '.join(missing)} not in the cached hits"
-    if kind := followup.new_kind(ask.question, cached.question):
+    if kind := followup.new_kind(reading.kinds, cached.question):
         return f"same filters, but it asks for {kind}, the cached search did not"
     return ""
 
@@ -117,34 +119,50 @@ class Planner:
         self.windows = windows
         self.today = today
         self.quality = QualityStack(generator, settings)
+        self.budgets = ContextBudgets(generator, settings)  # what each model's context takes
 
-    def embed_early(self, ask: AskInput) -> asyncio.Task[tuple[np.ndarray | None, float]] | None:
+    def read(self, ask: AskInput) -> Reading:
+        """The question's one reading (services/gateway/reading.py); `plan` adds the funds it names."""
+        return read(ask.question, self.today())
+
+    def embed_early(self, ask: AskInput, reading: Reading) -> asyncio.Task[tuple[np.ndarray | None, float]] | None:
         """The question's embedding, started before its conversation is read when every route the
         question can take searches (only NO_RAG depends on the conversation, and only a question that
-        refers back can take it): it then runs while history is read and the question routed, so a
-        question that reuses its scope waits for little more than its embedding. None when a route may
-        not need it."""
-        if followup.may_rework(ask.question) or not router.route(ask.question, None, len(ask.document_ids)).retrieves:
+        refers back can take it, and only an elliptical one is searched in other words): it then runs while
+        history is read and the question routed, so a question that reuses its scope waits for little more
+        than its embedding. None when a route may not need it."""
+        if followup.may_rework(reading) or not router.route(reading, None, len(ask.document_ids)).retrieves:
             return None
         return asyncio.ensure_future(self._embed_question(ask.question))
 
     async def plan(self, ask: AskInput, conversation: Recent,
-                   embedding: asyncio.Future[tuple[np.ndarray | None, float]] | None = None) -> Plan:
+                   embedding: asyncio.Future[tuple[np.ndarray | None, float]] | None = None,
+                   reading: Reading | None = None) -> Plan:
         """Route, filters, scope decision and hits for one question in `conversation`;
-        `embedding` is the question's embedding if `embed_early` started it."""
+        `embedding` is the question's embedding if `embed_early` started it, `reading` the question's
+        reading if the caller made it (else it is read here)."""
         turns = conversation.count
         # The conversation's last search: the follow-up check reads it, and so does the reuse decision.
         cached = await self.cache.get(ask.tenant, ask.conversation_id) if turns else None
+        reading = reading or self.read(ask)
+        # The known funds are looked up for what the question names and the conversation's turns (a greeting
+        # that opens a conversation needs neither: it is answered whatever the retriever does).
+        known = await self.known_funds(ask.tenant) if not reading.small_talk or conversation.turns else []
+        reading = reading.naming(known).following(conversation.turns, known, self.today())
         with tracing.span("routing"):
-            follow = await self._followup(ask, conversation, cached)
-            rt = router.route(ask.question, follow, len(ask.document_ids))
+            follow = await self._followup(ask, conversation, cached, reading)
+            rt = router.route(reading, follow, len(ask.document_ids))
             tracing.annotate(route=rt.name, reason=rt.reason, followup=follow.signal)
         if ask.top_k and rt.retrieves:
             rt = dataclasses.replace(rt, k=ask.top_k)
+        elif rt.retrieves:  # as many hits as the model's context takes, never fewer than the route's
+            rt = dataclasses.replace(rt, k=max(rt.k, (await self.budgets.get(self._model(ask, rt))).hits))
         asked = Scope.asked(ask)
         s = Plan(rt.name, NO_RETRIEVAL, rt.reason, ask.conversation_id, ask.collections,
                  asked.search_filter(ask.tenant), follow,
-                 self._model(ask, rt), k=rt.k)
+                 self._model(ask, rt), k=rt.k, reading=reading)
+        if said := reading.carried.describe():
+            s.reason += f"; {said}"
         if rt.name == router.SUMMARY:
             if await self._summary_hits(ask, s):
                 return s
@@ -152,17 +170,17 @@ class Planner:
             s.route, s.reason, s.k = rt.name, rt.reason, rt.k
         if not rt.retrieves:
             return s
-        s.cache_key = (await self._read_question(ask, asked, s)).key
+        s.cache_key = self._read_question(ask, asked, s, reading).key
         started = time.perf_counter()
         deadline = time.monotonic() + self.settings.retrieval_timeout_s
-        s.retrieval, why = RAG_NEW_QUERY, _not_reusable(ask, s, cached)
+        s.retrieval, why = RAG_NEW_QUERY, _not_reusable(reading, s, cached)
         # A scope that may be reused has its sources checked beside the question's embedding.
         checking = asyncio.ensure_future(self._changed(cached, s)) if cached and not why else None
         try:
             with tracing.span("embedding"):
-                vector, s.embed_ms = await (embedding or self._embed_question(ask.question))
+                vector, s.embed_ms = await (embedding or self._embed_question(reading.text))
             if cached is not None and checking is not None:
-                same, note = await self._same_topic(cached, ask, vector, s.model)
+                same, note = await self._same_topic(cached, reading.text, vector, s.model)
                 if not same:
                     why = f"same filters, different topic {note}"
                 elif changed := await checking:
@@ -177,19 +195,19 @@ class Planner:
                 checking.cancel()
         s.reason += f"; {why}"
         paused = time.monotonic()
-        rewritten = await self.quality.rewrite(ask.question, s.model, s.cache_hit)
+        rewritten = await self.quality.rewrite(reading.text, s.model, s.cache_hit)
         s.quality.append(rewritten.step)
-        s.variants = rewritten.variants + followup.search_context(ask.question, conversation.turns)
+        s.variants = rewritten.variants + followup.search_context(reading, conversation.turns)
         deadline += time.monotonic() - paused  # the model's time is not taken from the searches'
         if s.retrieval == RAG_NEW_QUERY:
             searching = time.perf_counter()
-            await self._search(ask, rt, s, vector, deadline)
+            await self._search(ask, reading, rt, s, vector, deadline)
             s.search_ms = (time.perf_counter() - searching) * 1000
             if not s.unavailable:
                 await self.cache.put(ask.tenant, ask.conversation_id, ScopeEntry(
-                    s.cache_key, s.collections, ask.question, vector, s.hits, s.candidate_count,
+                    s.cache_key, s.collections, reading.text, vector, s.hits, s.candidate_count,
                     asked=asked.key))
-        reranked = await self.quality.rerank(ask.question, s.model, s.hits)
+        reranked = await self.quality.rerank(reading.text, s.model, s.hits)
         s.quality.append(reranked.step)
         s.hits, s.rerank_count = reranked.hits[: s.k], reranked.scored
         from_history = await self.quality.use_history(s.model, s.hits, s.dense_skipped, s.threshold_layer, turns)
@@ -254,14 +272,15 @@ class Planner:
         s.reason = f"{s.reason}; {'summary' if record.summary else 'table of contents'} of {ref}"
         return True
 
-    async def _followup(self, ask: AskInput, conversation: Recent, cached: ScopeEntry | None) -> Followup:
+    async def _followup(self, ask: AskInput, conversation: Recent, cached: ScopeEntry | None,
+                        reading: Reading) -> Followup:
         """Whether the question reworks what the conversation holds: the cheap signals, then the
         model's word when it is configured to check."""
-        verdict = followup.decide(ask, conversation.turns, cached, self.today())
+        verdict = followup.decide(reading, ask, conversation.turns, cached)
         model = ask.model or self.default_model
         if not self.settings.scope_llm_check or model == EXTRACTIVE:
             return verdict
-        return await followup.confirm(verdict, ask.question, conversation.turns, self.generator, model,
+        return await followup.confirm(verdict, reading.text, conversation.turns, self.generator, model,
                                       self.settings.scope_llm_timeout_s)
 
     def _model(self, ask: AskInput, rt: router.Route) -> str:
@@ -271,24 +290,26 @@ class Planner:
             return self.settings.reasoning_model
         return self.default_model
 
-    async def _read_question(self, ask: AskInput, asked: Scope, s: Plan) -> Scope:
+    def _read_question(self, ask: AskInput, asked: Scope, s: Plan, reading: Reading) -> Scope:
         """The search's scope: the request's (`asked`) narrowed by a time window, a period and fund names the
-        question names, merged by services/gateway/scope.py's rules (never replacing what the request set);
-        `s.filter` is made from it. Words asking for the latest send the time decay; a question with no dates,
-        window or such words searches the sources that have one within their default window (the last N days)."""
-        scope = asked.narrowed(latest=bool(recency := recency_phrase(ask.question)))
-        if window := time_window(ask.question):
+        question names or inherits from the conversation, merged by services/gateway/scope.py's rules (never
+        replacing what the request set); `s.filter` is made from it. Words asking for the latest send the time
+        decay; a question with no dates, window or such words searches the sources that have one within their
+        default window (the last N days)."""
+        scope = asked.narrowed(latest=bool(recency := reading.recency))
+        if window := reading.window:
             scope = scope.narrowed(window=window.window)
             s.time_hint = window.phrase if scope.window != asked.window else ""
-        elif hint := time_hint(ask.question, self.today()):
+        elif hint := reading.scope_period:
             scope = scope.narrowed(start_date=hint.start, end_date=hint.end)
             dates = (scope.start_date, scope.end_date)
             s.time_hint = hint.phrase if dates != (asked.start_date, asked.end_date) else ""
-        if named := mentioned_funds(ask.question, await self.known_funds(ask.tenant)):
+        if named := list(reading.scope_funds):
             scope = scope.narrowed(funds=named)
             s.detected_funds = [f for f in named if f in scope.funds]
             if not s.detected_funds:
-                s.reason += f"; funds the question names ({', '.join(named)}) are not among those selected: kept"
+                s.reason += (f"; funds the question names or inherits ({', '.join(named)}) are not among those "
+                             f"selected: kept")
         s.filter, s.time_window, s.recency = scope.search_filter(ask.tenant), scope.window, recency
         if not (recency or scope.start_date or scope.end_date or scope.window):
             s.default_window = {c: d for c, d in self.windows.items() if c in s.collections}
@@ -306,7 +327,7 @@ class Planner:
             vector = None
         return vector, (time.perf_counter() - started) * 1000
 
-    async def _same_topic(self, cached: ScopeEntry, ask: AskInput, vector: np.ndarray | None,
+    async def _same_topic(self, cached: ScopeEntry, question: str, vector: np.ndarray | None,
                           model: str) -> tuple[bool, str]:
         """The scope check's slow path: embedding similarity first (milliseconds, no model); an LLM verdict with a
         bounded wait confirms it when enabled, falling back to the similarity verdict."""
@@ -315,7 +336,7 @@ class Planner:
         note = f"(similarity {'unknown' if similarity is None else f'{similarity:.2f}'}"
         if self.settings.scope_llm_check and model != EXTRACTIVE:
             try:
-                answer = await asyncio.wait_for(self._llm_topic(cached.question, ask.question, model),
+                answer = await asyncio.wait_for(self._llm_topic(cached.question, question, model),
                                                 self.settings.scope_llm_timeout_s)
                 if answer:
                     verdict = answer == "SAME"
@@ -362,7 +383,7 @@ class Planner:
             yield (f"funds read from the question ({', '.join(s.detected_funds)}) matched nothing: relaxed to "
                    f"{'the funds selected' if selected else 'every fund'}")
 
-    async def _search(self, ask: AskInput, rt: router.Route, s: Plan, vector: np.ndarray | None,
+    async def _search(self, ask: AskInput, reading: Reading, rt: router.Route, s: Plan, vector: np.ndarray | None,
                       deadline: float) -> None:
         """One search per collection side by side under the retrieval deadline; whatever arrives in time
         is used. Searches that find nothing are widened: a source's default window to every date (most
@@ -373,7 +394,7 @@ class Planner:
         ranking = boosts.Ranking(min(rt.min_similarity, router.FALLBACK_SIMILARITY) if s.recency else rt.min_similarity,
                                  ask.conversation_id, s.time_window, self.today().isoformat(),
                                  linear=ask.notes_contract, **(latest if s.recency else {}))
-        ranking, period = boosts.toward_period(ranking, ask.question)
+        ranking, period = boosts.toward_period(ranking, reading.reported)
         s.reason += period
         if ranking.linear:
             s.reason += "; linear fusion 0.6 vector + 0.25 keyword + 0.15 recency (notes contract)"
@@ -391,7 +412,7 @@ class Planner:
                 return await searched(collection)
 
         def search(collection: str, f: SearchFilter, r: boosts.Ranking) -> Awaitable[SearchResult]:
-            return self.retriever.search(ask.question, [collection], f, max(rt.k, SEARCH_DEPTH), vector, left(),
+            return self.retriever.search(reading.text, [collection], f, max(rt.k, SEARCH_DEPTH), vector, left(),
                                          variants, **boosts.options(collection, r))
 
         async def find(collection: str, f: SearchFilter, r: boosts.Ranking) -> SearchResult:

@@ -1,8 +1,9 @@
 """What a question says about its own scope, found without a model call: time hints
 that become date filters or the retriever's time window, words asking for the latest (the time
 decay), whole years asked about (the decay counted from the year's end), fund names that become a fund
-filter (the known fund list), question numbers for the question-number lookup, and whether it asks
-something general or something specific (the route's chunk count and threshold)."""
+filter (the known fund list), question numbers for the question-number lookup, whether it asks
+something general or something specific (the route's chunk count and threshold), and the keywords that
+ask for reasoning or a document's summary (the DEEP and SUMMARY routes)."""
 from __future__ import annotations
 
 import calendar
@@ -169,3 +170,38 @@ _GENERAL = re.compile(r"\b(overall|in general|general|overview|all|everything|te
 def is_general(question: str) -> bool:
     """A broad question (more chunks, lower threshold) rather than a pointed one."""
     return bool(_GENERAL.search(question)) and not re.search(r"\d", question)
+
+
+SUMMARY_PATTERNS = (
+    "summarize", "summarise", "summary", "overview", "what is this document about", "what is the document about",
+    "what is this book about", "what is the book about", "tell me about this document", "describe this document",
+    "what does this document cover", "book summary",
+)
+REASONING_PATTERNS = (
+    "analyze", "analyse", "analysis", "compare", "comparison", "contrast", "why", "how does", "how is", "how are",
+    "what causes", "what leads to", "connect", "connection", "relationship", "relate", "correlate", "explain why",
+    "what is the relationship", "what is the connection", "difference between", "similarities between",
+    "distinguish",
+)
+
+
+def _pattern(words: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + r")\b", re.I)
+
+
+_SUMMARY, _REASONING = _pattern(SUMMARY_PATTERNS), _pattern(REASONING_PATTERNS)
+
+
+def _keyword(pattern: re.Pattern[str], question: str) -> str:
+    m = pattern.search(question)
+    return m.group(1).lower() if m else ""
+
+
+def reasoning_keyword(question: str) -> str:
+    """The words asking for reasoning ("why", "compare", "how does"): the deep-reasoner route; or ""."""
+    return _keyword(_REASONING, question)
+
+
+def summary_keyword(question: str) -> str:
+    """The words asking for a summary ("summarize", "what is this document about"), or ""."""
+    return _keyword(_SUMMARY, question)

@@ -1,6 +1,7 @@
 """Which path a question takes, decided by rules in this order:
 
-1. DIRECT    greetings, thanks, "what is your name": answered without retrieval.
+1. DIRECT    turns that are not questions: greetings, thanks, acknowledgements, "what else?", "what is your
+             name" (the reading's `small_talk`): answered without retrieval, from the conversation.
 2. NO_RAG    a follow-up that reworks what the conversation already holds ("summarize that", "why?"
              after searched answers, nothing new, filters unchanged): answered from the conversation
              (the scope cache's NO_RAG). Whether it does is decided before routing (services/gateway/followup.py).
@@ -15,39 +16,14 @@
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from services.gateway.followup import Followup
-from services.gateway.query_analysis import is_general, question_numbers
-from services.gateway.question_lookup import ALL_QUESTIONS_K, asks_all_questions
+from services.gateway.question_lookup import ALL_QUESTIONS_K
+from services.gateway.reading import Reading
 
 DIRECT, NO_RAG, SUMMARY, DEEP, LOOKUP, SPECIFIC = "DIRECT", "NO_RAG", "SUMMARY", "DEEP", "LOOKUP", "SPECIFIC"
 FALLBACK_SIMILARITY = 0.3  # the second similarity threshold layer
-
-SUMMARY_PATTERNS = (
-    "summarize", "summarise", "summary", "overview", "what is this document about", "what is the document about",
-    "what is this book about", "what is the book about", "tell me about this document", "describe this document",
-    "what does this document cover", "book summary",
-)
-REASONING_PATTERNS = (
-    "analyze", "analyse", "analysis", "compare", "comparison", "contrast", "why", "how does", "how is", "how are",
-    "what causes", "what leads to", "connect", "connection", "relationship", "relate", "correlate", "explain why",
-    "what is the relationship", "what is the connection", "difference between", "similarities between",
-    "distinguish",
-)
-_GREETING = re.compile(
-    r"^\s*(hi|hello|hey|good (morning|afternoon|evening)|thanks|thank you|thx|cheers|bye|goodbye|ok|okay|great|"
-    r"cool|nice)\b[\s!.,]*(there|you|a lot|so much|again)?[\s!.]*$", re.I)
-_NAME = re.compile(r"\b(what('s| is) your name|who are you|what are you called)\b", re.I)
-
-
-def _pattern(words: tuple[str, ...]) -> re.Pattern[str]:
-    return re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + r")\b", re.I)
-
-
-_SUMMARY, _REASONING = _pattern(SUMMARY_PATTERNS), _pattern(REASONING_PATTERNS)
-
 
 @dataclass(frozen=True)
 class Route:
@@ -64,23 +40,22 @@ class Route:
         return self.k > 0
 
 
-def route(question: str, followup: Followup | None, documents_in_scope: int, specific_k: int = 5,
+def route(reading: Reading, followup: Followup | None, documents_in_scope: int, specific_k: int = 5,
           general_k: int = 10, deep_k: int = 15) -> Route:
-    """`followup`: whether the question reworks what the conversation holds (None: not known yet, so
-    not a rework)."""
-    if _GREETING.match(question) or _NAME.search(question):
-        return Route(DIRECT, "greeting, thanks or a question about the assistant")
+    """`reading`: the question's; `followup`: whether it reworks what the conversation holds (None: not
+    known yet, so not a rework)."""
+    if reading.small_talk:
+        return Route(DIRECT, f"not a question ({reading.small_talk}): answered from the conversation, no search")
     if followup is not None and followup.rework:
         return Route(NO_RAG, followup.describe())
-    if m := _REASONING.search(question):
-        return Route(DEEP, f"reasoning keyword {m.group(1).lower()!r}", deep_k, 0.6, "deep_reasoner")
-    if (m := _SUMMARY.search(question)) and documents_in_scope == 1:
-        return Route(SUMMARY, f"summary keyword {m.group(1).lower()!r} with one document in scope")
-    if numbers := question_numbers(question):
-        return Route(LOOKUP, f"refers to item {', '.join(numbers)}", specific_k, 0.0, "fund_research",
-                     tuple(numbers))
-    if asks_all_questions(question):
+    if reading.reasoning:
+        return Route(DEEP, f"reasoning keyword {reading.reasoning!r}", deep_k, 0.6, "deep_reasoner")
+    if reading.summary and documents_in_scope == 1:
+        return Route(SUMMARY, f"summary keyword {reading.summary!r} with one document in scope")
+    if numbers := reading.numbers:
+        return Route(LOOKUP, f"refers to item {', '.join(numbers)}", specific_k, 0.0, "fund_research", numbers)
+    if reading.all_questions:
         return Route(LOOKUP, "asks for all the questions, naming none", ALL_QUESTIONS_K, 0.0, all_questions=True)
-    if is_general(question):
+    if reading.general:
         return Route(SPECIFIC, "general question", general_k, 0.5)
     return Route(SPECIFIC, "specific question", specific_k, 0.7)

@@ -15,6 +15,7 @@ from google.protobuf import json_format
 
 from ragmesh import convert, identity
 from ragmesh.clients import RetrieverClient
+from ragmesh.errors import InvalidArgument
 from ragmesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, retriever_pb2
 from ragmesh.models import WEB_SEARCH_MODELS
 from ragmesh.paging import DEFAULT_PAGE
@@ -34,7 +35,7 @@ from services.gateway.request import AskInput, AskRequest, checked_conversation_
 from services.gateway.strategy import Strategy, strategy_json
 from services.gateway.transcript_request import TranscriptBody
 from services.gateway.transcripts import Transcripts
-from services.gateway.upload_memory import SpooledMessage, Uploads
+from services.gateway.upload_memory import FilePiece, Uploads, spooled_pieces
 from services.gateway.whole_answer import whole_answer
 
 
@@ -241,11 +242,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
 
 async def _writable(documents: AsyncIterator[retriever_pb2.Document], uploads: Uploads, tenant: str
-                    ) -> AsyncIterator[retriever_pb2.Document | SpooledMessage]:
+                    ) -> AsyncIterator[retriever_pb2.Document | FilePiece]:
     """The client's documents, refusing (and so ending the stream at) one for a collection it may not write
     or whose access the upload's declaration refuses (the retriever decides who may share how). Each is
     read within its tenant's share of receiving (RESOURCE_EXHAUSTED past it: services/gateway/upload_memory),
-    spooled as it arrives and read back as it is sent, within its tenant's share of memory."""
+    spooled as it arrives and read back piece by piece as it is sent, within its tenant's share of memory."""
     while True:
         receiving = uploads.receiving.take_now(tenant, uploads.message_bytes)
         try:
@@ -255,8 +256,12 @@ async def _writable(documents: AsyncIterator[retriever_pb2.Document], uploads: U
             check_writable("collection", doc.collection)
             if doc.HasField("access"):
                 AccessRequest.checked_at("access", access_fields(doc.access))
-            sent = await SpooledMessage.of(doc, uploads.spool, uploads.memory, tenant) if doc.content else doc
+            if doc.more_content:  # what this hop makes of a file: its client sends it whole
+                raise InvalidArgument("more_content", "send each file whole in one message (up to the method's "
+                                                      "message limit); the gateway sends it on in pieces")
+            sent = await spooled_pieces(doc, uploads.spool, uploads.memory, tenant) if doc.content else [doc]
             del doc  # a file is on disk now
         finally:
             uploads.receiving.give(tenant, receiving)
-        yield sent
+        for message in sent:
+            yield message

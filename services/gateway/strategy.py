@@ -14,6 +14,7 @@ from pydantic import Field, TypeAdapter
 from services.gateway.followup import Followup
 from services.gateway.planner import Plan
 from services.gateway.quality import QualityStep
+from services.gateway.reading import Carried
 
 # Field docstrings are the schema's descriptions; every field is in every strategy event.
 _SCHEMA = {"use_attribute_docstrings": True, "json_schema_serialization_defaults_required": True}
@@ -90,6 +91,10 @@ class Strategy:
     """Collections searched within their default window (DEFAULT_WINDOW_DAYS): collection -> days"""
     relaxed: list[str]
     """Filters read from the question, or a default window, that found nothing and were loosened, each with why"""
+    carried: Carried
+    """What the question inherited from the conversation because it named none of its own (funds, the period
+    and question an elliptical follow-up asks again, the person it refers to), and what it named in place of
+    the conversation's (services/gateway/reading.py states the rule)"""
 
 
 def strategy_event(plan: Plan, later_steps: Sequence[QualityStep], context_chars: int, corrections: int,
@@ -110,6 +115,7 @@ def strategy_event(plan: Plan, later_steps: Sequence[QualityStep], context_chars
         unavailable=list(plan.unavailable), model=plan.model, variants=list(plan.variants),
         rerank_count=plan.rerank_count, quality=[*plan.quality, *later_steps], followup=plan.followup,
         recency=plan.recency, default_window=dict(plan.default_window), relaxed=list(plan.relaxed),
+        carried=plan.reading.carried if plan.reading else Carried(),
     )
 
 

@@ -1,10 +1,10 @@
 """The bytes of one tenant's uploads the gateway holds in memory at once (UPLOAD_MEMORY_PER_TENANT_MB).
 
 An upload's files wait on disk (the HTTP bridge's multipart spool, or ragmesh.spool for gRPC
-uploads) and are read into memory only while they are sent to the retriever, which spools them
-in turn; a file waits here until the tenant's others in memory are sent. So however many uploads a
-tenant runs at once, this process holds at most its share of their bytes (and one file larger than
-the share, alone), and one tenant's waiting never holds up another's.
+uploads) and are read into memory piece by piece (PIECE_BYTES) only while each piece is sent to the
+retriever, which spools the pieces in turn; a piece waits here until the tenant's others in memory
+are sent. So however many uploads a tenant runs at once, this process holds at most its share of
+their bytes, and one tenant's waiting never holds up another's.
 
 Receiving is bounded too. The HTTP bridge writes a body to disk as it arrives; gRPC receives each
 message whole in memory before the servicer sees it, and its size is known only then. So before a
@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ragmesh.errors import ResourceExhausted
-from ragmesh.spool import Spool, Spooled
+from ragmesh.spool import Spool
+from ragmesh.v1 import retriever_pb2
 
 MB = 1024 * 1024
+PIECE_BYTES = MB  # a file goes to the retriever in pieces of this much (it takes up to 4 MiB a piece)
 
 
 class TenantBytes:
@@ -106,25 +107,58 @@ class Uploads:
         return cls(spool, TenantBytes(share_bytes), TenantBytes(share_bytes), message_bytes)
 
 
-class SpooledMessage:
-    """A gRPC upload's document (a Deferred message: ragmesh.retry) kept on disk until it is sent, then
-    read back within the tenant's share: the gateway holds no copy of it to send again."""
+@dataclass
+class FilePiece:
+    """Bytes [start, stop) of a file waiting on disk, sent to the retriever as one message of its
+    document (a Deferred message: ragmesh.retry): read only while it is sent, within the tenant's share
+    of memory, and read again if the call is sent again. The first piece carries the document's fields
+    (`head` makes them), and every piece but the last says more follows. A file goes in pieces so that
+    no process holds it whole in one message: receiving a 40 MB message held the retriever's event loop,
+    and every tenant's calls on it, for a quarter of a second."""
 
-    def __init__(self, spooled: Spooled, parse: Callable[[bytes], Any], memory: TenantBytes, tenant: str) -> None:
-        self.spooled, self.parse, self.memory, self.tenant = spooled, parse, memory, tenant
-        self.held = 0
+    head: Callable[[], retriever_pb2.Document] | None
+    read: Callable[[int, int], Awaitable[bytes]]
+    start: int
+    stop: int
+    more: bool
+    memory: TenantBytes
+    tenant: str
+    held: int = 0
 
-    @classmethod
-    async def of(cls, message: Any, spool: Spool, memory: TenantBytes, tenant: str) -> SpooledMessage:
-        """`message` written to `spool` (the caller drops it)."""
-        spooled = await asyncio.to_thread(spool.put, message.SerializeToString())
-        return cls(spooled, type(message).FromString, memory, tenant)
-
-    async def message(self) -> Any:
-        self.held = await self.memory.take(self.tenant, self.spooled.size)
-        return self.parse(await asyncio.to_thread(self.spooled.read))
+    async def message(self) -> retriever_pb2.Document:
+        self.held = await self.memory.take(self.tenant, self.stop - self.start)
+        doc = self.head() if self.head is not None else retriever_pb2.Document()
+        doc.content = await self.read(self.start, self.stop)
+        doc.more_content = self.more
+        return doc
 
     def sent(self) -> None:
         held, self.held = self.held, 0
         if held:
             self.memory.give(self.tenant, held)
+
+
+def file_pieces(head: Callable[[], retriever_pb2.Document], size: int, read: Callable[[int, int], Awaitable[bytes]],
+                memory: TenantBytes, tenant: str, piece_bytes: int = PIECE_BYTES) -> list[FilePiece]:
+    """A file of `size` bytes as the pieces it is sent in (one, if it is small or empty)."""
+    starts = range(0, max(size, 1), piece_bytes)
+    return [FilePiece(head if start == 0 else None, read, start, min(size, start + piece_bytes),
+                      start + piece_bytes < size, memory, tenant) for start in starts]
+
+
+async def spooled_pieces(doc: retriever_pb2.Document, spool: Spool, memory: TenantBytes, tenant: str
+                         ) -> list[FilePiece]:
+    """A gRPC upload's document with its file written to `spool` (the caller drops `doc`), as the pieces
+    it is sent in: the gateway holds no copy of it to send again."""
+    spooled = await asyncio.to_thread(spool.put, doc.content)
+    doc.ClearField("content")
+
+    def head() -> retriever_pb2.Document:
+        copy = retriever_pb2.Document()
+        copy.CopyFrom(doc)
+        return copy
+
+    async def read(start: int, stop: int) -> bytes:
+        return await asyncio.to_thread(spooled.read, start, stop)
+
+    return file_pieces(head, spooled.size, read, memory, tenant)

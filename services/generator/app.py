@@ -26,7 +26,7 @@ def build_backends(settings: GeneratorSettings) -> dict[str, GenerationBackend]:
         from services.generator.backends.openai_compat import OpenAICompatGenerator
 
         backends[OPENAI] = OpenAICompatGenerator(
-            settings.openai_base_url, settings.openai_api_key, settings.openai_model
+            settings.openai_base_url, settings.openai_api_key, settings.openai_model, settings.openai_context_tokens
         )
     from services.generator.backends import local_llm
 

@@ -12,6 +12,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from ragmesh import metrics
+from ragmesh.context_budget import ContextBudget
 from ragmesh.errors import InvalidArgument
 from ragmesh.identity import Identity
 from ragmesh.models import KNOWN_MODELS, not_configured
@@ -61,6 +62,11 @@ class GenerationService:
         if backend is None:  # never a silent answer from another backend than the one asked for
             raise InvalidArgument("model", not_configured(model, [m for m in KNOWN_MODELS if m in self.backends]))
         return backend
+
+    def budget(self, model: str) -> ContextBudget:
+        """The context `model` (the default model when empty) takes, as its backend declares it."""
+        model = model or self.default_model
+        return self.backend_for(model).budget(model)
 
     async def generate(self, request: GenerationRequest, tenant: str = "") -> AsyncIterator[GenEvent]:
         """The answer's events, counted for `tenant` (the caller's)."""

@@ -40,3 +40,8 @@ class GeneratorServicer(generator_pb2_grpc.GeneratorServicer):
             started=counts.started, completed=counts.completed, cancelled=counts.cancelled,
             models=sorted(self.service.backends),
         )
+
+    async def Budget(self, request: generator_pb2.ContextBudgetRequest, context: grpc.aio.ServicerContext):
+        budget = self.service.budget(request.model)
+        return generator_pb2.ContextBudget(chars=budget.chars, hits=budget.hits, window_tokens=budget.window_tokens,
+                                           complete_records=budget.complete_records)

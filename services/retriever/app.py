@@ -7,7 +7,7 @@ import logging
 import grpc
 import numpy as np
 
-from ragmesh import metrics
+from ragmesh import metrics, tenant_threads
 from ragmesh.clients import ClientAuth, EmbedderClient, GeneratorClient, call_timeout
 from ragmesh.config import RetrieverSettings
 from ragmesh.errors import InvalidArgument, RagmeshError
@@ -95,6 +95,7 @@ class RetrieverApp(ServiceApp):
         )
 
     async def warm_up(self) -> None:
+        tenant_threads.install()  # tenants take the worker threads (searches, chunking, commits) in turn
         await asyncio.to_thread(self.store.connect)
         auth = ClientAuth.service(self.settings)
         self.embedder = self.embedder or EmbedderClient(self.settings.address("embedder"), self.settings.embed_timeout,

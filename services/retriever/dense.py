@@ -70,7 +70,7 @@ class DenseIndex:
     def search(self, query: np.ndarray, k: int, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(slots, scores) of the k best admitted slots, best first. `mask` covers every slot."""
         n = len(self)
-        admitted = int(mask[:n].sum())
+        admitted = int(np.count_nonzero(mask[:n]))  # a tenth of sum's time on a bool array
         k = min(k, admitted)
         if k == 0:
             return _empty()

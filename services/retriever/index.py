@@ -113,7 +113,7 @@ class CollectionIndex:
 
     @property
     def live(self) -> int:
-        return int(self.alive[: len(self.chunks)].sum())
+        return int(np.count_nonzero(self.alive[: len(self.chunks)]))
 
     def _readable(self, readers: frozenset[str] | None) -> np.ndarray:
         """Live slots `readers` may read (call under the read lock)."""
@@ -123,7 +123,7 @@ class CollectionIndex:
     def readable(self, readers: frozenset[str] | None) -> int:
         """Live chunks `readers` may read."""
         with self.lock.read():
-            return int(self._readable(readers).sum())
+            return int(np.count_nonzero(self._readable(readers)))
 
     def _reserve(self, slots: int) -> None:
         if slots > len(self.alive):
@@ -201,7 +201,7 @@ class CollectionIndex:
         empty: Ranked = (np.zeros(0, np.int64), np.zeros(0, np.float32))
         with self.lock.read():
             mask = self.columns.mask(f, self.alive[: len(self.chunks)])
-            out = Retrieved([], [], int(mask.sum()))
+            out = Retrieved([], [], int(np.count_nonzero(mask)))
             for i, tokens in enumerate(token_lists):
                 job = _DENSE_POOL.submit(_timed, self.dense.search, vectors[i], depth, mask) if vectors is not None else None
                 sparse, sparse_ms = _timed(self.sparse.top_k, tokens, depth, mask)

@@ -1,6 +1,7 @@
 """Hybrid search over one or more collections: every query variant's dense and sparse
 lists under one compiled filter, fused (the engine's hybrid fusion, or linear), boosted, thresholded,
-and merged across collections on their normalised scores."""
+and merged across collections on their normalised scores. With the embedder down, the
+keyword lists are ranked with recency (keyword_recency) whichever fusion was asked."""
 from __future__ import annotations
 
 import asyncio
@@ -18,7 +19,7 @@ from ragmesh.types import Hit, SearchFilter
 from ragmesh.validation import (
     MAX_QUERY_CHARS, MAX_VARIANTS, check_list, check_names, check_number, check_text, check_top_k, shown,
 )
-from services.retriever import filters, personal
+from services.retriever import filters, keyword_recency, personal
 from services.retriever import fusion as ranking
 from services.retriever.backend import SearchBackend
 from services.retriever.fusion import (
@@ -140,13 +141,16 @@ class SearchEngine:
                 continue
             t0 = time.perf_counter()
             dense_weight = weights[0] if vectors is not None else 0.0
-            if q.fusion == LINEAR:
+            if dense_skipped:
+                found = keyword_recency.fuse(retrieved, q.boosters)
+            elif q.fusion == LINEAR:
                 found = ranking.fuse_linear(retrieved, weights, q.boosters)
             elif self.fusion == RRF:
                 found = ranking.fuse_rrf(retrieved, dense_weight, weights[1], q.rrf_k)
             else:
                 found = ranking.fuse_scores(retrieved, self.fusion, dense_weight, weights[1])
-            ranking.boost(found, q.boosters, " ".join(queries), self.registry.analyzer(name).analyze, linear=q.fusion == LINEAR)
+            ranking.boost(found, q.boosters, " ".join(queries), self.registry.analyzer(name).analyze,
+                          linear=q.fusion == LINEAR or dense_skipped)
             candidates += found
             parents |= retrieved.parents
             admitted += retrieved.admitted

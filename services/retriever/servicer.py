@@ -46,6 +46,24 @@ def _readable(collection: str, metadata: dict[str, str]) -> bool:
 MAX_CHECKED_CHUNKS = 1_000  # chunks of one CheckChunks call (a scope cache holds at most top_k 50 a collection)
 
 
+PIECE_FIELDS = frozenset({"content", "more_content"})
+
+
+async def _pieces(messages: AsyncIterator[retriever_pb2.Document]) -> AsyncIterator[bytes]:
+    """The content of the messages carrying the rest of a file sent in pieces, up to its last piece."""
+    while True:
+        piece = await anext(messages, None)
+        if piece is None:
+            raise InvalidArgument("more_content", "the stream ended before the last piece of a file sent in pieces")
+        for field, _ in piece.ListFields():
+            if field.name not in PIECE_FIELDS:
+                raise InvalidArgument(field.name, "is set on a file's next piece: a piece after the first carries "
+                                                  "only content and more_content")
+        yield piece.content
+        if not piece.more_content:
+            return
+
+
 class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     def __init__(self, engine: SearchEngine, ingestor: Ingestor, upserter: Upserter, store: DocumentStore,
                  configure) -> None:
@@ -111,6 +129,8 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
             document = convert.document_from_proto(doc)
             # the caller may not upload here at all: the call is refused (PERMISSION_DENIED), as for memory
             (await asyncio.to_thread(uploader, document)).check(document.access)
+            if doc.more_content:  # the rest of the file follows, piece by piece
+                await self.ingestor.parsing.received(document, _pieces(request_iterator), self.ingestor.max_bytes)
             return document
 
         async def documents():

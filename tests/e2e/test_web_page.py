@@ -4,8 +4,10 @@ The page signs in with an API key: a `#key=<key>` link (the key moves to localSt
 the address bar) or the sign-in box; every /api/* call then carries `Authorization: Bearer <key>`."""
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +15,9 @@ import httpx
 import pytest
 
 from ragmesh.store.sqlite import SqliteStore
+from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
+from tests.auth import bearer, channel
+from tests.books import FILENAME, LENS, book_bytes
 from tests.fakes.gemini import chunk, grounding, text
 from tests.stack import Stack
 
@@ -221,6 +226,44 @@ def test_web_search_shows_the_searches_and_linked_pages(browser, stack: Stack, g
         page.close()
 
 
+def status_is(page, text: str, timeout: float = 30_000) -> None:  # type: ignore[no-untyped-def]
+    page.wait_for_function("(t) => { const s = document.getElementById('status');"
+                           " return s.textContent === t && s.classList.contains('busy'); }", arg=text, timeout=timeout)
+
+
+def test_the_status_line_says_searching_then_generating(browser, stack: Stack, gemini_gateway,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the search is held the page says it is finding information; while the model has said nothing
+    citable yet (its stream held open) it says it is generating; both busy. Stopped, it is no longer busy."""
+    url, fake, address = gemini_gateway
+    planner = next(h for h in stack.extra if h.address == address).app.pipeline.planner
+    monkeypatch.setattr(planner, "settings", planner.settings.replace(retrieval_timeout_s=120.0))
+    engine, release = stack.app("retriever").engine, threading.Event()
+    search = engine.search
+
+    async def held(query):  # type: ignore[no-untyped-def]
+        await asyncio.to_thread(release.wait, 120)
+        return await search(query)
+
+    monkeypatch.setattr(engine, "search", held)
+    fake.stream(text("Kestrel cut its Brazil exposure "), text("to 4% [1]."), hold_after=1)
+    page = opened(browser, url, stack.admin_key)
+    try:
+        page.fill("#question", "What did Kestrel do with its Brazil exposure in March 2024?")
+        page.click("#send")
+        status_is(page, "Finding relevant information...")
+        release.set()
+        status_is(page, "Generating response...")
+        assert page.locator(".msg.assistant").last.get_attribute("data-state") != "done"
+        page.click("#stop")
+        page.wait_for_function("() => document.getElementById('status').textContent.startsWith('Stopped')",
+                               timeout=15_000)
+        assert "busy" not in (page.get_attribute("#status", "class") or "")
+    finally:
+        release.set()
+        page.close()
+
+
 @pytest.mark.parametrize("path,ready", [("/#key={key}", "#data-sources input"), ("/docs", ".opblock")])
 def test_the_pages_run_under_their_content_security_policy(browser, stack: Stack, path: str, ready: str) -> None:
     """The chat page (signed in) and the API page load only this origin's files, with no inline code:
@@ -276,3 +319,27 @@ def test_a_member_uploads_a_document_only_it_sees_and_shares_it(browser, page, s
         assert "users[1]" in row.locator(".access-error").inner_text()
     finally:
         member.close()
+
+
+def test_a_books_source_and_its_panel_show_the_chapter_section_and_paragraph(browser, stack: Stack) -> None:
+    """A book's source names its place in the sources list, and the citation panel shows it as
+    chapter › section · ¶n, before and after the chunk is read from /api/chunks."""
+    key = stack.key("web-books", "reader", "admin")
+    doc = retriever_pb2.Document(doc_id=FILENAME, collection="documents", content=book_bytes(), filename=FILENAME)
+    with channel(stack.address("retriever"), bearer(key)) as ch:
+        assert not [p.error for p in retriever_pb2_grpc.RetrieverStub(ch).Ingest(iter([doc]), timeout=120) if p.error]
+    reader = opened(browser, stack.http_url, key)
+    try:
+        for box in reader.locator("#data-sources input").all():
+            box.set_checked(box.get_attribute("value") == "Documents")
+        message = ask_and_wait(reader, LENS.question)
+        source = message.locator(".sources li", has_text=LENS.place)
+        assert source.count() == 1, message.locator(".sources").inner_text()
+        assert FILENAME in source.inner_text()
+        source.locator("button.title").click()
+        reader.wait_for_selector("#cite-panel[data-loaded=true]", timeout=15_000)
+        shown = reader.locator("#panel-meta").inner_text()
+        assert "Place" in shown and LENS.place in shown, shown
+        assert "eleven brass-bound panels" in reader.locator("#panel-text").inner_text()
+    finally:
+        reader.close()

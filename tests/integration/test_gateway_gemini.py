@@ -128,3 +128,23 @@ def test_the_model_confirms_a_topic_change_within_its_time_limit(stack: Stack) -
         assert timed_out["retrieval"] == "RAG_REUSE" and "model check timed out" in timed_out["reason"]
     finally:
         fake.server.stop()
+
+
+def test_small_talk_in_a_conversation_is_answered_by_the_model_from_the_conversation(gemini_gateway,
+                                                                                     stack: Stack) -> None:
+    """"ok, thanks, what else?" takes the direct route (no search) and, with a model configured, the model
+    answers it with the conversation in its prompt, not a canned line."""
+    url, fake, _ = gemini_gateway
+    fake.stream(text("Northwind lost 4.1% in August 2024 [1]."))
+    first = sse(url + "/api/chat/ask/stream", {"question": "How much did Northwind lose in August 2024?"},
+                stack.headers)
+    conversation = one(first, "strategy")["conversation_id"]
+    fake.stream(text("You're welcome. Beyond Northwind's August loss, the notes cover Kestrel and Meridian."))
+    events = sse(url + "/api/chat/ask/stream", {"question": "ok, thanks, what else?",
+                                                "conversation_id": conversation}, stack.headers)
+    strategy = one(events, "strategy")
+    assert (strategy["route"], strategy["retrieval"], strategy["chunks"]) == ("DIRECT", "NO_RAG", 0)
+    assert "the notes cover Kestrel" in answer_of(events)
+    _, prompt = sent_prompt(fake)
+    assert "How much did Northwind lose in August 2024?" in prompt and "Northwind lost 4.1%" in prompt
+    assert "ok, thanks, what else?" in prompt

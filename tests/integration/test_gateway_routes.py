@@ -231,8 +231,9 @@ def test_retrieval_deadline_answers_with_what_arrived(stack: Stack) -> None:
 
 
 def test_no_results_says_there_are_no_notes(stack: Stack) -> None:
+    """Said first; the fund's recent notes follow as context (tests/integration/test_fallback_recent_notes.py)."""
     events = ask(stack, "What did Kestrel do?", start_date="2030-01-01", end_date="2030-12-31")
-    assert answer_of(events) == NO_MATCH and one(events, "citations") == []
+    assert answer_of(events).startswith(NO_MATCH.split(",")[0] + ", so here are the most recent notes")
 
 
 @pytest.mark.slow

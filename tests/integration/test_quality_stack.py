@@ -35,10 +35,12 @@ def model_gateway(stack: Stack) -> Iterator[tuple[str, FakeGemini]]:
     fake = FakeGemini()
     fake.server.start()
     generator = stack.start_variant("generator", gemini_api_key="test-key", gemini_base_url=fake.url)
-    # Generous limits: only the tests that make the model hang wait for them, on their own gateway.
+    # Generous limits: only the tests that make the model hang wait for them, on their own gateway. A context of
+    # 3,500 characters: the steps shape the route's 5 hits (not the hundred Gemini's window takes), with no room
+    # for a complete factsheet, which would stand for its sections' compressed text.
     gateway = stack.start_variant("gateway", generator_addr=generator.address, gemini_api_key="test-key",
                                   default_model="gemini-2.5-flash", rewrite_timeout_s=20.0, rerank_timeout_s=20.0,
-                                  compress_timeout_s=20.0)
+                                  compress_timeout_s=20.0, context_max_chars=3_500)
     yield f"http://127.0.0.1:{gateway.app.http_port}", fake
     fake.server.stop()
 

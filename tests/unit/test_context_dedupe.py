@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ragmesh.context_budget import ContextBudget
 from ragmesh.types import Chunk, Hit
 from services.gateway.context import DEDUPE_JACCARD, _said, build
 
@@ -28,14 +29,14 @@ def test_repeated_sentences_are_dropped_from_later_blocks_and_an_empty_block_goe
     near = _sentence(WORDS[:8] + ["other", "words"])  # 8 shared of 12: 0.67, kept
     same_but_one = _sentence(WORDS[:9])  # 9 of 10: 0.9, dropped
     ctx = build([_note(1, f"{TEN} Fresh start here.", 0.9), _note(2, f"{same_but_one} {near}", 0.8),
-                 _note(3, TEN, 0.7), _note(4, "Entirely new remark.", 0.6)], 12_000)
+                 _note(3, TEN, 0.7), _note(4, "Entirely new remark.", 0.6)], ContextBudget(12_000))
     assert [b.text for b in ctx.blocks] == [f"{TEN} Fresh start here.", near, "Entirely new remark."]
     assert [b.index for b in ctx.blocks] == [1, 2, 3]  # the repeating block took no number
 
 
 def test_a_context_built_twice_from_the_same_hits_is_the_same() -> None:
     hits = [_note(1, f"{TEN} Fresh start here.", 0.9), _note(2, TEN, 0.8), _note(3, "Another one.", 0.7)]
-    first, second = build(hits, 12_000), build(hits, 12_000)  # the second from the remembered sentences
+    first, second = build(hits, ContextBudget(12_000)), build(hits, ContextBudget(12_000))  # the second from the remembered sentences
     assert first == second and len(first.blocks) == 2
 
 

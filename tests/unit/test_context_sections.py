@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ragmesh.context_budget import ContextBudget
 from ragmesh.types import Chunk, Hit
 from services.gateway.context import build, with_neighbours
 
@@ -25,7 +26,7 @@ HITS = [_hit("factsheets", 1, 0.9, factsheet_id="fs-1", section_type="performanc
 
 
 def test_blocks_go_under_their_headers_in_000s_order_keeping_their_numbers() -> None:
-    ctx = build(HITS, 12_000)
+    ctx = build(HITS, ContextBudget(12_000))
     text = ctx.text
     notes, sheets, docs = (text.index(h) for h in ("=== MEETING NOTES (RAG Retrieved) ===",
                                                     "=== RELEVANT FACTSHEET DATA (RAG Retrieved) ===",
@@ -39,7 +40,7 @@ def test_blocks_go_under_their_headers_in_000s_order_keeping_their_numbers() -> 
 
 @pytest.mark.parametrize("budget", [120, 300, 500, 700])
 def test_the_budget_counts_the_headers(budget: int) -> None:
-    ctx = build(HITS, budget)
+    ctx = build(HITS, ContextBudget(budget))
     assert ctx.blocks and len(ctx.text) <= budget, (len(ctx.text), ctx.text)
 
 
@@ -56,7 +57,7 @@ def test_the_parts_written_next_to_the_best_hits_come_with_them() -> None:
             _part("a", 1, 0.3, "The manager cut Tarn from 7% to 3% of NAV."), _part("a", 3, 0.2, "Far away.")]
     ordered = with_neighbours(hits)
     assert [h.chunk.chunk_id for h in ordered] == [h.chunk.chunk_id for h in [hits[0], hits[5], *hits[1:5], hits[6]]]
-    ctx = build(ordered[:5], 12_000)
+    ctx = build(ordered[:5], ContextBudget(12_000))
     assert len(ctx.blocks) == 4, "the note's two parts are one block"
     assert ctx.blocks[0].text == "Tarn went the other way.\n\nThe manager cut Tarn from 7% to 3% of NAV."
 
@@ -67,9 +68,9 @@ def test_what_the_hits_say_fills_the_budget_before_complete_factsheet_records_st
                       metadata={"factsheet_id": "fs", "fund_name": "Orion"}, date="2024-12-31"), 0.9,
                 parent_text=record)
     note = _part("n", 0, 0.8, "The manager cut Tarn from 7% to 3% of NAV.")
-    tight = build([sheet, note], 1_200)
+    tight = build([sheet, note], ContextBudget(1_200))
     assert len(tight.blocks) == 2 and "Complete Factsheet Data" not in tight.text and len(tight.text) <= 1_200
-    roomy = build([sheet, note], 4_000)
+    roomy = build([sheet, note], ContextBudget(4_000))
     assert len(roomy.blocks) == 2 and f"Complete Factsheet Data: {record}" in roomy.text
     assert "Content: Orion returned" not in roomy.text, "the record stands for its sections' text"
     assert roomy.blocks[0].text == "Orion returned 4% in 2024.", "what a backend quotes stays the sections' text"

@@ -501,3 +501,46 @@ def test_closing_fails_the_callers_of_every_call_under_way() -> None:
                 await task
 
     run(batcher, scenario)
+
+
+# ----------------------------------------------------------------------------- what one call costs another tenant
+
+
+def test_a_short_text_never_shares_a_call_with_another_tenants_long_ones() -> None:
+    """A call is as slow as its longest text (padded), so a one-line upload that carried a rival's
+    800-character memory chunk took 30 times as long: another tenant's request joins only texts of its
+    length class, and short ones (questions) still share calls across tenants."""
+    backend = FakeBackend(gated=True)
+    batcher = MicroBatcher(backend, window_ms=0, slice_chars=4096)
+
+    async def scenario() -> None:
+        blocker = asyncio.create_task(batcher.embed([text("hold", 0)], "DOCUMENT", tenant="z"))
+        await running(backend)
+        tasks = await queued(batcher, ([text("memory", 1, 800)], "DOCUMENT", "rival"),
+                             ([text("upload", 2, 32)], "DOCUMENT", "demo"),
+                             ([text("note", 3, 200)], "DOCUMENT", "other"),
+                             ([text("memory", 4, 500)], "DOCUMENT", "third"))
+        backend.gate.set()
+        await asyncio.gather(blocker, *tasks)
+        calls = [[len(t) for t in call] for _, call in backend.calls][1:]
+        assert calls == [[800, 500], [32, 200]], calls
+
+    run(batcher, scenario)
+
+
+def test_a_lone_request_does_not_wait_out_the_window_because_another_tenant_is_busy() -> None:
+    """The window gathers a tenant's requests while they keep coming; another tenant's call under way
+    used to make every request wait it out."""
+    backend = HeldBackend()
+    batcher = MicroBatcher(backend, window_ms=60_000, slice_chars=16, lanes=2)
+
+    async def scenario() -> None:
+        rival = asyncio.create_task(batcher.embed([text("big", i) for i in range(6)], "DOCUMENT", tenant="rival"))
+        await running(backend)  # the rival's call holds one lane
+        upload = await asyncio.wait_for(batcher.embed([text("upload", 7)], "DOCUMENT", tenant="demo"), 5)
+        assert upload.tolist() == [vector(text("upload", 7), "DOCUMENT")]
+        assert not rival.done()
+        backend.gate.set()
+        await rival
+
+    run(batcher, scenario)

@@ -79,3 +79,53 @@ def test_a_meeting_date_answers_when_the_meeting_was_not_when_its_news_happened(
     assert "dated" not in news and "managed by" not in news and "Sofia Lindgren" in news.split("\n")[2]
     meeting = backend.compose(GenerationRequest("extractive", "When did we last meet Harborview?", blocks))
     assert "The Harborview Long/Short Equity meeting notes are dated 2024-03-27." in meeting
+
+
+NORTHWIND = {"fund_name": "Northwind Global Macro Fund", "manager": "Eleanor Whitcombe"}
+NORTHWIND_NOTE = ("Operationally, Northwind moved OTC collateral management to a second administrator in June, and the "
+                  "managed-account sleeve has grown to $1.1bn. Whitcombe confirmed that the 10% FX carry cap is "
+                  "permanent. The team is unchanged.")
+
+
+def answer(question: str, blocks: list[ContextBlock]) -> str:
+    return ExtractiveBackend(delay_ms=0).compose(GenerationRequest("extractive", question, blocks))
+
+
+def northwind(i: int, text: str, collection: str = "meeting_notes", date: str = "2025-10-08") -> ContextBlock:
+    return ContextBlock(i, text, Chunk(f"c{i}", f"d{i}", collection, text, metadata=NORTHWIND, date=date),
+                        f"Meeting note, Northwind Global Macro Fund, {date}")
+
+
+def test_a_sleeves_size_is_not_the_funds_assets() -> None:
+    """The measure asked (AUM) is stated in other words than the question's: the sentence that states it
+    answers, the sleeve's size (which shares "manage" with the question) is left out."""
+    blocks = [northwind(1, NORTHWIND_NOTE), northwind(2, "Annual review at the London office. AUM is $6.2bn.",
+                                                      date="2025-01-22")]
+    said = answer("How much money does Northwind Global Macro manage?", blocks)
+    assert "$6.2bn" in said and "$1.1bn" not in said
+
+
+def test_a_figure_the_sources_do_not_state_is_said_to_be_missing() -> None:
+    blocks = [northwind(1, NORTHWIND_NOTE)]
+    for question, what in (("How much is Northwind's management fee?", "the management fee"),
+                           ("What was Northwind's return in 2019?", "the return"),
+                           ("Who audits Northwind Global Macro Fund?", "a name"),
+                           ("When was Northwind Global Macro Fund launched?", "a date")):
+        said = answer(question, blocks)
+        assert said.startswith("The sources found do not say this") and what in said, said
+        assert "$1.1bn" not in said and "10%" not in said
+        assert "Meeting note, Northwind Global Macro Fund, 2025-10-08 [1]" in said, "what was found, cited"
+
+
+def test_another_years_figure_does_not_answer_for_the_year_asked() -> None:
+    blocks = [northwind(1, "The fund closed 2023 up 9.53% net. Rafael Osei, co-PM since 2019, produced about 40% "
+                           "of 2023 P&L.", date="2024-02-20")]
+    assert "do not say" in answer("What was Northwind's return in 2019?", blocks)
+    assert "9.53%" in answer("What was Northwind's return in 2023?", blocks)
+
+
+def test_a_factsheets_figures_are_of_its_month() -> None:
+    """"month return -4.1%" of the factsheet of 2024-08-31 is August's, though the sentence names no month."""
+    fs = northwind(1, "Northwind Global Macro Fund performance as of 2024-08-31: month return -4.1%.",
+                   collection="factsheets", date="2024-08-31")
+    assert "-4.1%" in answer("How much did Northwind lose in August 2024?", [fs])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 
@@ -108,3 +109,31 @@ def test_an_ivf_collection_filters_exactly_and_survives_a_snapshot(tmp_path: Pat
     assert not list(tmp_path.glob("*.ivf.faiss"))
     again = IndexRegistry(DIM)
     assert again.load_snapshot(tmp_path, version=2) and again.get("big", "t").dense.ivf is None
+
+
+def test_the_codes_are_scanned_by_fast_scan_kernels_in_codes_that_divide_the_vector() -> None:
+    codes = ivf.IVFCodes.trained(clustered(N))
+    assert isinstance(codes.index, faiss.IndexIVFPQFastScan) and codes.index.nbits == 4
+    assert codes.index.pq.M == ivf.subquantizers(DIM)
+    for dimensions in (16, 384, 768, 1536, 100, 7):
+        m = ivf.subquantizers(dimensions)
+        assert dimensions % m == 0 and m <= dimensions
+    assert ivf.subquantizers(384) == 96, "a 4-bit code per 4 dimensions: 48 bytes a MiniLM vector"
+
+
+def test_an_ivf_of_8_bit_codes_from_an_earlier_snapshot_still_serves(trained, tmp_path: Path) -> None:
+    """A snapshot written before the 4-bit codes holds an IVF of 8-bit scalar codes: it reads back
+    (whatever IVF FAISS wrote) and answers inside the filter, close to exact, until its next rebuild."""
+    exact, approx, vectors = trained
+    quantizer = faiss.IndexFlatIP(DIM)
+    old = faiss.IndexIVFScalarQuantizer(quantizer, DIM, approx.ivf.nlist, faiss.ScalarQuantizer.QT_8bit,
+                                        faiss.METRIC_INNER_PRODUCT)
+    old.train(vectors)
+    old.add(vectors)
+    faiss.write_index(old, str(tmp_path / "old.ivf.faiss"))
+    approx.ivf = ivf.IVFCodes(faiss.read_index(str(tmp_path / "old.ivf.faiss")))
+    half = np.arange(N) % 2 == 0
+    for q in clustered(30, seed=17):
+        slots, _ = approx.search(q, 10, half)
+        assert half[slots].all() and len(slots) == 10
+        assert len(np.intersect1d(slots, exact.search(q, 10, half)[0])) >= 8

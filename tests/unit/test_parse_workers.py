@@ -17,7 +17,7 @@ from ragmesh import metrics
 from ragmesh.types import Document
 from services.retriever.ingest.parsed import Parsed, UnreadableFile
 from services.retriever.ingest.parsers import parse
-from services.retriever.ingest.workers import ParseLimits, ParsePool
+from services.retriever.ingest.workers import PARSE_NICENESS, ParseLimits, ParsePool
 from tests.fakes.parsers import misbehaving
 from tests.unit.test_ingest_parsers import FACTSHEET, docx_bytes, pdf_bytes, pptx_bytes
 
@@ -159,3 +159,13 @@ def test_limits_that_would_let_one_tenant_take_every_worker_are_refused() -> Non
         ParseLimits(workers=2, per_tenant=2)
     with pytest.raises(ValueError, match="INGEST_PARSE_MEMORY_MB must be 0"):
         ParseLimits(memory_mb=64)
+
+
+def test_workers_parse_at_a_lower_cpu_priority_than_the_retriever(pool: ParsePool) -> None:
+    """A tenant's parses (a bomb's minute of CPU) take the cores the serving processes leave."""
+
+    async def main() -> int:
+        return await worker_pid(pool)
+
+    pid = asyncio.run(main())
+    assert os.getpriority(os.PRIO_PROCESS, pid) >= os.getpriority(os.PRIO_PROCESS, 0) + PARSE_NICENESS

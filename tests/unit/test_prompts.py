@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from ragmesh.prompts import NOT_ENOUGH, PROMPTS, system_instruction
+from ragmesh.prompts import ASKED_FACT, NOT_ENOUGH, PROMPTS, system_instruction
 
 
 @pytest.mark.parametrize("name", sorted(PROMPTS))
@@ -28,6 +28,17 @@ def test_fund_research_and_citation_enforced_carry_their_seed_rules() -> None:
     assert "[Fund Name Factsheet (Date)]" in PROMPTS["fund_research"].instructions
     assert "ONLY markdown" in PROMPTS["fund_research"].instructions
     assert NOT_ENOUGH in PROMPTS["citation_enforced"].instructions
+
+
+@pytest.mark.parametrize("name", sorted(set(PROMPTS) - {"global_summary"}))
+def test_every_answering_prompt_keeps_to_the_fact_asked_and_says_when_it_is_not_there(name: str) -> None:
+    """A figure of another thing (a sleeve's size for the fund's AUM) is not given as the answer; a fact the
+    sources lack is said to be missing, with what they hold (a summary answers no single fact)."""
+    from services.gateway.context import Context, build_prompt
+
+    _, prompt = build_prompt(name, "How much money does Northwind manage?", [], "", Context(blocks=[], text="", hits_used=[]), [])
+    assert ASKED_FACT in prompt
+    assert "sleeve" in ASKED_FACT and "The notes do not say" in ASKED_FACT
 
 
 def test_a_persona_goes_into_the_system_instruction() -> None:

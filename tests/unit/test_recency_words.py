@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.gateway import boosts
-from services.gateway.query_analysis import recency_phrase
+from services.gateway.query_analysis import recency_phrase, reported_period
 
 
 @pytest.mark.parametrize(("question", "phrase"), [
@@ -60,7 +60,7 @@ def test_a_whole_year_asked_about_ranks_from_the_year_s_end(question: str, end: 
     """What reports on a year is dated at its end or after: the decay counts from the year's end, so a
     mid-year report (six months before) scores well below the year-end one."""
     latest = dict(half_life_days=30, decay_floor=0.3) if recency_phrase(question) else {}
-    ranking, note = boosts.toward_period(boosts.Ranking(0.7, "c", now="2026-03-01", **latest), question)
+    ranking, note = boosts.toward_period(boosts.Ranking(0.7, "c", now="2026-03-01", **latest), reported_period(question))
     b = boosts.options("factsheets", ranking)["boosters"]
     if end:
         assert (b["now"], b["half_life_days"]) == (end, boosts.PERIOD_HALF_LIFE_DAYS) and end in note

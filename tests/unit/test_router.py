@@ -11,11 +11,13 @@ from ragmesh.errors import Unavailable
 from ragmesh.types import Chunk, Hit, Turn
 from services.gateway import followup
 from services.gateway.followup import Followup, asked_key, decide, may_rework
+from services.gateway.reading import Reading, read
 from services.gateway.request import AskInput
 from services.gateway.router import DEEP, DIRECT, LOOKUP, NO_RAG, SPECIFIC, SUMMARY, route
 from services.gateway.scope_cache import ScopeEntry
 
 TODAY = dt.date(2026, 1, 15)
+FUNDS = ["Kestrel Emerging Markets", "Northwind Global Macro Fund"]
 REWORKS = Followup(True, followup.REWORK, "refers back")
 TURNS = [
     Turn("What did Kestrel do with its Brazil exposure?",
@@ -45,12 +47,21 @@ TURNS = [
     ("Is the fund showing growth?", None, 0, SPECIFIC, 5),  # 'show' is not 'how'
 ])
 def test_routes_in_order(question: str, follow: Followup | None, docs: int, name: str, k: int) -> None:
-    r = route(question, follow, docs)
+    r = route(read(question, TODAY), follow, docs)
     assert (r.name, r.k) == (name, k), r.reason
 
 
 def ask(question: str, **fields) -> AskInput:
     return AskInput(question, tenant="t", conversation_id="c", **fields)
+
+
+def reading(question: str, turns: list[Turn] = TURNS) -> Reading:
+    """The question's reading in a conversation of `turns`, as the planner makes it."""
+    return read(question, TODAY).naming(FUNDS).following(turns, FUNDS, TODAY)
+
+
+def verdict_on(question: str, turns: list[Turn] = TURNS, cached: ScopeEntry | None = None, **fields) -> Followup:
+    return decide(reading(question, turns), ask(question, **fields), turns, cached)
 
 
 def entry(asked: AskInput) -> ScopeEntry:
@@ -64,7 +75,7 @@ def entry(asked: AskInput) -> ScopeEntry:
     "Tell me more about Banco Serra Azul",
 ])
 def test_a_question_that_refers_back_and_brings_nothing_new_reworks_the_answers(question: str) -> None:
-    verdict = decide(ask(question), TURNS, entry(ask("first")), TODAY)
+    verdict = verdict_on(question, TURNS, entry(ask("first")))
     assert verdict.rework and verdict.signal == followup.REWORK, verdict
 
 
@@ -74,7 +85,8 @@ def test_a_question_that_refers_back_and_brings_nothing_new_reworks_the_answers(
     ("Why did Northwind lose money?", followup.NO_REFERENT),
     ("How big is their India position?", followup.NEW_ENTITY),
     ("What about Northwind?", followup.NO_REFERENT),
-    ("What about the Northwind fund?", followup.NEW_ENTITY),
+    ("What about the Northwind fund?", followup.NEW_SUBJECT),  # Kestrel's conversation: another fund
+    ("What about the other fund?", followup.NEW_SUBJECT),
     ("What did that cost in basis points?", followup.NEW_TERM),
     ("Was it 12% or 15%?", followup.NEW_ENTITY),
     ("Summarize that for 2023", followup.NEW_PERIOD),
@@ -82,7 +94,7 @@ def test_a_question_that_refers_back_and_brings_nothing_new_reworks_the_answers(
     ("Tell me more about the manager", followup.NEW_TERM),
 ])
 def test_a_question_that_brings_something_new_searches(question: str, signal: str) -> None:
-    verdict = decide(ask(question), TURNS, entry(ask("first")), TODAY)
+    verdict = verdict_on(question, TURNS, entry(ask("first")))
     assert (verdict.rework, verdict.signal) == (False, signal), verdict
 
 
@@ -95,22 +107,22 @@ def test_a_question_that_brings_something_new_searches(question: str, signal: st
     ({}, {"data_sources": ["Meeting Notes"]}),
 ])
 def test_a_changed_filter_always_searches(before: dict, now: dict) -> None:
-    verdict = decide(ask("Summarize that", **now), TURNS, entry(ask("first", **before)), TODAY)
+    verdict = verdict_on("Summarize that", TURNS, entry(ask("first", **before)), **now)
     assert (verdict.rework, verdict.signal) == (False, followup.FILTERS_CHANGED), verdict
-    same = decide(ask("Summarize that", **before), TURNS, entry(ask("first", **before)), TODAY)
+    same = verdict_on("Summarize that", TURNS, entry(ask("first", **before)), **before)
     assert same.rework, same
 
 
 def test_without_an_earlier_search_there_is_nothing_to_rework() -> None:
-    assert decide(ask("Summarize that"), TURNS, None, TODAY).signal == followup.NO_EARLIER_SEARCH
-    assert decide(ask("Summarize that"), [], entry(ask("first")), TODAY).signal == followup.NO_EARLIER_SEARCH
+    assert verdict_on("Summarize that", TURNS, None).signal == followup.NO_EARLIER_SEARCH
+    assert verdict_on("Summarize that", [], entry(ask("first"))).signal == followup.NO_EARLIER_SEARCH
 
 
 def test_only_a_question_that_refers_back_may_skip_the_search() -> None:
-    assert may_rework("Summarize that") and may_rework("why?") and may_rework("Tell me more")
+    assert all(may_rework(read(q, TODAY)) for q in ("Summarize that", "why?", "Tell me more"))
     for question in ("What did Kestrel do with Brazil?", "How did performance look?", "What happened this year?",
                      "List the top holdings of Kestrel"):
-        assert not may_rework(question), question
+        assert not may_rework(read(question, TODAY)), question
 
 
 class Model:
@@ -135,7 +147,7 @@ class Model:
 ])
 def test_the_model_may_send_a_rework_to_a_search(reply, delay: float, rework: bool, note: str) -> None:
     model = Model(reply, delay)
-    verdict = asyncio.run(followup.confirm(decide(ask("Summarize that"), TURNS, entry(ask("first")), TODAY),
+    verdict = asyncio.run(followup.confirm(verdict_on("Summarize that", TURNS, entry(ask("first"))),
                                            "Summarize that", TURNS, model, "m", timeout_s=0.2))
     assert verdict.rework == rework and note in verdict.describe(), verdict
     assert verdict.signal == (followup.REWORK if rework else followup.MODEL)
@@ -144,7 +156,7 @@ def test_the_model_may_send_a_rework_to_a_search(reply, delay: float, rework: bo
 
 def test_the_model_is_not_asked_about_a_question_that_searches() -> None:
     model = Model("YES")
-    searched = decide(ask("What about Northwind?"), TURNS, entry(ask("first")), TODAY)
+    searched = verdict_on("What about Northwind?", TURNS, entry(ask("first")))
     assert asyncio.run(followup.confirm(searched, "What about Northwind?", TURNS, model, "m", 0.2)) == searched
     assert model.prompts == []
 
@@ -152,22 +164,22 @@ def test_the_model_is_not_asked_about_a_question_that_searches() -> None:
 def test_a_reused_scope_must_hold_the_question_s_words() -> None:
     hits = [Hit(Chunk(chunk_id="n#0", doc_id="n", collection="meeting_notes", text="Herrera cut Brazil to 4% of NAV.",
                       metadata={"fund_name": "Kestrel Emerging Markets"}), 1.0)]
-    assert followup.not_in_hits("Remind me: why did Kestrel cut Brazil?", hits) == []
-    assert followup.not_in_hits("Who is Kestrel's head of research?", hits) == ["head", "research"]
+    assert followup.not_in_hits(read("Remind me: why did Kestrel cut Brazil?", TODAY).words, hits) == []
+    assert followup.not_in_hits(read("Who is Kestrel's head of research?", TODAY).words, hits) == ["head", "research"]
 
 
 def test_a_follow_up_searched_with_no_words_of_its_own_searches_with_the_question_it_refers_to() -> None:
-    assert followup.search_context("Summarize that", TURNS) == [TURNS[-1].question]
-    assert followup.search_context("Tell me more about Banco Serra Azul", TURNS) == []  # words of its own
-    assert followup.search_context("What did Kestrel do?", TURNS) == []  # refers to nothing
-    assert followup.search_context("Summarize that", []) == []
+    assert followup.search_context(reading("Summarize that", TURNS), TURNS) == [TURNS[-1].question]
+    assert followup.search_context(reading("Tell me more about Banco Serra Azul", TURNS), TURNS) == []  # words of its own
+    assert followup.search_context(reading("What did Kestrel do?", TURNS), TURNS) == []  # refers to nothing
+    assert followup.search_context(reading("Summarize that", []), []) == []
 
 
 def test_a_follow_up_with_no_words_of_its_own_searches_with_the_conversation_s_subject() -> None:
     """After "Summarize that" was asked once, a second one (under other sources) still searches with the
     question that had words of its own."""
     turns = [*TURNS, Turn("Summarize that", "Herrera cut Brazil. [1]")]
-    assert followup.search_context("Summarize that", turns) == [TURNS[-1].question]
+    assert followup.search_context(reading("Summarize that", turns), turns) == [TURNS[-1].question]
     assert followup.subject([Turn("Summarize that", "...")]) == ""
 
 
@@ -180,9 +192,9 @@ def test_a_follow_up_with_no_words_of_its_own_searches_with_the_conversation_s_s
 ])
 def test_a_cached_search_made_for_another_kind_of_question_is_not_reused(question: str, searched: str,
                                                                           kind: str) -> None:
-    assert followup.new_kind(question, searched) == kind
+    assert followup.new_kind(read(question, TODAY).kinds, searched) == kind
 
 
 def test_a_pronoun_is_never_a_new_term() -> None:
     """"Tell me more about him" brings nothing new: "him" refers back as "her" does."""
-    assert decide(ask("Tell me more about him"), TURNS, entry(ask("first")), TODAY).rework
+    assert verdict_on("Tell me more about him", TURNS, entry(ask("first"))).rework

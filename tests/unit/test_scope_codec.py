@@ -12,6 +12,7 @@ import numpy as np
 import orjson
 import pytest
 
+from ragmesh.context_budget import ContextBudget
 from ragmesh.types import Chunk, ContextBlock, Hit
 from services.gateway.context import Context, build
 from services.gateway.scope_cache import ScopeEntry
@@ -24,7 +25,7 @@ def _entry() -> ScopeEntry:
                 np.float32(0.9 - i / 10), dense_rank=i + 1, fused_score=0.5, boosts=["recency"])
             for i in range(3)]
     entry = ScopeEntry("k", ["meeting_notes"], "What did Kestrel do?", np.arange(4, dtype=np.float32), hits, 7)
-    entry.context = (hits[:2], build(hits[:2], 4000))
+    entry.context = (hits[:2], build(hits[:2], ContextBudget(4000)))
     return entry
 
 
@@ -51,7 +52,7 @@ def test_a_context_not_built_from_the_entrys_hits_is_not_kept() -> None:
     assert codec.decode(codec.encode(entry)).question_vector is None
 
 
-@pytest.mark.parametrize("blob", [b"", b"\x02" + codec.encode(_entry())[1:], b"\x01not zlib"])
+@pytest.mark.parametrize("blob", [b"", b"\x01" + codec.encode(_entry())[1:], b"\x02not zlib"])
 def test_bytes_of_another_layout_are_unreadable(blob: bytes) -> None:
     with pytest.raises(codec.Unreadable):
         codec.decode(blob)

@@ -1,5 +1,6 @@
 """SearchEngine on an in-memory registry: validation, the hybrid fusion and the embedder-down fallback."""
 import asyncio
+import datetime as dt
 
 import numpy as np
 import pytest
@@ -78,3 +79,40 @@ def test_a_filtered_search_fuses_the_admitted_chunks_alone(fusion: str) -> None:
     assert {h.chunk.doc_id for h in outcome.hits} <= {"d0", "d3"} and outcome.hits[0].chunk.doc_id == "d0"
     assert all(0.0 <= h.fused_score <= 1.0 for h in outcome.hits)
     assert (outcome.hits[0].dense_rank, outcome.hits[0].sparse_rank) == (1, 1)
+
+
+def dated_registry() -> IndexRegistry:
+    """Three notes that match "gold" alike, written weeks apart, in no date order."""
+    r = IndexRegistry(4)
+    vectors = np.eye(4, dtype=np.float32)
+    notes = [("d0", 90), ("d1", 3), ("d2", 30)]  # days old
+    r.apply("c", [(("", doc), [StoredChunk(Chunk(f"{doc}#0", doc, "c", "gold position", date=_days_ago(age)),
+                                           vectors[i])])
+                  for i, (doc, age) in enumerate(notes)])
+    return r
+
+
+def _days_ago(days: int) -> str:
+    return (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=days)).isoformat()
+
+
+def test_embedder_down_ranks_keyword_matches_newest_first() -> None:
+    """Keyword and recency, the notes design's fallback: equal keyword matches come newest first, and say
+    how they were ranked."""
+    for fusion in ("RRF", "LINEAR"):
+        outcome = asyncio.run(SearchEngine(dated_registry(), down).search(SearchQuery("gold", fusion=fusion)))
+        assert outcome.dense_skipped
+        assert [h.chunk.doc_id for h in outcome.hits] == ["d1", "d2", "d0"], fusion
+        assert all("keyword + recency (embedder down)" in h.boosts for h in outcome.hits)
+
+
+def test_a_better_keyword_match_still_beats_a_newer_note() -> None:
+    r = IndexRegistry(4)
+    vectors = np.eye(4, dtype=np.float32)
+    notes = [("old", _days_ago(40), "gold miners rally as gold rises"),
+             ("new", _days_ago(1), "gold mentioned once among many other unrelated words here"),
+             ("other", _days_ago(20), "bond yields fall"), ("more", _days_ago(10), "oil output cut")]
+    r.apply("c", [(("", doc), [StoredChunk(Chunk(f"{doc}#0", doc, "c", text, date=date), vectors[i])])
+                  for i, (doc, date, text) in enumerate(notes)])
+    outcome = asyncio.run(SearchEngine(r, down).search(SearchQuery("gold miners")))
+    assert [h.chunk.doc_id for h in outcome.hits][0] == "old"

@@ -16,6 +16,7 @@ from services.gateway.events import Event
 from services.gateway.followup import Followup
 from services.gateway.planner import Plan
 from services.gateway.quality import QualityStep
+from services.gateway.reading import Carried
 from services.gateway.servicer import event_to_proto, strategy_from_json
 from services.gateway.strategy import Strategy, StrategyFilter, strategy_event, strategy_json
 
@@ -30,7 +31,9 @@ def every_field_set() -> Strategy:
         detected_funds=["Kestrel Macro"], context_chars=1800, corrections=1, model="extractive", variants=["v"],
         rerank_count=20, quality=[QualityStep("rerank", "done", 4.5, "20 scored")],
         followup=Followup(False, "new_entity", "Northwind is new"), recency="latest",
-        default_window={"conversations": 90}, relaxed=["date 2023 read from the question: nothing matched"])
+        default_window={"conversations": 90}, relaxed=["date 2023 read from the question: nothing matched"],
+        carried=Carried(("Northwind Global Macro Fund",), "August 2024", "2024-08-01", "2024-08-31", ("Leah Abrams",),
+                        "How much did Northwind lose in August 2024?", ("period: August 2024 -> July 2024",)))
 
 
 def test_the_example_sets_every_field() -> None:

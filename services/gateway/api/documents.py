@@ -57,7 +57,7 @@ from services.gateway.api.schemas import DocumentInfo, Documents, DocumentsDelet
 from services.gateway.document_request import AccessChange, AccessRequest
 from services.gateway.library import Library
 from services.gateway.limits import RateLimiter
-from services.gateway.upload_memory import TenantBytes
+from services.gateway.upload_memory import FilePiece, TenantBytes, file_pieces
 
 MAX_FILES = 100
 MAX_FORM_FIELDS = 1000  # a multipart form's fields (files, repeated meta, ...)
@@ -290,40 +290,31 @@ def _sse(data: dict) -> str:
     return f"data: {json.dumps(data)}\n\n"
 
 
-@dataclass
-class _Upload:
-    """A file of the request as the retriever takes it (a Deferred message: ragmesh.retry): read from
-    the multipart spool only while it is sent, within the tenant's share of memory, and read again if
-    the call is sent again."""
+def _pieces(template: retriever_pb2.Document, upload: UploadFile, memory: TenantBytes, tenant: str) -> list[FilePiece]:
+    """A file of the request as the retriever takes it: in pieces read from the multipart spool only
+    while each is sent (services/gateway/upload_memory), and read again if the call is sent again."""
 
-    template: retriever_pb2.Document
-    upload: UploadFile
-    memory: TenantBytes
-    tenant: str
-    held: int = 0
-
-    async def message(self) -> retriever_pb2.Document:
-        size = self.upload.size if self.upload.size is not None else self.upload.file.seek(0, os.SEEK_END)
-        self.held = await self.memory.take(self.tenant, size)
+    def head() -> retriever_pb2.Document:
         doc = retriever_pb2.Document()
-        doc.CopyFrom(self.template)
-        doc.doc_id = doc.filename = self.upload.filename or "upload"
-        doc.mime_type = self.upload.content_type or ""
-        await self.upload.seek(0)
-        doc.content = await self.upload.read()
+        doc.CopyFrom(template)
+        doc.doc_id = doc.filename = upload.filename or "upload"
+        doc.mime_type = upload.content_type or ""
         return doc
 
-    def sent(self) -> None:
-        held, self.held = self.held, 0
-        if held:
-            self.memory.give(self.tenant, held)
+    async def read(start: int, stop: int) -> bytes:
+        await upload.seek(start)
+        return await upload.read(stop - start)
+
+    size = upload.size if upload.size is not None else upload.file.seek(0, os.SEEK_END)
+    return file_pieces(head, size, read, memory, tenant)
 
 
 async def _documents(batch: _Batch, memory: TenantBytes, tenant: str
-                     ) -> AsyncIterator[retriever_pb2.Document | _Upload]:
-    """The request's documents as the retriever takes them, each upload read as it is sent."""
+                     ) -> AsyncIterator[retriever_pb2.Document | FilePiece]:
+    """The request's documents as the retriever takes them, each upload read piece by piece as it is sent."""
     for item in batch.documents:
-        yield _Upload(batch.template, item, memory, tenant) if isinstance(item, UploadFile) else item
+        for message in _pieces(batch.template, item, memory, tenant) if isinstance(item, UploadFile) else [item]:
+            yield message
 
 
 async def _started(progress: AsyncIterator[retriever_pb2.IngestProgress]

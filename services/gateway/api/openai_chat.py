@@ -32,7 +32,8 @@ from services.gateway.pipeline import AskPipeline, Prepared
 from services.gateway.whole_answer import whole_answer
 
 CREATED = 1_767_225_600  # the profiles' `created` (2026-01-01): they are part of the release, not made at runtime
-CITATION_FIELDS = ("index", "chunk_id", "doc_id", "collection", "title", "date", "url")
+CITATION_FIELDS = ("index", "chunk_id", "doc_id", "collection", "title", "date", "url",
+                   "chapter", "section", "paragraph")  # where in a book: empty for documents without chapters
 
 
 def citations_json(citations: list[Citation]) -> list[dict[str, Any]]:

@@ -53,6 +53,9 @@ class Citation(_Exact):
     url: str = Field(description="Web citations")
     snippet: str
     ref: str
+    chapter: str = Field("", description="Where in a book: the chapter's title (empty for documents without chapters)")
+    section: str = Field("", description="The section's title in the chapter; empty in the chapter's opening text")
+    paragraph: int = Field(0, description="The paragraph's number in the section, from 1; 0 when not known")
 
 
 class Retrieval(_Exact):

@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 import orjson
 
+from ragmesh.context_budget import ContextBudget
 from ragmesh.types import Chunk, ContextBlock, Hit
 from services.gateway.context import Context
 from services.gateway.scope_cache import ScopeEntry
 
-FORMAT = b"\x01"  # changed when the layout changes: an entry of another layout reads as a miss
+FORMAT = b"\x02"  # changed when the layout changes: an entry of another layout reads as a miss
 LEVEL = 1  # zlib's fastest: most of what a higher level would save, at a fraction of the time
 MAX_ENTRY_BYTES = 1 << 20  # an entry inflated (JSON and vector): larger ones are not written, nor read
 MAX_STORED_BYTES = MAX_ENTRY_BYTES + (MAX_ENTRY_BYTES >> 10) + 64  # the most zlib makes of it, with FORMAT
@@ -151,7 +152,8 @@ def _metadata(metadata: dict[str, str]) -> dict[str, str]:
 
 def _context_row(entry: ScopeEntry) -> list | None:
     """[hits it was built from, blocks as [index, text, hit position of the chunk or -1, label], text,
-    hits used as positions]; None when there is none, or it refers to hits not in the entry."""
+    hits used as positions, the budget it was built within or None]; None when there is none, or it refers to
+    hits not in the entry."""
     if entry.context is None:
         return None
     source, ctx = entry.context
@@ -163,18 +165,22 @@ def _context_row(entry: ScopeEntry) -> list | None:
             b.chunk is not None and id(b.chunk) not in chunk_at for b in ctx.blocks):
         return None
     blocks = [[b.index, b.text, -1 if b.chunk is None else chunk_at[id(b.chunk)], b.label] for b in ctx.blocks]
-    return [len(source), blocks, ctx.text, [hit_at[id(h)] for h in ctx.hits_used]]
+    budget = None if ctx.budget is None else dataclasses.astuple(ctx.budget)
+    return [len(source), blocks, ctx.text, [hit_at[id(h)] for h in ctx.hits_used], budget]
 
 
 def _context_from(row: Any, hits: list[Hit]) -> tuple[list[Hit], Context] | None:
     if row is None:
         return None
-    _check(isinstance(row, list) and len(row) == 4, "context")
-    count, blocks, text, used = row
+    _check(isinstance(row, list) and len(row) == 5, "context")
+    count, blocks, text, used, budget = row
     at_hit = lambda i: _is(int)(i) and 0 <= i < len(hits)  # noqa: E731
     _check(_is(int)(count) and 0 <= count <= len(hits) and _is(str)(text) and _list_of(used, at_hit)
            and _list_of(blocks, lambda b: isinstance(b, list) and len(b) == 4 and _is(int)(b[0])
-                        and _is(str)(b[1]) and (b[2] == -1 or at_hit(b[2])) and _is(str)(b[3])), "context")
+                        and _is(str)(b[1]) and (b[2] == -1 or at_hit(b[2])) and _is(str)(b[3]))
+           and (budget is None or isinstance(budget, list) and len(budget) == 4
+                and _list_of(budget[:3], lambda n: _is(int)(n) and n >= 0) and isinstance(budget[3], bool)), "context")
     return hits[:count], Context(
         [ContextBlock(index, block_text, None if at < 0 else hits[at].chunk, label)
-         for index, block_text, at, label in blocks], text, [hits[i] for i in used])
+         for index, block_text, at, label in blocks], text, [hits[i] for i in used],
+        None if budget is None else ContextBudget(*budget))

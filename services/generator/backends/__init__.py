@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ragmesh.context_budget import ContextBudget
 from ragmesh.types import ContextBlock, GenEvent, Turn
 
 
@@ -25,6 +26,9 @@ class GenerationBackend(Protocol):
 
     def stream(self, request: GenerationRequest) -> AsyncIterator[GenEvent]:
         """Thinking and content events, then one done event."""
+
+    def budget(self, model: str) -> ContextBudget:
+        """How much retrieved context `model` (one this backend serves) takes."""
 
     async def close(self) -> None:
         """Releases HTTP clients when the service stops."""

@@ -2,10 +2,15 @@
 a figure, a date, a reason), so an answer quoted from the context leads with the sentences that hold it.
 Rules, no model: the offline backend must do it too. A block's metadata says some of these
 things better than its text (the manager of a meeting note's fund, a factsheet's report date),
-so they are offered as sentences of their own."""
+so they are offered as sentences of their own. Some questions name a measure in words a passage that states it
+need not share ("How much money does Northwind manage?" is answered by "AUM is $6.0bn"): MEASURES says which
+words state each, so a figure of something else ("the managed-account sleeve has grown to $1.1bn") is not taken
+for it."""
 from __future__ import annotations
 
 import re
+
+from dataclasses import dataclass
 
 from ragmesh.question_kinds import DATE, FIGURE, PERSON, REASON
 from ragmesh.text import STOPWORDS
@@ -70,3 +75,37 @@ def metadata_sentences(question: str, kinds: set[str], block: ContextBlock) -> l
         what = "factsheet reports as of" if block.chunk.collection == "factsheets" else "meeting notes are dated"
         out.append(f"The {fund} {what} {block.chunk.date}.")
     return out
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A quantity a question may ask for in other words than those that state it."""
+
+    name: str  # what the answer says was not found, when no passage states it
+    asked: re.Pattern[str]  # the question asks for it
+    stated: re.Pattern[str]  # a sentence states it
+    words: tuple[str, ...]  # searched for beside the question's own words
+
+
+MEASURES = (  # first match wins: a kind of fee before any fee, a fee before the return ("performance fee")
+    Measure("the management fee", re.compile(r"\bmanagement\s+fees?\b", re.I),
+            re.compile(r"\bmanagement\s+fees?\b", re.I), ("fee",)),
+    Measure("the performance fee", re.compile(r"\b(?:performance|incentive)\s+fees?\b", re.I),
+            re.compile(r"\b(?:performance|incentive)\s+fees?\b", re.I), ("fee",)),
+    Measure("the fees", re.compile(r"\bfees?\b", re.I), re.compile(r"\bfees?\b", re.I), ("fee",)),
+    Measure("the minimum investment", re.compile(r"\bminimum\s+(?:investment|subscription|ticket)s?\b", re.I),
+            re.compile(r"\bminimum\s+(?:investment|subscription|ticket)s?\b", re.I), ("minimum",)),
+    Measure("the fund's assets under management",
+            re.compile(r"\baum\b|assets\s+under\s+management|\bhow\s+much\s+(?:money|capital)\b.*\b(?:manag|run|oversee)"
+                       r"|\bfund\s+size\b|\bsize\s+of\s+the\s+fund\b", re.I),
+            re.compile(r"\bAUM\b|assets\s+under\s+management|\bassets\b", re.I), ("aum", "assets")),
+    Measure("the return", re.compile(r"\b(?:(?:full|calendar)[- ]year\s+|annual\s+|monthly\s+)?(?:returns?|performance)\b"
+                                     r"|\b(?:lose|lost|losing|make|made|making)\s+money\b", re.I),
+            re.compile(r"\breturn(?:s|ed)?\b|\bperformance\b|\b(?:gain(?:ed)?|lost|fell|rose|up|down|closed|added)\b"
+                       r"|\b(?:worst|best)\s+month\b", re.I), ()),
+)
+
+
+def measure_asked(question: str) -> Measure | None:
+    """The measure the question asks for, when it names one of MEASURES."""
+    return next((m for m in MEASURES if m.asked.search(question)), None)

@@ -6,21 +6,29 @@ for (a name for "who", a figure for "how much", a date for "when": ragmesh.quest
 counts three times, so the answer leads with it; the blocks' metadata (a fund's manager, a
 report's date) is quoted as sentences too when it is what was asked. When relevant
 sentences of two blocks give different figures or dates for the same thing, a
-"Conflicting information" part says so, citing both."""
+"Conflicting information" part says so, citing both.
+
+A figure, name or date is given as the answer only when its sentence is about what was asked: it states the
+measure the question names (answer_kinds.MEASURES: a fund's AUM, not a sleeve's size), or it and the sentences
+leading into it hold most of the question's topic (weighted by rarity). Other sentences holding a thing of the
+kind asked answer a different question and are left out; when no sentence answers, the answer says the
+sources do not say it, and which sources were found."""
 from __future__ import annotations
 
 import asyncio
+import calendar
 import math
 import re
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from ragmesh.context_budget import OFFLINE, ContextBudget
 from ragmesh.question_kinds import DATE, FIGURE, PERSON, asked, asking_words
 from ragmesh.text import split_sentences, strip_citations, tokenize
 from ragmesh.types import ContextBlock, GenEvent
 from services.generator.backends import GenerationRequest
-from services.generator.backends.answer_kinds import carries, metadata_sentences
+from services.generator.backends.answer_kinds import Measure, carries, measure_asked, metadata_sentences
 from services.generator.backends.conflicts import find_conflicts
 
 NO_DATA = "There is no data in the selected sources that matches this question and these filters."
@@ -29,6 +37,7 @@ NOTHING_RELEVANT = (
     "so I can't answer it from them."
 )
 _MARKER = re.compile(r"\[\d+\]")
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _SUFFIXES = ("ing", "ies", "ed", "es", "er", "e", "s")
 _IRREGULAR = {  # the forms a question and a note use for the same event that no suffix joins
     "lost": "lose", "loss": "lose", "losses": "lose", "losing": "lose", "left": "leave", "leaving": "leave",
@@ -53,6 +62,11 @@ ASKED_WEIGHT = 3.0  # a sentence holding the kind of thing asked for, against on
 # sentence apart, so it counts this much of its rarity; the other words say what is asked about it.
 SUBJECT_WEIGHT = 0.25
 METADATA_WEIGHT = 0.9  # a metadata sentence yields to the text's own sentence that says as much
+# The share of the topic's weight (its words' rarity among the candidate sentences) a sentence and its lead-in
+# must hold more than, to be about it.
+ABOUT_SHARE = 0.5
+KIND_NAMES = {PERSON: "a name", FIGURE: "a figure", DATE: "a date"}
+NOT_STATED = "The sources found do not say this: none of them gives {what} that answers \u201c{question}\u201d."
 
 
 @dataclass
@@ -85,6 +99,9 @@ def _stems(text: str) -> set[str]:
 
 
 _INSTRUCTION_STEMS = {_stem(w) for w in INSTRUCTIONS}
+# Words of a question's asking phrase that name the thing asked, which the sentence that gives it says too.
+_NAMING = {_stem(w) for w in ("percentage", "percent", "share", "size", "premium", "price", "cost", "level",
+                                   "weight", "amount", "capacity", "drawdown", "exposure", "yield", "spread")}
 
 
 def _subject(blocks: list[ContextBlock]) -> set[str]:
@@ -117,6 +134,10 @@ class ExtractiveBackend:
         })
         yield GenEvent("done", model=self.name, text="stop")
 
+    def budget(self, model: str) -> ContextBudget:
+        """Little: it quotes the best hits' sentences and never reads the prompt."""
+        return OFFLINE
+
     async def close(self) -> None:
         """Nothing to release: no clients, no files."""
 
@@ -139,18 +160,26 @@ class ExtractiveBackend:
         if not terms - _INSTRUCTION_STEMS:
             return self._openings(blocks)
         kinds = asked(question)
+        measure = measure_asked(question) if FIGURE in kinds else None
+        if measure:
+            terms |= {_stem(w) for w in measure.words}
         subject = _subject(blocks)
-        # What the question is about: its words that neither name what every source is about nor ask for a kind.
-        topic = terms - subject - {_stem(w) for w in asking_words(question)}
+        # What the question is about: its words that neither name what every source is about nor ask for a kind
+        # ("lose" of "How much did X lose?"; a noun that names what is asked, "premium", stays: a sentence that
+        # gives it says it), nor name the measure asked, which says what it is about in its own words.
+        named = _stems(" ".join([measure.asked.search(question).group(0), *measure.words])) if measure else set()
+        asking = {t for t in _stems(" ".join(asking_words(question))) if t not in _NAMING}
+        topic = terms - subject - asking - named
         candidates = [  # (block, sentence, weight): the text's sentences, then what the metadata says
             (block, sentence, 1.0)
             for block in blocks
             for sentence in split_sentences(block.text)
         ] + [(block, sentence, METADATA_WEIGHT) for block in blocks for sentence in metadata_sentences(question, kinds, block)]
-        stems = [_stems(sentence) for _, sentence, _ in candidates]
+        stems = [_stems(sentence) | _period(block) for block, sentence, _ in candidates]
         # Inverse frequency over the candidate sentences: rare question terms count more.
         df = Counter(t for tokens in stems for t in tokens)
         n = len(candidates) or 1
+        about = _About(topic, measure, stems, candidates, {t: math.log(1 + n / df[t]) for t in topic if df[t]})
         scores: dict[int, float] = {}
         for order, ((block, sentence, weight), tokens) in enumerate(zip(candidates, stems)):
             matched = terms & tokens
@@ -162,7 +191,8 @@ class ExtractiveBackend:
                          for t in matched)
             score = weight * rarity / math.sqrt(1 + len(tokens) / 12)
             score *= 1.0 / (1 + 0.05 * (block.index - 1))  # earlier blocks ranked higher by retrieval
-            on_topic = told or self._on_topic(order, topic, stems, candidates)
+            # A cause seldom repeats the topic: a sentence touching it may tell why; a fact must be about it.
+            on_topic = told or (about(order) if kinds & FACTS else about.touches(order))
             if kinds and on_topic and carries(sentence, kinds, block):
                 score *= ASKED_WEIGHT
             scores[order] = score
@@ -181,8 +211,17 @@ class ExtractiveBackend:
                 break
         if not chosen:
             return NOTHING_RELEVANT
+        quoted = self._followed(chosen, candidates, kinds)
+        if facts := kinds & FACTS:
+            def off_question(s: _Scored) -> bool:  # holds a thing of the kind asked, about something else
+                return (candidates[s.order][2] == 1.0 and not about(s.order)
+                        and carries(s.sentence, facts, s.block))
+            if all(off_question(s) or not carries(s.sentence, facts, s.block) for s in quoted):
+                return self._not_stated(question, facts, measure, blocks)
+            quoted = [s for s in quoted if not off_question(s)]
+            scored = [s for s in scored if not off_question(s)]
         lines = ["Here is what the sources say:", ""]
-        for s in self._followed(chosen, candidates, kinds):
+        for s in quoted:
             label = f"**{s.block.label}**: " if s.block.label else ""
             lines.append(f"- {label}{s.sentence} [{s.block.index}]")
         relevant = [(s.block, s.sentence) for s in scored if s.score >= floor]
@@ -190,15 +229,13 @@ class ExtractiveBackend:
             lines += ["", "**Conflicting information**", ""] + [f"- {c.describe()}" for c in conflicts]
         return "\n".join(lines)
 
-    @staticmethod
-    def _on_topic(order: int, topic: set[str], stems: list[set[str]],
-                  candidates: list[tuple[ContextBlock, str, float]]) -> bool:
-        """Whether the sentence, or the LEAD_IN sentences leading into it in its source ("Corveth's trial
-        failed." before "The loss cost the fund 230bp."), speak of what the question is about: a figure of the
-        fund ("Orion gained 3.6% in June") answers "What did Orion gain from M&A?" only if it is about M&A."""
-        block = candidates[order][0]
-        return not topic or any(candidates[o][0] is block and topic & stems[o]
-                                for o in range(max(0, order - LEAD_IN), order + 1))
+    def _not_stated(self, question: str, facts: set[str], measure: Measure | None,
+                    blocks: list[ContextBlock]) -> str:
+        """No sentence holds what was asked about the thing asked: say so, and which sources were found."""
+        what = measure.name if measure else " or ".join(KIND_NAMES[k] for k in sorted(facts))
+        lines = [NOT_STATED.format(what=what, question=question.strip()), "", "The sources found are about other things:", ""]
+        lines += [f"- {b.label or 'Source'} [{b.index}]" for b in blocks[: self.max_sentences]]
+        return "\n".join(lines)
 
     @staticmethod
     def _followed(chosen: list[_Scored], candidates: list[tuple[ContextBlock, str, float]],
@@ -246,3 +283,49 @@ class ExtractiveBackend:
             if all(_jaccard(set(tokenize(p)), set(tokenize(u))) <= 0.6 for u in unique):
                 unique.append(p)
         return "\n".join(["From our conversation so far:", ""] + [f"- {p}" for p in unique[: self.max_sentences]])
+
+
+class _About:
+    """Whether a candidate sentence is about what the question asks: it states the measure asked, if any, and it
+    and the LEAD_IN sentences leading into it in its source ("Corveth's trial failed." before "The loss cost the
+    fund 230bp.") hold at least ABOUT_SHARE of the topic's weight: a figure of the fund ("Orion gained 3.6% in
+    June") answers "What did Orion gain from M&A?" only if it is about M&A. A topic word no candidate holds
+    weighs as much as the mean of those some candidate holds (it has no rarity of its own): a sentence holding
+    "2025" and "year" of "2025 full-year return" is about it, one holding "head" of "head of compliance" is
+    not; when the sources hold no word of the topic at all ("Who audits Altair?"), no sentence is about it."""
+
+    def __init__(self, topic: set[str], measure: Measure | None, stems: list[set[str]],
+                 candidates: list[tuple[ContextBlock, str, float]], weights: dict[str, float]) -> None:
+        self.topic, self.measure, self.stems, self.candidates, self.weights = topic, measure, stems, candidates, weights
+        unseen = len(topic) - len(weights)
+        self.total = sum(weights.values()) * (1 + unseen / len(weights)) if weights else 0.0
+
+    def __call__(self, order: int) -> bool:
+        if self.measure and not self.measure.stated.search(self.candidates[order][1]):
+            return False
+        if not self.topic:
+            return True
+        return bool(self.weights) and sum(self.weights[t] for t in self._held(order)) > ABOUT_SHARE * self.total
+
+    def touches(self, order: int) -> bool:
+        """Whether the sentence or its lead-in holds any word of the topic."""
+        return not self.topic or bool(self._held(order))
+
+    def _held(self, order: int) -> set[str]:
+        block = self.candidates[order][0]
+        return set().union(*(self.stems[o] for o in range(max(0, order - LEAD_IN), order + 1)
+                             if self.candidates[o][0] is block)) & self.topic
+
+
+def _period(block: ContextBlock) -> set[str]:
+    """What each of a block's sentences holds without saying it: a factsheet's month and year as stems
+    ({"august", "2024"} for 2024-08-31: its figures are of that month, "month return -4.1%"); another
+    source's year only (a note of 2024-09-05 saying "lost 1.9% in July" speaks of July 2024; its month is
+    when it was written, not what its figures are of)."""
+    chunk = block.chunk
+    if not chunk or not _ISO_DATE.match(chunk.date):
+        return set()
+    year, month = chunk.date[:4], int(chunk.date[5:7])
+    if chunk.collection != "factsheets":
+        return {year}
+    return {year, _stem(calendar.month_name[month].lower())}

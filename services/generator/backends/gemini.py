@@ -10,6 +10,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ragmesh.context_budget import ContextBudget, for_window
 from ragmesh.types import Citation, GenEvent
 from services.generator.backends import GenerationRequest
 from services.generator.backends.detached import detached
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 class GeminiModel:
     api_model: str
     thinking_level: str | None = None  # None: the model's default thinking
+    window_tokens: int = 1_048_576  # input tokens the API takes (Gemini 2.5 and 3 Pro: about a million)
 
 
 MODELS = {
@@ -47,6 +49,9 @@ class GeminiGenerator:
 
     async def close(self) -> None:
         await self.client.aio.aclose()
+
+    def budget(self, model: str) -> ContextBudget:
+        return for_window(MODELS[model].window_tokens)
 
     def config(self, request: GenerationRequest) -> types.GenerateContentConfig:
         from google.genai import types

@@ -9,6 +9,7 @@ import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from ragmesh.context_budget import ContextBudget, for_window
 from ragmesh.errors import Unavailable
 from ragmesh.types import GenEvent
 from services.generator.backends import GenerationRequest
@@ -42,6 +43,9 @@ class LlamaCppGenerator:
         self.max_tokens = max_tokens
         self._llm = None
         self._lock = threading.Lock()  # one generation at a time: the model is not re-entrant
+
+    def budget(self, model: str) -> ContextBudget:
+        return for_window(self.context_tokens)
 
     def _model(self):
         if self._llm is None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from ragmesh.context_budget import ContextBudget, for_window
 from ragmesh.types import GenEvent
 from services.generator.backends import GenerationRequest
 from ragmesh.provider_errors import http_error, transport_error
@@ -18,16 +19,21 @@ from ragmesh.provider_errors import http_error, transport_error
 class OpenAICompatGenerator:
     name = "openai"
 
-    def __init__(self, base_url: str, api_key: str, model: str) -> None:
+    def __init__(self, base_url: str, api_key: str, model: str, context_tokens: int = 8_192) -> None:
+        """`context_tokens`: the served model's context window as the server runs it (OPENAI_CONTEXT_TOKENS)."""
         if not model:
             raise ValueError("OPENAI_MODEL must name the served model when OPENAI_BASE_URL is set")
         self.model = model
+        self.context_tokens = context_tokens
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         # No read timeout: a long answer is bounded by the caller's gRPC deadline, which cancels us.
         self.client = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=httpx.Timeout(10.0, read=None))
 
     async def close(self) -> None:
         await self.client.aclose()
+
+    def budget(self, model: str) -> ContextBudget:
+        return for_window(self.context_tokens)
 
     def body(self, request: GenerationRequest) -> dict[str, Any]:
         messages = [{"role": "system", "content": request.system_instruction}] if request.system_instruction else []

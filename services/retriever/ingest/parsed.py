@@ -1,11 +1,17 @@
 """What parsers produce: a document's text in titled sections that remember where each page
-starts, so every chunk can carry its section and page."""
+starts and which chapter they belong to, so every chunk can carry its chapter, section, paragraph
+and page."""
 from __future__ import annotations
 
 import bisect
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ragmesh.errors import InvalidArgument
+from services.retriever.ingest.detect import HEADING_LINE
+
+_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 
 
 class UnreadableFile(InvalidArgument):
@@ -34,6 +40,9 @@ class Section:
     # What changes in `meta` when the whole section is one chunk (a meeting note's notes are
     # "notes_part" chunks, or one "full_notes" chunk when they fit in one).
     whole_meta: dict[str, str] = field(default_factory=dict)
+    level: int = 0  # the heading's depth (1 for "#", <h1>, "Heading 1"); 0: no heading, or one outside the outline
+    lead: int = 0  # how many paragraphs the text opens with are headings (not counted as the section's paragraphs)
+    chapter: str = ""  # the title of the chapter holding it (its own, for a chapter's heading): with_chapters sets it
 
     def add(self, text: str, page: int = 0, sep: str = "\n\n") -> None:
         """Appends text (from `page` on, if the format has pages)."""
@@ -50,9 +59,15 @@ class Section:
         i = bisect.bisect_right(self.pages, (offset, float("inf"))) - 1
         return self.pages[max(i, 0)][1] if self.pages else 0
 
+    def paragraph_number(self, paragraph: int) -> int:
+        """The 1-based number a reader gives the text's `paragraph` (0-based, headings included): the
+        headings the section opens with are not paragraphs of it."""
+        return max(paragraph - self.lead, 0) + 1
+
     def slice(self, start: int, end: int) -> "Section":
         """text[start:end] as a section of its own, pages kept."""
-        part = Section(self.title, self.text[start:end], meta=dict(self.meta), whole_meta=dict(self.whole_meta))
+        part = Section(self.title, self.text[start:end], meta=dict(self.meta), whole_meta=dict(self.whole_meta),
+                       level=self.level, chapter=self.chapter)
         if self.pages:
             part.pages = [(0, self.page_at(start))] + [(o - start, p) for o, p in self.pages if start < o < end]
         return part
@@ -81,9 +96,40 @@ class Parsed:
         return "\n\n".join(s.text for s in self.sections)
 
 
+def with_chapters(sections: list[Section]) -> list[Section]:
+    """Sets each section's chapter from the headings' levels: the shallowest level is the chapters' (a lone
+    heading above the rest, the document's own title, is not a chapter), every section under a chapter's
+    heading belongs to it. A document whose headings are all of one level has chapters only when they are
+    named like chapters ("Chapter 3", "Part II", "Introduction"); notes with a few headings have none."""
+    headed = [s for s in sections if s.level]
+    levels = Counter(s.level for s in headed)
+    top = min(levels, default=0)
+    if len(levels) > 1 and levels[top] == 1 and headed[0].level == top:
+        del levels[top]  # the document's title
+        top = min(levels)
+    if not levels:
+        return sections
+    if len(levels) == 1 and not _named_chapters([s.title for s in headed if s.level == top]):
+        return sections
+    chapter = ""
+    for section in sections:
+        if section.level == top:
+            chapter = section.title
+        elif 0 < section.level < top:
+            chapter = ""  # the title above the chapters
+        section.chapter = chapter
+    return sections
+
+
+def _named_chapters(titles: list[str]) -> bool:
+    named = sum(bool(HEADING_LINE.fullmatch(t)) for t in titles)
+    return named >= 2 and 2 * named >= len(titles)
+
+
 def compact(sections: list[Section]) -> list[Section]:
-    """Drops empty sections and joins a heading with nothing under it to the next section,
-    so no chunk is a lone heading."""
+    """Drops empty sections and joins a heading with nothing under it to the next section (headings
+    in a row, a book's title then its first chapter's and section's, all to the first text after
+    them), so no chunk is a lone heading."""
     out: list[Section] = []
     pending: Section | None = None
     for section in sections:
@@ -92,7 +138,7 @@ def compact(sections: list[Section]) -> list[Section]:
         if pending is not None:
             section = _joined(pending, section)
             pending = None
-        if section.title and section.text.strip() == section.title.strip():
+        if _only_headings(section):
             pending = section
         else:
             out.append(section)
@@ -101,10 +147,20 @@ def compact(sections: list[Section]) -> list[Section]:
     return out
 
 
+def _only_headings(section: Section) -> bool:
+    return bool(section.title) and (section.text.strip() == section.title.strip()
+                                    or _paragraphs(section.text) <= section.lead)
+
+
+def _paragraphs(text: str) -> int:
+    return len(_PARAGRAPH_BREAK.findall(text.strip())) + 1
+
+
 def _joined(first: Section, second: Section) -> Section:
     """first's text then second's, under second's title; page offsets kept."""
     joined = Section(second.title, first.text, list(first.pages), {**first.meta, **second.meta},
-                     {**first.whole_meta, **second.whole_meta})
+                     {**first.whole_meta, **second.whole_meta}, second.level,
+                     _paragraphs(first.text) + second.lead, second.chapter or first.chapter)
     shift = len(first.text) + 2
     joined.text += "\n\n" + second.text
     pages = [(offset + shift, page) for offset, page in second.pages]

@@ -48,7 +48,7 @@ from services.retriever.search import EmbedFn
 log = logging.getLogger(__name__)
 
 # Part of every content hash: a pipeline that chunks differently re-chunks unchanged documents.
-PIPELINE_VERSION = 2
+PIPELINE_VERSION = 3
 MAX_BYTES = 50 * 1024 * 1024
 # Characters of chunk text the records sharing one embedding call hold at most (unless one record alone holds
 # more): one slice of the embedder's for a tenant alone (services/embedder/app.py), so a call of short
@@ -465,11 +465,12 @@ class Ingestor:
         return hashlib.sha256(payload.encode()).hexdigest()
 
     def _chunks(self, doc: Document, doc_id: str, chunked: Chunked, metadata: dict[str, str], date: str) -> list[Chunk]:
-        """Every chunk carries the document's metadata and its own section, pages, flags and index."""
+        """Every chunk carries the document's metadata and its own section (chapter and paragraph in a
+        document with chapters), pages, flags and index."""
         out = []
         for i, piece in enumerate(chunked.pieces):
             meta = {
-                **metadata, **piece.meta, "section": piece.section,
+                **metadata, **piece.meta, "section": piece.section, **piece.place,
                 "page": str(piece.page) if piece.page else "", "page_end": str(piece.page_end) if piece.page_end else "",
                 "redacted": str(is_redacted(piece.text)).lower(), "chunk_index": str(i),
             }

@@ -1,6 +1,7 @@
 """From a parsed document to chunk texts (type-aware chunking): detect the type, redact, then the
-type's chunker. Chunks never span sections (so each names one) but may span pages (each names
-the first and last); BOOK parents group whole paragraphs and may span sections.
+type's chunker. Chunks never span sections (so each names one, with its chapter and the number of
+its first paragraph in the section) but may span pages (each names the first and last); BOOK parents
+group whole paragraphs and may span sections (each names where it starts).
 
 FAQ:       one chunk per Q&A pair, at most 8,000 chars (a longer answer continues in further
            chunks that repeat the question, where a single cut would lose it).
@@ -67,6 +68,13 @@ class Piece:
     meta: dict[str, str] = field(default_factory=dict)
     is_parent: bool = False
     parent: int | None = None
+    chapter: str = ""
+    paragraph: int = 0  # 1-based, in its section: where the piece starts
+
+    @property
+    def place(self) -> dict[str, str]:
+        """The chunk metadata naming its chapter and paragraph: none for a document without chapters."""
+        return {"chapter": self.chapter, "paragraph": str(self.paragraph)} if self.chapter else {}
 
 
 @dataclass
@@ -92,7 +100,7 @@ class _Unit:
 def _redact(section: Section) -> tuple[Section, int]:
     """The section with PII replaced, page by page so page offsets stay right."""
     bounds = sorted({0, *(offset for offset, _ in section.pages), len(section.text)})
-    clean = Section(section.title, meta=dict(section.meta), whole_meta=dict(section.whole_meta))
+    clean = dataclasses.replace(section, text="", pages=[], meta=dict(section.meta), whole_meta=dict(section.whole_meta))
     redactions = 0
     for a, b in zip(bounds, bounds[1:]):
         done = sanitize(section.text[a:b])
@@ -139,11 +147,21 @@ def _pieces(units: list[_Unit], sections: list[Section], size: tuple[int, int, i
     # A unit that starts a paragraph is joined by two characters, not one: count the extra.
     lengths = [len(u.text) + (i > 0 and u.paragraph != units[i - 1].paragraph) for i, u in enumerate(units)]
     out = []
+    said = 0  # units the pieces so far hold: a piece's first new unit is where it points a reader
     for a, b in group(lengths, lo, hi, overlap):
         first, last = units[a], units[b - 1]
-        section = sections[first.section]
-        out.append(Piece(_join(units[a:b]), section.title, first.page, last.page_end, dict(section.meta), parent=parent))
+        out.append(_piece(_join(units[a:b]), sections[first.section], first, last, units[min(max(a, said), b - 1)],
+                          parent=parent))
+        said = b
     return out
+
+
+def _piece(text: str, section: Section, first: _Unit, last: _Unit, new: _Unit | None = None,
+           parent: int | None = None, is_parent: bool = False) -> Piece:
+    """A piece of `section` from `first`'s sentence to `last`'s: its place (section, chapter, pages, and the
+    paragraph of `new`, its first sentence that the piece before did not hold: the overlap is not where it is)."""
+    return Piece(text, section.title, first.page, last.page_end, dict(section.meta), is_parent, parent,
+                 section.chapter, section.paragraph_number((new or first).paragraph))
 
 
 def _section_pieces(sections: list[Section], index: int, size: tuple[int, int, int], limit: int) -> list[Piece]:
@@ -175,9 +193,10 @@ def _faq(sections: list[Section], sizes: Sizes) -> list[Piece]:
             if not block:
                 continue
             a += len(raw) - len(raw.lstrip())
+            paragraph = section.paragraph_number(len(_PARAGRAPH_BREAK.findall(section.text, 0, a)))
             if len(block) <= sizes.faq_max:
                 out.append(Piece(block, section.title, section.page_at(a), section.page_at(a + len(block) - 1),
-                                 dict(section.meta)))
+                                 dict(section.meta), chapter=section.chapter, paragraph=paragraph))
                 continue
             question = block.partition("\n")[0]
             if len(question) > sizes.faq_max // 2:  # too long to repeat: split with its answer, like text
@@ -185,6 +204,7 @@ def _faq(sections: list[Section], sizes: Sizes) -> list[Piece]:
             part = section.slice(a + len(question) + 1 if question else a, a + len(block))
             room = sizes.faq_max - len(question) - 1 if question else sizes.faq_max
             for piece in _pieces(_sentences(part, 0, room), [part], (room // 2, room, 0)):
+                piece.paragraph = paragraph  # the question's: the part's own count starts inside it
                 if question:
                     piece.text = f"{question}\n{piece.text}"
                 out.append(piece)
@@ -212,8 +232,7 @@ def _book(sections: list[Section], sizes: Sizes) -> list[Piece]:
         units = [u for block in blocks[a:b] for u in block]
         first, last = units[0], units[-1]
         text = "\n\n".join(_join(block) for block in blocks[a:b])
-        out.append(Piece(text, sections[first.section].title, first.page, last.page_end,
-                         dict(sections[first.section].meta), is_parent=True))
+        out.append(_piece(text, sections[first.section], first, last, is_parent=True))
         parent = len(out) - 1
         for run in _by_section(units):
             out += _pieces(run, sections, sizes.child, parent)

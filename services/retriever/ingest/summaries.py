@@ -50,8 +50,17 @@ Generate = Callable[[SummaryPrompt], Awaitable[str]]
 
 
 def table_of_contents(sections: list[Section]) -> list[SectionOutline]:
-    """Section titles and first pages: what the summary route falls back on."""
-    return [SectionOutline(s.title, "", s.first_page) for s in sections if s.title]
+    """Chapter and section titles in reading order, with their first pages: what the summary route falls
+    back on. A chapter whose heading opens its first section (no text of its own before it) is listed too."""
+    out: list[SectionOutline] = []
+    chapter = ""
+    for s in sections:
+        if s.chapter and s.chapter != chapter and s.title != s.chapter:
+            out.append(SectionOutline(s.chapter, "", s.first_page))
+        chapter = s.chapter
+        if s.title:
+            out.append(SectionOutline(s.title, "", s.first_page))
+    return out
 
 
 def _key_terms(text: str, n: int = 8) -> list[str]:

@@ -4,7 +4,8 @@ process, which a thread cannot be, and one tenant's files never wait behind anot
 
 A few long-lived workers, each a process forked from a forkserver (never from the retriever,
 whose FAISS and torch threads a fork would copy mid-lock) with its address space capped
-(RLIMIT_AS) and a CPU-time cap per document as a backstop. A document goes to an idle worker;
+(RLIMIT_AS), a CPU-time cap per document as a backstop, and a lower CPU priority than the serving
+processes (PARSE_NICENESS), so parsing takes the cores they leave. A document goes to an idle worker;
 its parse is given `timeout_s` of wall-clock time from there. A worker that times out, runs out
 of memory, crashes or whose caller went away is killed and replaced by a fresh one on next use.
 Each tenant has at most `per_tenant` parses at once; free workers go to the longest-waiting
@@ -18,10 +19,11 @@ import functools
 import logging
 import math
 import multiprocessing
+import os
 import resource
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
@@ -43,6 +45,11 @@ log = logging.getLogger(__name__)
 _PRELOAD = ["services.retriever.ingest.workers", "services.retriever.ingest.parsers.office",
             "services.retriever.ingest.parsers.pdf"]
 MIN_MEMORY_MB = 256
+# How much lower a worker runs than the retriever (nice): a parse takes the CPU the serving processes
+# leave, so a tenant's large or hostile files cost another tenant's calls little of the cores they share.
+PARSE_NICENESS = 10
+# A piece of a file sent in pieces (retriever.proto's Document.more_content): what one message holds.
+MAX_PIECE_BYTES = 4 * 1024 * 1024
 _DONE: Future[None] = Future()
 _DONE.set_result(None)
 
@@ -84,6 +91,7 @@ def _serve(conn: Connection, memory_mb: int, log_level: int) -> None:
     """A worker's life: parse what arrives until the pipe closes. Refusals travel back as
     (field, reason); running out of memory ends the worker (its heap is not trusted after)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the retriever's to handle
+    os.nice(PARSE_NICENESS)
     rlog.setup("retriever", logging.getLevelName(log_level))  # pypdf's warnings as JSON lines, like the rest
     if memory_mb:
         limit = memory_mb * 1024 * 1024
@@ -212,6 +220,36 @@ class ParsePool:
             return
         doc.spooled = await asyncio.to_thread(self.spool.put, doc.content)
         doc.content = b""
+
+    async def received(self, doc: Document, pieces: AsyncIterator[bytes], max_bytes: int) -> None:
+        """`doc`'s content (its first piece) completed, in place, by the `pieces` that follow it: a file
+        sent in pieces is written to the spool piece by piece as it arrives, so no step holds it whole
+        before its parse turn (a pool without a spool, as tests make, joins them in memory).
+        InvalidArgument naming `content` for a piece over MAX_PIECE_BYTES or pieces over `max_bytes`
+        together (INGEST_MAX_BYTES); when this raises (that, or the sender went away) nothing of the
+        file is left on disk."""
+        first, doc.content = doc.content, b""
+        spooled = await asyncio.to_thread(self.spool.put) if self.spool is not None else None
+        held: list[bytes] = []
+        size = 0
+        try:
+            async for piece in _following(first, pieces):
+                size += len(piece)
+                if len(piece) > MAX_PIECE_BYTES:
+                    raise InvalidArgument("content", f"a piece of {doc.filename or doc.doc_id or 'a file'} is "
+                                                     f"{len(piece):,} bytes; the limit is {MAX_PIECE_BYTES:,} a piece")
+                if size > max_bytes:
+                    raise InvalidArgument("content", f"the pieces of {doc.filename or doc.doc_id or 'a file'} pass "
+                                                     f"{max_bytes:,} bytes, the limit of a file (INGEST_MAX_BYTES)")
+                if spooled is not None:
+                    await asyncio.to_thread(spooled.append, piece)
+                else:
+                    held.append(piece)
+        except BaseException:
+            if spooled is not None:
+                spooled.close()
+            raise
+        doc.content, doc.spooled = (b"", spooled) if spooled is not None else (b"".join(held), None)
 
     async def parse(self, doc: Document, max_bytes: int) -> list[Parsed | BadRecord]:
         """The parsed documents of `doc` (see parsers.parse); UnreadableFile naming the limit when a
@@ -353,6 +391,12 @@ class ParsePool:
         for worker in workers:
             worker.kill()
         self._io.shutdown(wait=False, cancel_futures=True)
+
+
+async def _following(first: bytes, pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async for piece in pieces:
+        yield piece
 
 
 @functools.cache

@@ -802,6 +802,12 @@
     dl.textContent = "";
     rows.forEach(function (r) { addDl(dl, r[0], r[1]); });
   }
+  // Where in a book the source sits: "Chapter 2: Storms › 2.1 The fog signal · ¶3" (empty without chapters).
+  function placeOf(c) {
+    if (!c.chapter) return "";
+    var shown = [c.chapter, c.section].filter(Boolean).join(" › ");
+    return c.paragraph ? shown + " · ¶" + c.paragraph : shown;
+  }
   function openPanel(button) {
     var c = citationFor(button);
     if (!c) return;
@@ -818,8 +824,8 @@
     layout.classList.add("panel-open");
     $("panel-title").textContent = "[" + (c.index != null ? c.index : "") + "] " + (c.title || c.doc_id || "Source");
     var md = c.metadata || {};
-    panelMeta([["Document", c.doc_id], ["Collection", c.collection], ["Date", c.date], ["Fund", md.fund_name],
-               ["Page", md.page]]);
+    panelMeta([["Document", c.doc_id], ["Place", placeOf(c)], ["Collection", c.collection], ["Date", c.date],
+               ["Fund", md.fund_name], ["Page", md.page]]);
     $("panel-text").textContent = c.snippet || "";
     $("panel-parent-block").hidden = true;
     $("panel-summary-block").hidden = true;
@@ -831,7 +837,8 @@
       if (panel.getAttribute("data-chunk-id") !== (c.chunk_id || "")) return;  // another opened since
       var doc = summary ? r : (r.document || {});
       var dm = doc.metadata || {};
-      panelMeta([["Document", doc.title || c.title || c.doc_id], ["Collection", doc.collection || c.collection],
+      panelMeta([["Document", doc.title || c.title || c.doc_id], ["Place", placeOf(c)],
+                 ["Collection", doc.collection || c.collection],
                  ["Date", (summary ? doc.date : r.date) || c.date], ["Fund", (summary ? dm.fund_name : r.fund) || md.fund_name],
                  ["Page", summary ? "" : r.page], ["Type", dm.doc_type], ["File", dm.filename],
                  ["Chunks", doc.chunk_count]]);

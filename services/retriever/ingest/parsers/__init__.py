@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import PurePosixPath
 
 from ragmesh.types import Document
-from services.retriever.ingest.parsed import BadRecord, Parsed, UnreadableFile, compact
+from services.retriever.ingest.parsed import BadRecord, Parsed, UnreadableFile, compact, with_chapters
 from services.retriever.ingest.parsers.archive import ArchiveLimits, check_archive
 from services.retriever.ingest.parsers.markup import parse_html, parse_markdown
 from services.retriever.ingest.parsers.records import parse_json, parse_jsonl
@@ -115,10 +115,10 @@ def parse(doc: Document, max_bytes: int, archive: ArchiveLimits = ArchiveLimits(
 
 
 def _checked(p: Parsed | BadRecord, number: int, file_id: str, records: int) -> Parsed | BadRecord:
-    """Names the document and checks that it has text to index."""
+    """Names the document, gives its sections their chapters and checks that it has text to index."""
     if isinstance(p, BadRecord):
         return p
-    p.sections = compact(p.sections)
+    p.sections = compact(with_chapters(p.sections))
     if not p.sections:
         hint = " (a scanned PDF? text recognition is not supported)" if p.filetype == "pdf" else ""
         return BadRecord(f"{f'record {number} ' if records > 1 else ''}has no text to index{hint}")

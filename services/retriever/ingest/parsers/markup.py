@@ -1,5 +1,5 @@
-"""Markdown and HTML: headings start sections; HTML through the standard library's parser
-(scripts, styles and the like skipped, block elements ending paragraphs)."""
+"""Markdown and HTML: headings start sections (their levels give the chapters); HTML through the standard
+library's parser (scripts, styles and the like skipped, block elements ending paragraphs)."""
 from __future__ import annotations
 
 import re
@@ -22,7 +22,7 @@ def parse_markdown(data: bytes, name: str) -> list[Parsed]:
         nonlocal title
         sections[-1].add("\n".join(body).strip("\n"))
         body.clear()
-        sections.append(Section(text))
+        sections.append(Section(text, level=level, lead=1))
         body.extend([text, ""])
         title = title or (text if level == 1 else "")
 
@@ -92,7 +92,7 @@ class _HtmlText(HTMLParser):
             text = " ".join("".join(self._heading).split())
             self._heading = None
             if text:
-                self.sections.append(Section(text))
+                self.sections.append(Section(text, level=int(tag[1]), lead=1))
                 self.sections[-1].add(text)
         elif tag in _BLOCK:
             self._flush()

@@ -1,6 +1,6 @@
-"""Word (python-docx: headings start sections, tables read row by row) and PowerPoint
-(python-pptx: one section per slide, named by its title, the slide number as its page,
-speaker notes included)."""
+"""Word (python-docx: headings start sections, their levels give the chapters; tables read row by
+row) and PowerPoint (python-pptx: one section per slide, named by its title, the slide number as its
+page, speaker notes included)."""
 from __future__ import annotations
 
 import io
@@ -29,8 +29,8 @@ def parse_docx(data: bytes, name: str) -> list[Parsed]:
                 sections[-1].add(_table_text([[c.text.strip() for c in row.cells] for row in block.rows]))
                 continue
             text = block.text.strip()
-            if _is_heading(block) and text:
-                sections.append(Section(text))
+            if (level := _heading_level(block)) is not None and text:
+                sections.append(Section(text, level=level, lead=1))
             sections[-1].add(text)
         title = (document.core_properties.title or "").strip()
     except Exception as exc:  # a damaged zip or XML: python-docx raises many kinds
@@ -38,9 +38,14 @@ def parse_docx(data: bytes, name: str) -> list[Parsed]:
     return [Parsed("", sections, "docx", title=title)]
 
 
-def _is_heading(paragraph: Paragraph) -> bool:
+def _heading_level(paragraph: Paragraph) -> int | None:
+    """"Heading 2" is level 2; the document's "Title" starts a section outside the outline (0); None: body text."""
     style = paragraph.style.name if paragraph.style is not None else ""
-    return style.startswith("Heading") or style == "Title"
+    if style == "Title":
+        return 0
+    if style.startswith("Heading"):
+        return int(level) if (level := style.removeprefix("Heading").strip()).isdigit() else 1
+    return None
 
 
 def _shapes(shapes) -> Iterator[BaseShape]:

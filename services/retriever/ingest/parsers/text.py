@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import codecs
+import re
 
 from services.retriever.ingest.detect import HEADING_LINE
 from services.retriever.ingest.parsed import Parsed, Section, UnreadableFile
+
+# A heading's level by its first word: parts hold chapters, chapters hold sections.
+_LEVELS = {"part": 1, "book": 1, "section": 3}
+_OWN_PARAGRAPH = re.compile(r"[ \t]*\n[ \t]*\n")
 
 _BOMS = [  # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
     (codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
@@ -34,7 +39,9 @@ def sections_at_headings(text: str, page: int = 0, into: list[Section] | None = 
     start = 0
     for m in HEADING_LINE.finditer(text):
         sections[-1].add(text[start:m.start()].strip("\n"), page, sep=_separator(sections[-1].text))
-        sections.append(Section(" ".join(m.group().split())))
+        title = " ".join(m.group().split())
+        sections.append(Section(title, level=_LEVELS.get(title.split()[0].lower(), 2),
+                                lead=int(bool(_OWN_PARAGRAPH.match(text, m.end())))))
         start = m.start()
     sections[-1].add(text[start:].strip("\n"), page, sep=_separator(sections[-1].text))
     return sections
