@@ -98,7 +98,10 @@ def test_context_window_field_is_sent_and_overrides_the_question(stack: Stack, s
     strategy = ask(stack.http_url, stack.headers, "What did Kestrel do this week?", context_window="48h",
                    data_sources=["Meeting Notes"])["meta"]["strategy"]
     assert strategy["time_window"] == "48h"
-    assert searches.query("meeting_notes").boosters.time_window == "48h"
+    # The window holds no note: the search within it comes first, then the recent notes said as such.
+    windowed, recent = [q for q, _ in searches.of("meeting_notes")]
+    assert windowed.boosters.time_window == "48h" and not recent.boosters.time_window
+    assert any("most recent" in r for r in strategy["relaxed"]), strategy
 
     searches.seen.clear()
     strategy = ask(stack.http_url, stack.headers, "What did Kestrel do this week?", context_window="all",

@@ -129,3 +129,12 @@ def test_a_factsheets_figures_are_of_its_month() -> None:
     fs = northwind(1, "Northwind Global Macro Fund performance as of 2024-08-31: month return -4.1%.",
                    collection="factsheets", date="2024-08-31")
     assert "-4.1%" in answer("How much did Northwind lose in August 2024?", [fs])
+
+
+def test_how_many_is_answered_by_a_bare_count_not_a_year() -> None:
+    """A count has no unit ("37 beehives"); the sentence saying it answers, and the year beside it does not."""
+    blocks = [block(1, "Zephyr Orchard Fund: estate report. The hives were counted in April 2024 by the estate "
+                       "manager. The Zephyr Orchard Fund keeps exactly 37 beehives on its Valencia estate.",
+                    collection="documents")]
+    assert first_line("How many beehives does the Zephyr Orchard Fund keep?", blocks).endswith(
+        "The Zephyr Orchard Fund keeps exactly 37 beehives on its Valencia estate. [1]")

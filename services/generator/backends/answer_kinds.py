@@ -18,10 +18,14 @@ from ragmesh.types import ContextBlock
 
 _MONTH = r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|" \
          r"Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
+COUNT = "count"  # what "how many" asks for besides a figure: a bare number counts
+_COUNTED = re.compile(r"\bhow\s+many\b", re.I)
 _CARRIES = {
     FIGURE: re.compile(r"[$€£]\s?\d|(?<![\w.])[-+\u2212]?\d+(?:[.,]\d+)*\s?(?:%|bp\b|bps\b|bn\b|billion|million|"
                        r"m\b|x\b|cents?\b|percent|per\s+cent)"),
     DATE: re.compile(rf"\b{_MONTH}\b|\b\d{{4}}-\d{{2}}-\d{{2}}\b|\bQ[1-4]\b|\b(?:19|20)\d{{2}}\b"),
+    # A count ("How many beehives?"): a number with no unit, not a year ("37 beehives", "61 positions").
+    COUNT: re.compile(r"(?<![\w.$€£-])\d{1,3}(?:,\d{3})*(?![\d.,%])"),
     # A cause told: "because", "driven by", "after policymakers announced ...".
     REASON: re.compile(r"\b(?:because|due\s+to|driven\s+by|drove|thanks\s+to|as\s+a\s+result|following|announced|"
                        r"led\s+to|caused|on\s+the\s+back\s+of|amid|since\s+(?:the|it|we))\b", re.I),
@@ -33,6 +37,11 @@ _CAPITALISED = re.compile(r"\b[A-Z][a-z\u00e0-\u00ff]+(?:-[A-Z][a-z]+)?(?:\s[A-Z
 _DATED = re.compile(r"\b(?:meet\w*|met|factsheets?|reports?|reported|calls?|reviews?|notes?)\b", re.I)
 # Who runs the fund: the question the block's manager (metadata) answers.
 _MANAGING = re.compile(r"\b(?:manag\w*|runs?|running|run by|pms?|portfolio manager|in charge|leads?|led by)\b", re.I)
+
+
+def counted(question: str) -> set[str]:
+    """{COUNT} when the question asks how many: a sentence giving a bare number then carries what was asked."""
+    return {COUNT} if _COUNTED.search(question) else set()
 
 
 def carries(sentence: str, kinds: set[str], block: ContextBlock) -> bool:

@@ -28,7 +28,7 @@ from ragmesh.question_kinds import DATE, FIGURE, PERSON, asked, asking_words
 from ragmesh.text import split_sentences, strip_citations, tokenize
 from ragmesh.types import ContextBlock, GenEvent
 from services.generator.backends import GenerationRequest
-from services.generator.backends.answer_kinds import Measure, carries, measure_asked, metadata_sentences
+from services.generator.backends.answer_kinds import COUNT, Measure, carries, counted, measure_asked, metadata_sentences
 from services.generator.backends.conflicts import find_conflicts
 
 NO_DATA = "There is no data in the selected sources that matches this question and these filters."
@@ -55,7 +55,7 @@ INSTRUCTIONS = ("summarize", "summarise", "summary", "explain", "elaborate", "te
 # source are quoted after the best FOLLOWED sentences when they hold a figure, a date or a name.
 CONTINUATION, FOLLOWED = 2, 2
 LEAD_IN = 2  # sentences before one that may name what it speaks of ("the loss", "the position")
-FACTS = {PERSON, FIGURE, DATE}
+FACTS = {PERSON, FIGURE, DATE, COUNT}
 _AMPERSAND = re.compile(r"\b[a-z]&[a-z]\b")  # M&A, R&D, S&P: one term, not two letters
 ASKED_WEIGHT = 3.0  # a sentence holding the kind of thing asked for, against one that only shares words
 # A question word every block's label holds (the fund asked about: retrieval gave only its sources) tells no
@@ -159,7 +159,7 @@ class ExtractiveBackend:
         terms = _stems(question)
         if not terms - _INSTRUCTION_STEMS:
             return self._openings(blocks)
-        kinds = asked(question)
+        kinds = asked(question) | counted(question)
         measure = measure_asked(question) if FIGURE in kinds else None
         if measure:
             terms |= {_stem(w) for w in measure.words}
@@ -232,7 +232,7 @@ class ExtractiveBackend:
     def _not_stated(self, question: str, facts: set[str], measure: Measure | None,
                     blocks: list[ContextBlock]) -> str:
         """No sentence holds what was asked about the thing asked: say so, and which sources were found."""
-        what = measure.name if measure else " or ".join(KIND_NAMES[k] for k in sorted(facts))
+        what = measure.name if measure else " or ".join(KIND_NAMES[k] for k in sorted(facts & KIND_NAMES.keys()))
         lines = [NOT_STATED.format(what=what, question=question.strip()), "", "The sources found are about other things:", ""]
         lines += [f"- {b.label or 'Source'} [{b.index}]" for b in blocks[: self.max_sentences]]
         return "\n".join(lines)
