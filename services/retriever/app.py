@@ -47,7 +47,7 @@ class RetrieverApp(ServiceApp):
         self.snapshot_dir = settings.data_dir / "index"
         self.embedder: EmbedderClient | None = None
         self.generator: GeneratorClient | None = None
-        self.engine = SearchEngine(self.registry, self._embed)
+        self.engine = SearchEngine(self.registry, self._embed, settings.fusion.upper())
         self.committer = Committer(self.store, self.registry)
         self.follower = Follower(self.committer, settings.follow_interval_s)
         self._following: asyncio.Task | None = None

@@ -1,5 +1,5 @@
 """Hybrid search over one or more collections: every query variant's dense and sparse
-lists under one compiled filter, fused (weighted RRF or linear), boosted, thresholded,
+lists under one compiled filter, fused (the engine's hybrid fusion, or linear), boosted, thresholded,
 and merged across collections on their normalised scores. With the embedder down, the
 keyword lists are ranked with recency (keyword_recency) whichever fusion was asked."""
 from __future__ import annotations
@@ -22,7 +22,9 @@ from ragmesh.validation import (
 from services.retriever import filters, keyword_recency, personal
 from services.retriever import fusion as ranking
 from services.retriever.backend import SearchBackend
-from services.retriever.fusion import DEFAULT_RRF_K, LINEAR, LINEAR_DEFAULTS, RRF, Boosters, Candidate
+from services.retriever.fusion import (
+    DEFAULT_FUSION, DEFAULT_RRF_K, HYBRID_WEIGHTS, LINEAR, LINEAR_DEFAULTS, RRF, Boosters, Candidate,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +39,13 @@ class SearchQuery:
     collections: list[str] = field(default_factory=list)
     filter: SearchFilter = field(default_factory=SearchFilter)
     top_k: int = 50
-    dense_weight: float | None = None  # default 0.5 (RRF) or 0.6 (LINEAR)
-    sparse_weight: float | None = None  # default 0.5 (RRF) or 0.25 (LINEAR)
+    dense_weight: float | None = None  # default: the hybrid fusion's (HYBRID_WEIGHTS), 0.6 under LINEAR
+    sparse_weight: float | None = None  # default: the hybrid fusion's (HYBRID_WEIGHTS), 0.25 under LINEAR
     recency_weight: float | None = None  # LINEAR only, default 0.15
     rrf_k: int = DEFAULT_RRF_K
     vector: np.ndarray | None = None
     variants: list[str] = field(default_factory=list)
-    fusion: str = RRF
+    fusion: str = RRF  # RRF: the engine's hybrid fusion (FUSION: rrf, convex or dbsf); LINEAR: the notes contract's
     boosters: Boosters = field(default_factory=Boosters)
     reader: str = ""  # whose conversation memory may be searched ("" nobody's): see personal.reader
 
@@ -71,8 +73,9 @@ class SearchQuery:
         filters.validate(self.filter)
         self.boosters.validate()
 
-    def weights(self) -> tuple[float, float, float]:
-        vec, kw, rec = LINEAR_DEFAULTS if self.fusion == LINEAR else (0.5, 0.5, 0.0)
+    def weights(self, hybrid: str = DEFAULT_FUSION) -> tuple[float, float, float]:
+        """Dense, keyword and recency weights: the caller's, else the defaults of the fusion used."""
+        vec, kw, rec = LINEAR_DEFAULTS if self.fusion == LINEAR else (*HYBRID_WEIGHTS[hybrid], 0.0)
         pick = lambda given, default: default if given is None else given  # noqa: E731
         weights = pick(self.dense_weight, vec), pick(self.sparse_weight, kw), pick(self.recency_weight, rec)
         if not any(weights):
@@ -90,14 +93,16 @@ class SearchOutcome:
 
 
 class SearchEngine:
-    def __init__(self, registry: SearchBackend, embed: EmbedFn) -> None:
+    def __init__(self, registry: SearchBackend, embed: EmbedFn, fusion: str = DEFAULT_FUSION) -> None:
+        """`fusion`: how a search that does not ask for linear fusion is fused (fusion.HYBRID_FUSIONS)."""
         self.registry = registry
         self.embed = embed
+        self.fusion = fusion
         self.searches = 0
 
     async def search(self, q: SearchQuery) -> SearchOutcome:
         q.validate(self.registry.dimensions)
-        weights = q.weights()
+        weights = q.weights(self.fusion)
         self.searches += 1
         started = time.perf_counter()
         names = q.collections or self.registry.names()
@@ -135,12 +140,15 @@ class SearchEngine:
             if retrieved is None:  # emptied since it was counted
                 continue
             t0 = time.perf_counter()
+            dense_weight = weights[0] if vectors is not None else 0.0
             if dense_skipped:
                 found = keyword_recency.fuse(retrieved, q.boosters)
             elif q.fusion == LINEAR:
                 found = ranking.fuse_linear(retrieved, weights, q.boosters)
+            elif self.fusion == RRF:
+                found = ranking.fuse_rrf(retrieved, dense_weight, weights[1], q.rrf_k)
             else:
-                found = ranking.fuse_rrf(retrieved, weights[0] if vectors is not None else 0.0, weights[1], q.rrf_k)
+                found = ranking.fuse_scores(retrieved, self.fusion, dense_weight, weights[1])
             ranking.boost(found, q.boosters, " ".join(queries), self.registry.analyzer(name).analyze,
                           linear=q.fusion == LINEAR or dense_skipped)
             candidates += found

@@ -1,10 +1,12 @@
 """Fusion and boosters on hand-made ranked lists: every number is checked by hand."""
+import math
+
 import numpy as np
 import pytest
 
 from ragmesh.types import Chunk
 from services.retriever.fusion import (
-    Boosters, boost, expand_parents, fuse_linear, fuse_rrf, order, threshold,
+    CONVEX, DBSF, Boosters, boost, expand_parents, fuse_linear, fuse_rrf, fuse_scores, order, threshold,
 )
 from services.retriever.index import Retrieved
 
@@ -112,3 +114,66 @@ def test_the_best_keyword_matches_pass_a_layer_that_similar_passages_reach() -> 
     assert layer == 2 and sorted(c.slot for c in kept) == [0, 1]
     kept, layer = threshold(cands, Boosters(min_similarity=0.7, fallback_similarity=0.5))
     assert layer == 3 and len(kept) == 3
+
+
+def scored(slots: list[int], scores: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    return np.array(slots, dtype=np.int64), np.array(scores, dtype=np.float32)
+
+
+def test_convex_fusion_is_the_weighted_mean_of_scores_divided_by_each_lists_best() -> None:
+    r = retrieved([scored([1, 2, 3], [0.8, 0.6, -0.2])], [scored([3, 4], [12.0, 3.0])])
+    cands = by_slot(fuse_scores(r, CONVEX, 0.6, 0.4))
+    assert cands[1].fused == pytest.approx(0.6 * 1.0)
+    assert cands[2].fused == pytest.approx(0.6 * 0.6 / 0.8)
+    assert cands[3].fused == pytest.approx(0.6 * 0.0 + 0.4 * 1.0), "a negative cosine counts as 0"
+    assert cands[4].fused == pytest.approx(0.4 * 3.0 / 12.0)
+    assert (cands[3].dense_rank, cands[3].sparse_rank, cands[3].sparse_score) == (3, 1, 12.0)
+
+
+def test_dbsf_scales_each_list_by_its_mean_and_three_standard_deviations() -> None:
+    scores = [4.0, 2.0, 1.0, 1.0]
+    mean, std = np.mean(scores), np.std(scores)
+    r = retrieved([], [scored([0, 1, 2, 3], scores)])
+    cands = by_slot(fuse_scores(r, DBSF, 0.5, 0.5))
+    for slot, value in enumerate(scores):
+        assert cands[slot].fused == pytest.approx((value - (mean - 3 * std)) / (6 * std))
+    assert cands[2].fused == cands[3].fused, "equal scores, equal fused scores"
+
+
+@pytest.mark.parametrize("method", [CONVEX, DBSF])
+def test_score_fusion_of_variants_rewards_agreement(method: str) -> None:
+    r = retrieved([scored([0, 1], [0.8, 0.3]), scored([1, 2], [0.7, 0.6])],
+                  [scored([1, 0], [5.0, 1.0]), scored([1], [2.0])])
+    cands = by_slot(fuse_scores(r, method, 0.5, 0.5))
+    assert method != CONVEX or all(0.0 <= c.fused <= 1.0 for c in cands.values())
+    assert max(cands.values(), key=lambda c: c.fused).slot == 1, "first in three of the four lists"
+
+
+@pytest.mark.parametrize("method", [CONVEX, DBSF])
+def test_score_fusion_of_one_element_or_equal_scores_is_finite(method: str) -> None:
+    one = by_slot(fuse_scores(retrieved([scored([5], [0.42])], [scored([5], [7.0])]), method, 0.5, 0.5))
+    assert math.isfinite(one[5].fused) and one[5].fused > 0
+    ties = by_slot(fuse_scores(retrieved([scored([0, 1, 2], [0.5] * 3)], [scored([0, 1, 2], [3.0] * 3)]),
+                               method, 0.5, 0.5))
+    assert len({c.fused for c in ties.values()}) == 1 and all(math.isfinite(c.fused) for c in ties.values())
+
+
+@pytest.mark.parametrize("method", [CONVEX, DBSF])
+def test_score_fusion_with_one_list_empty_ranks_by_the_other(method: str) -> None:
+    keyword_only = by_slot(fuse_scores(retrieved([scored([], [])], [scored([3, 1, 2], [9.0, 4.0, 1.0])]),
+                                       method, 0.5, 0.5))
+    assert [s for s, _ in sorted(keyword_only.items(), key=lambda kv: -kv[1].fused)] == [3, 1, 2]
+    assert fuse_scores(retrieved([scored([], [])], [scored([], [])]), method, 0.5, 0.5) == []
+    embedder_down = by_slot(fuse_scores(retrieved([], [scored([3, 1], [9.0, 4.0])]), method, 0.0, 0.5))
+    assert embedder_down[3].fused == pytest.approx(_top(method)), "the keyword list alone reaches the top"
+
+
+def _top(method: str) -> float:
+    return 1.0 if method == CONVEX else (9.0 - (6.5 - 3 * 2.5)) / (6 * 2.5)
+
+
+def test_dbsf_is_not_clipped_so_the_best_scores_stay_apart() -> None:
+    """Two scores far above the rest lie past mean + 3 std: clipped, both would be 1 and tie."""
+    r = retrieved([], [scored(list(range(42)), [100.0, 95.0] + [1.0] * 40)], n=42)
+    cands = by_slot(fuse_scores(r, DBSF, 0.5, 0.5))
+    assert cands[0].fused > cands[1].fused > cands[2].fused

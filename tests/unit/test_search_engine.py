@@ -1,4 +1,4 @@
-"""SearchEngine on an in-memory registry: validation and the embedder-down fallback."""
+"""SearchEngine on an in-memory registry: validation, the hybrid fusion and the embedder-down fallback."""
 import asyncio
 import datetime as dt
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ragmesh.errors import InvalidArgument, Unavailable
-from ragmesh.types import Chunk, StoredChunk
-from services.retriever.fusion import Boosters
+from ragmesh.types import Chunk, SearchFilter, StoredChunk
+from services.retriever.fusion import CONVEX, DBSF, HYBRID_FUSIONS, HYBRID_WEIGHTS, Boosters
 from services.retriever.index import IndexRegistry
 from services.retriever.search import SearchEngine, SearchQuery
 
@@ -44,6 +44,41 @@ def test_bad_searches_name_the_field(query: SearchQuery, field: str) -> None:
     with pytest.raises(InvalidArgument) as err:
         asyncio.run(SearchEngine(registry(), down).search(query))
     assert err.value.field == field
+
+
+async def embed(texts: list[str], task: str) -> np.ndarray:
+    """'gold price' sits on d2's vector; anything else between d0 and d1."""
+    return np.array([[0, 0, 1, 0] if t == "gold price" else [0.6, 0.8, 0, 0] for t in texts], dtype=np.float32)
+
+
+@pytest.mark.parametrize("fusion", HYBRID_FUSIONS)
+def test_the_engine_fuses_by_its_hybrid_fusion_with_that_fusions_weights(fusion: str) -> None:
+    """d2 tops both lists; d0 is last of both: min-max (convex) gives it 0, RRF and DBSF a share."""
+    outcome = asyncio.run(SearchEngine(registry(), embed, fusion).search(SearchQuery("gold price")))
+    hits = {h.chunk.doc_id: h for h in outcome.hits}
+    assert outcome.hits[0].chunk.doc_id == "d2" and hits["d2"].fused_score == pytest.approx(
+        1.0 if fusion != DBSF else sum(w * top for w, top in zip(HYBRID_WEIGHTS[DBSF], _dbsf_tops())))
+    assert (hits["d0"].fused_score == 0) == (fusion == CONVEX)
+    assert SearchQuery("q").weights(fusion)[:2] == HYBRID_WEIGHTS[fusion]
+
+
+def _dbsf_tops() -> tuple[float, float]:
+    """d2's DBSF-normalised dense and keyword scores: dense cosines 1, 0, 0, 0; keyword d2 then d0 (two
+    scores: the higher is mean + 1 std, 4/6 of the way from mean - 3 std to mean + 3 std)."""
+    std = np.std([1, 0, 0, 0])
+    return (1 - (0.25 - 3 * std)) / (6 * std), 4 / 6
+
+
+@pytest.mark.parametrize("fusion", HYBRID_FUSIONS)
+def test_a_filtered_search_fuses_the_admitted_chunks_alone(fusion: str) -> None:
+    """The filter admits d0 and d3: d0 tops both admitted lists (the keyword list is d0 alone, d2 the other gold
+    document being filtered out) and every fused score stays in 0..1: normalisation reads the admitted lists,
+    never the documents the caller may not read."""
+    engine = SearchEngine(registry(), embed, fusion)
+    outcome = asyncio.run(engine.search(SearchQuery("gold", filter=SearchFilter(doc_ids=["d0", "d3"]))))
+    assert {h.chunk.doc_id for h in outcome.hits} <= {"d0", "d3"} and outcome.hits[0].chunk.doc_id == "d0"
+    assert all(0.0 <= h.fused_score <= 1.0 for h in outcome.hits)
+    assert (outcome.hits[0].dense_rank, outcome.hits[0].sparse_rank) == (1, 1)
 
 
 def dated_registry() -> IndexRegistry:

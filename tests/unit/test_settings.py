@@ -194,3 +194,13 @@ def test_configdoc_check_fails_on_a_stale_table_and_write_fixes_it(tmp_path: Pat
     assert configdoc.main(["--write", str(doc)]) == 0
     assert configdoc.main(["--check", str(doc)]) == 0
     assert "| `RAGMESH_HOST` | `127.0.0.1` |" in doc.read_text() and "`OLD`" not in doc.read_text()
+
+
+def test_the_retriever_fuses_by_the_fusion_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DATA_DIR", str(tmp_path))
+    assert RetrieverApp(RetrieverSettings.load()).engine.fusion == RetrieverSettings.load().fusion.upper()
+    monkeypatch.setenv("FUSION", "dbsf")
+    assert RetrieverApp(RetrieverSettings.load()).engine.fusion == "DBSF"
+    monkeypatch.setenv("FUSION", "best")
+    with pytest.raises(ConfigError, match="FUSION"):
+        RetrieverSettings.load()
