@@ -36,23 +36,17 @@ def ask(url: str, stack: Stack, question: str) -> list[dict]:
     return sse(url + "/api/chat/ask/stream", {"question": question}, stack.headers)
 
 
-def test_a_deep_question_goes_to_the_reasoning_model(reasoning_gateway, stack: Stack) -> None:
-    url, fake = reasoning_gateway
-    before = len(models_called(fake))
-    fake.stream(text("Kestrel cut Brazil while Northwind's yen trade unwound [1]."))
-    events = ask(url, stack, "Compare how Kestrel and Northwind handled risk in 2024 and explain why they differ")
-    strategy = one(events, "strategy")
-    assert strategy["route"] == "DEEP" and strategy["model"] == REASONING
-    assert models_called(fake)[before:] == [REASONING]
-    sent = fake.requests("streamGenerateContent")[-1].body
-    assert "DEEP REASONING MODE" in str(sent["contents"]), "with the deep-reasoner prompt"
-
-
-def test_other_questions_keep_the_default_model(reasoning_gateway, stack: Stack) -> None:
+@pytest.mark.parametrize(("question", "route", "model"), [
+    ("Compare how Kestrel and Northwind handled risk in 2024 and explain why they differ", "DEEP", REASONING),
+    ("What did Kestrel do with its Brazil exposure in March 2024?", "SPECIFIC", DEFAULT),
+])
+def test_a_deep_question_goes_to_the_reasoning_model_and_others_to_the_default(
+        reasoning_gateway, stack: Stack, question: str, route: str, model: str) -> None:
     url, fake = reasoning_gateway
     before = len(models_called(fake))
     fake.stream(text("Kestrel cut Brazil from 12% to 4% [1]."))
-    events = ask(url, stack, "What did Kestrel do with its Brazil exposure in March 2024?")
-    strategy = one(events, "strategy")
-    assert strategy["route"] == "SPECIFIC" and strategy["model"] == DEFAULT
-    assert models_called(fake)[before:] == [DEFAULT]
+    strategy = one(ask(url, stack, question), "strategy")
+    assert strategy["route"] == route and strategy["model"] == model
+    assert models_called(fake)[before:] == [model]
+    sent = fake.requests("streamGenerateContent")[-1].body
+    assert ("DEEP REASONING MODE" in str(sent["contents"])) == (route == "DEEP"), "the deep-reasoner prompt for DEEP"
