@@ -57,7 +57,8 @@ class GenerationService:
 
     def backend_for(self, model: str) -> GenerationBackend:
         if model not in KNOWN_MODELS:
-            raise InvalidArgument("model", f"unknown model {model!r}; known: {', '.join(KNOWN_MODELS)}")
+            shown = model if len(model) <= 100 else model[:100] + "..."  # the reply's details stay within gRPC's limit
+            raise InvalidArgument("model", f"unknown model {shown!r}; known: {', '.join(KNOWN_MODELS)}")
         backend = self.backends.get(model)
         if backend is None:  # never a silent answer from another backend than the one asked for
             raise InvalidArgument("model", not_configured(model, [m for m in KNOWN_MODELS if m in self.backends]))

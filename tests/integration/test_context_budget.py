@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import grpc
 import pytest
 
 from bench.conversations_bench import (LARGE_WINDOW_MODEL, TODAYS_BUDGET_MODEL, Reached, RecordedModels,
                                        broad_questions, context_recall, http_asker, reach)
 from ragmesh.context_budget import OFFLINE
 from ragmesh.models import EXTRACTIVE
+from ragmesh.v1 import generator_pb2, generator_pb2_grpc
+from tests.auth import channel
 from tests.conftest import QUALITY_OFF
 from tests.stack import Stack
 
@@ -67,3 +70,12 @@ def test_a_generator_that_cannot_answer_the_budget_call_gives_todays_budget(stac
     finally:
         stack.extra.remove(gateway)
         stack.call(gateway.stop())
+
+
+@pytest.mark.parametrize("model", ["no-such-model", "x" * 100_000])
+def test_the_budget_of_a_model_the_generator_does_not_know_is_invalid_argument(stack: Stack, model: str) -> None:
+    """An unknown or oversized model name is the caller's mistake, named, never UNKNOWN."""
+    with channel(stack.address("generator"), stack.service_metadata()) as ch:
+        with pytest.raises(grpc.RpcError) as refused:
+            generator_pb2_grpc.GeneratorStub(ch).Budget(generator_pb2.ContextBudgetRequest(model=model), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and refused.value.details().startswith("model")

@@ -369,6 +369,7 @@ def test_internal_services_refuse_anyone_but_the_gateway_and_operators(world: Wo
         ("embedder", lambda ch: embedder_pb2_grpc.EmbedderStub(ch).Embed(embedder_pb2.EmbedRequest(texts=["x"]))),
         ("generator", lambda ch: list(generator_pb2_grpc.GeneratorStub(ch).Generate(
             generator_pb2.GenerateRequest(question="x", prompt="x")))),
+        ("generator", lambda ch: generator_pb2_grpc.GeneratorStub(ch).Budget(generator_pb2.ContextBudgetRequest())),
         ("retriever", lambda ch: retriever_pb2_grpc.RetrieverStub(ch).Search(retriever_pb2.SearchRequest(query="x"))),
     ):
         _rpc_refused(lambda: call(grpc.insecure_channel(stack.address(name))), grpc.StatusCode.UNAUTHENTICATED)
