@@ -393,6 +393,11 @@ class GenerationSettings(Section):
     extractive_delay_ms: Float = env("EXTRACTIVE_DELAY_MS", 15.0,
                                      "Pause between the streamed pieces of the offline extractive answer "
                                      "(milliseconds).")
+    stream_piece_ms: Float = env("STREAM_PIECE_MS", 50.0,
+                                 "An answer's text that a model streams within this long of the last piece sent "
+                                 "goes out as one piece (every piece costs a message, an SSE event and a write "
+                                 "whatever its size); the first piece goes out at once (milliseconds; 0 = each "
+                                 "piece as it comes).")
     openai_base_url: str = env("OPENAI_BASE_URL", "", _OPENAI)
     openai_api_key: str = env("OPENAI_API_KEY", "", _OPENAI)
     openai_model: str = env("OPENAI_MODEL", "", _OPENAI)
