@@ -68,9 +68,10 @@ async def _pump(events: AsyncIterator[GenEvent], queue: asyncio.Queue[GenEvent |
         async with aclosing(events):
             async for event in events:
                 queue.put_nowait(event)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as exc:  # the caller is never left waiting for a stream cancelled elsewhere
+        queue.put_nowait(_End(exc))
         raise
-    except BaseException as exc:  # the backend's failure reaches the caller as it would unpaced
+    except Exception as exc:  # the backend's failure reaches the caller as it would unpaced
         queue.put_nowait(_End(exc))
         return
     queue.put_nowait(_End())

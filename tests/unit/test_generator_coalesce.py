@@ -118,3 +118,21 @@ def test_the_service_sends_an_extractive_answer_in_fewer_pieces_with_the_same_te
     assert "".join(joined) == "".join(each)
     assert joined[0] == each[0], "the first piece, through the first citation, is the same"
     assert len(joined) < len(each) / 2
+
+
+def test_a_backend_stream_cancelled_from_elsewhere_ends_the_answer_instead_of_leaving_it_waiting() -> None:
+    async def cancelled() -> AsyncIterator[GenEvent]:
+        yield GenEvent("content", text="a")
+        raise asyncio.CancelledError  # as a provider's client does when its own task is cancelled
+
+    async def consume() -> None:
+        async for _ in coalesced(cancelled(), 0.05):
+            pass
+
+    async def run() -> bool:
+        task = asyncio.ensure_future(consume())
+        done, _ = await asyncio.wait({task}, timeout=5)  # still waiting after 5 s: it would wait for ever
+        task.cancel()
+        return task in done and task.cancelled()
+
+    assert asyncio.run(run())
