@@ -126,7 +126,10 @@ class _Query:
 
 def _lookup_steps(n_docs: float, listed: float, n_ids: int) -> tuple[float, float]:
     """Steps to find n_docs docs in a term's `listed` postings: by binary search, or by one
-    pass over the postings and a position per doc id (`_lookup` takes the fewer)."""
+    pass over the postings and a position per doc id (`_lookup` takes the fewer); one a doc
+    for a term listed for 1 in _COLUMN_SHARE doc ids, looked up in its tf column."""
+    if listed * _COLUMN_SHARE >= n_ids:
+        return n_docs, n_docs
     return n_docs * math.log2(listed + 2), listed + n_ids / 4
 
 
