@@ -92,6 +92,7 @@ _NO_SCORES = np.zeros(0, dtype=np.float64)
 _SEEDS = 2048  # docs scored first for the threshold (at least 8 * k)
 _TF_SAMPLE = 4096  # term frequencies sampled to pick a long list's seeds
 _MARGIN = 1e-9  # bounds must clear the threshold by this share of the scores' magnitude
+_UNION_MARKED = 8  # a union of more than 1 in this many doc ids marks them (_union)
 _COLUMN_SHARE = 8  # a term listed for at least 1 in this many doc ids is looked up in a dense tf column
 # Rough cost per unit, in ns on one core at 1M docs: scoring every posting, scoring a
 # candidate's term once found (scattered, summed, compared), a step of a lookup (see
@@ -171,9 +172,11 @@ def _plan(
 
 def _union(parts: list[np.ndarray], size: int) -> np.ndarray:
     """The distinct doc ids of `parts`, ascending: sorted when few, else marked per doc id
-    (np.unique hashes first, several times slower on these small integer arrays)."""
-    if sum(len(p) for p in parts) < size // 32:
-        ids = np.sort(np.concatenate(parts))
+    (np.unique hashes first, several times slower on these small integer arrays). The parts
+    are mostly runs already ascending (postings), which a stable sort (timsort) merges: at
+    1M doc ids about 4x faster than the default sort for 30k ids, and than marking up to 100k."""
+    if sum(len(p) for p in parts) < size // _UNION_MARKED:
+        ids = np.sort(np.concatenate(parts), kind="stable")
         return ids[np.r_[True, ids[1:] != ids[:-1]]] if len(ids) else ids
     marked = np.zeros(size, dtype=bool)
     for part in parts:
