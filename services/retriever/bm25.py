@@ -51,7 +51,7 @@ theta: the result is the full scoring's. Postings are kept sorted by doc id for 
 (ids reused or added out of order are merged in by the writer, never by readers).
 A term listed for at least 1 in _COLUMN_SHARE doc ids is looked up in a dense column instead:
 its term frequency per doc id, built from its postings by the first reader that needs it and
-dropped by the writes that change them. A byte per doc id is at most what its postings take
+kept current by the writes that change them. A byte per doc id is at most what its postings take
 (8 bytes each), and a gather from it costs a fraction of a binary search through that list
 (at 1M docs: 42 columns, 46 MB, for the benchmark's queries; BM25 top 100 about 0.75x the time).
 
@@ -414,7 +414,7 @@ class BM25Index:
         ends = np.r_[starts[1:], len(terms)]
         run_terms = terms[starts]
         for term, start, end in zip(run_terms.tolist(), starts.tolist(), ends.tolist()):
-            self._tf_columns.pop(term, None)
+            self._set_in_column(term, docs[start:end], tfs[start:end])
             used = int(self._used[term])
             buf = _grown(self._postings[term], used + end - start)
             if used and buf[0, used - 1] > docs[start]:
@@ -433,10 +433,11 @@ class BM25Index:
         self._tf_max[run_terms] = np.maximum(self._tf_max[run_terms], np.maximum.reduceat(tfs, starts))
 
     def _compact_term(self, term: int) -> None:
-        self._tf_columns.pop(term, None)
         used = int(self._used[term])
         postings = self._postings[term][:, :used]
-        kept = postings[:, self._alive[postings[0]]]
+        live = self._alive[postings[0]]
+        self._set_in_column(term, postings[0, ~live], 0)  # a dead doc's id may come back without the term
+        kept = postings[:, live]
         self._postings[term] = np.ascontiguousarray(kept) if kept.shape[1] else _EMPTY_POSTINGS
         self._used[term] = kept.shape[1]
         self._dead[term] = 0
@@ -692,11 +693,23 @@ class BM25Index:
         found = np.flatnonzero(at >= 0)
         return at[found], postings[1, found]
 
+    def _set_in_column(self, term: int, docs: np.ndarray, tfs: np.ndarray | int) -> None:
+        """Writes the term's new tfs into its column, if it has one; drops a column the doc ids grew
+        past or whose type cannot hold the tfs (the next reader builds it again)."""
+        column = self._tf_columns.get(term)
+        if column is None or not len(docs):
+            return
+        if len(column) == len(self._alive) and np.max(tfs) <= np.iinfo(column.dtype).max:
+            column[docs] = tfs
+        else:
+            del self._tf_columns[term]
+
     def _tf_column(self, term: int) -> np.ndarray | None:
         """The term's tf per doc id (0: not listed) if it is listed for at least 1 in _COLUMN_SHARE
-        doc ids, else None. Built from the postings on first use; writes that change a term's
-        postings drop its column, and one shorter than the doc ids (grown since) is rebuilt.
-        Dead postings' docs keep their tf here, as in the postings: lookups are for live docs."""
+        doc ids, else None. Built from the postings on first use and kept current by the writes
+        (`_set_in_column`); one shorter than the doc ids (grown since) is built again. Tombstoned
+        docs keep their tf until their postings are compacted, as in the postings: lookups are
+        for live docs only."""
         used = int(self._used[term])
         if used * _COLUMN_SHARE < len(self._alive):
             self._tf_columns.pop(term, None)  # the doc ids grew past it: not worth its memory

@@ -196,6 +196,8 @@ def test_common_terms_are_looked_up_in_tf_columns_that_follow_every_write() -> N
         lambda: index.remove(400, ["c0"] * 9 + ["z"]),
         lambda: index.add(400, ["r1", "r2"]),  # a reused id without c0: its old tf must not stay
         lambda: index.add(2000, ["r1", "r2"]),  # the doc ids grow past the column, c0's postings unchanged
+        lambda: index.add(3000, ["c0", "r1"]),  # they grow again, with c0
+        lambda: index.add(401, ["c0"] * 300 + ["z"] * 100),  # a tf past a byte, in the best doc
     ]
     for doc_id in range(0, 200, 2):  # enough dead postings for compactions
         writes.append(lambda doc_id=doc_id: index.remove(doc_id, live.pop(doc_id)))
