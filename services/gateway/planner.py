@@ -166,9 +166,11 @@ class Planner:
         if said := reading.carried.describe():
             s.reason += f"; {said}"
         if rt.name == router.SUMMARY:
-            if await self._summary_hits(ask, s):
+            if await self._summary_hits(ask, s, rt.contents):
                 return s
-            rt = router.Route(router.SPECIFIC, "summary asked, but the document has no summary or outline", 10, 0.5)
+            why = ("contents asked, but the document has no outline" if rt.contents
+                   else "summary asked, but the document has no summary or outline")
+            rt = router.Route(router.SPECIFIC, why, 10, 0.5)
             s.route, s.reason, s.k = rt.name, rt.reason, rt.k
         if not rt.retrieves:
             return s
@@ -246,9 +248,10 @@ class Planner:
         gone = len(sources) - sum(current)
         return f"the cached sources changed ({gone} of {len(sources)} deleted, replaced or no longer readable)"
 
-    async def _summary_hits(self, ask: AskInput, s: Plan) -> bool:
+    async def _summary_hits(self, ask: AskInput, s: Plan, contents: bool = False) -> bool:
         """The summary path: the document's pre-computed summary and section summaries as the context, or
-        its section titles as a table of contents. False when it has neither (search instead)."""
+        its section titles as a table of contents, which is what `contents` (its chapters asked for)
+        always takes. False when it has none of what is asked (search instead)."""
         ref = ask.document_ids[0]
         collection, doc_id = document_ref(ref)
         record = None
@@ -260,10 +263,11 @@ class Planner:
                 continue
         if record is None:
             raise NotFound(f"document_ids: {ref!r} is not in {', '.join([collection] if collection else s.collections)}")
-        texts = [record.summary] if record.summary else []
-        texts += [f"{sec.title}: {sec.summary}" for sec in record.sections if sec.summary]
-        if not texts and record.sections:  # a table of contents from the section titles
-            texts = ["Sections: " + "; ".join(sec.title for sec in record.sections if sec.title)]
+        titles = [sec.title for sec in record.sections if sec.title]
+        outline = ["Sections: " + "; ".join(titles)] if titles else []  # a table of contents from the titles
+        summaries = [record.summary] if record.summary else []
+        summaries += [f"{sec.title}: {sec.summary}" for sec in record.sections if sec.summary]
+        texts = outline if contents else summaries or outline
         if not texts:
             return False
         base = Chunk(chunk_id=f"{record.collection}/{record.doc_id}#summary", doc_id=record.doc_id,
@@ -271,7 +275,7 @@ class Planner:
                      tenant=record.tenant)
         s.hits = [Hit(dataclasses.replace(base, chunk_id=f"{base.chunk_id}{i or ''}", text=t), 1.0)
                   for i, t in enumerate(texts)]
-        s.reason = f"{s.reason}; {'summary' if record.summary else 'table of contents'} of {ref}"
+        s.reason = f"{s.reason}; {'table of contents' if texts is outline else 'summary'} of {ref}"
         return True
 
     async def _followup(self, ask: AskInput, conversation: Recent, cached: ScopeEntry | None,
