@@ -33,6 +33,7 @@ _CONTENTS = re.compile(
     r"|(?:what|which|how many) (?:chapters|sections)\b(?![\w ,']*\b(?:about|on|cover|covers|discuss|"
     r"discusses|mention|mentions|explain|explains|say|says|deal|deals|talk|talks|describe|describes)\b))", re.I)
 
+
 @dataclass(frozen=True)
 class Route:
     name: str
