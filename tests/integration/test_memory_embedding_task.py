@@ -154,3 +154,18 @@ def test_a_client_of_the_gateway_cannot_plant_a_vector(stack: Stack) -> None:
     reply = httpx.post(stack.http_url + "/api/documents", headers=headers(key), timeout=120, json={
         "collection": "documents", "documents": [{"doc_id": "planted", "text": "The ferry is free.", "vector": [1.0]}]})
     assert reply.status_code == 400 and "vector" in reply.text, reply.text
+
+
+def test_a_follow_up_searched_in_other_words_is_embedded_again_as_asked(stack: Stack, recorder: Recorder) -> None:
+    """Its search's vector is of the rewritten question, not of the text memory stores."""
+    first = httpx.post(stack.http_url + "/api/chat/ask", headers=stack.headers, timeout=120,
+                       json={"question": "Who left Northwind in early 2025?"})
+    assert first.status_code == 200, first.text
+    follow_up = "And at Harborview?"
+    reply = httpx.post(stack.http_url + "/api/chat/ask", headers=stack.headers, timeout=120, json={
+        "question": follow_up, "conversation_id": first.json()["conversation_id"]})
+    assert reply.status_code == 200, reply.text
+    stack.call(stack.app("gateway").memory.idle(), timeout=60)
+    searched = [t for task, texts in recorder.calls if task == "QUERY" for t in texts if "Harborview" in t]
+    assert searched and follow_up not in searched, recorder.calls  # searched in other words
+    assert recorder.tasks_of(follow_up) == {"DOCUMENT_FAST"}, recorder.calls
