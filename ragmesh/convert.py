@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from ragmesh import access
 from ragmesh import types as t
 from ragmesh.access import Access
@@ -73,6 +75,8 @@ def document_to_proto(d: t.Document) -> retriever_pb2.Document:
         msg.summarize = d.summarize
     if d.access is not None:
         msg.access.CopyFrom(access_to_proto(d.access))
+    if d.vector is not None:
+        msg.vector.extend(d.vector.tolist())
     return msg
 
 
@@ -91,6 +95,7 @@ def document_from_proto(p: retriever_pb2.Document) -> t.Document:
         date=p.date, tenant=p.tenant, title=p.title, content=p.content, filename=p.filename,
         mime_type=p.mime_type, summarize=p.summarize if p.HasField("summarize") else None,
         access=access_from_proto(p.access) if p.HasField("access") else None,
+        vector=np.asarray(p.vector, np.float32) if p.vector else None,
     )
 
 

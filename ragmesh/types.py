@@ -56,6 +56,7 @@ class Document:
     summarize: bool | None = None  # None: the retriever's setting decides
     access: Access | None = None  # who may read it; None: the collection's default
     spooled: Spooled | None = None  # `content` on disk while the document waits for its parse (then empty)
+    vector: np.ndarray | None = None  # its one chunk's vector, when a trusted sender already has it
 
 
 @dataclass

@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ragmesh.errors import InvalidArgument
 from ragmesh.types import MEMORY_COLLECTION
 
@@ -142,6 +144,20 @@ def check_number(field: str, value: float | int | None, low: float, high: float)
         return
     if not math.isfinite(value) or not low <= value <= high:
         raise InvalidArgument(field, f"must be a number from {low:g} to {high:g}, got {value!r}")
+
+
+UNIT_TOLERANCE = 1e-3  # how far a given vector's length may be from 1 (float32 rounding, not another scale)
+
+
+def check_unit_vector(field: str, vector: np.ndarray, dimensions: int) -> None:
+    """A vector as the embedder gives them: `dimensions` finite numbers of length 1 (else a vector of
+    another model or scale would be searched beside the embedder's as if it were one of them)."""
+    if vector.ndim != 1 or len(vector) != dimensions:
+        raise InvalidArgument(field, f"has {vector.size:,} dimensions; the index has {dimensions}")
+    if not np.isfinite(vector).all():
+        raise InvalidArgument(field, "must hold finite numbers (no NaN or infinity)")
+    if abs(float(np.linalg.norm(vector)) - 1.0) > UNIT_TOLERANCE:
+        raise InvalidArgument(field, "must have length 1, as the embedder's vectors have")
 
 
 MAX_PAGE = 200                   # items of one page of a list

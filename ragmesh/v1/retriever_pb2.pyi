@@ -141,7 +141,7 @@ class SearchResponse(_message.Message):
     def __init__(self, hits: _Optional[_Iterable[_Union[Hit, _Mapping]]] = ..., timings: _Optional[_Union[Timings, _Mapping]] = ..., candidate_count: _Optional[int] = ..., dense_skipped: _Optional[bool] = ..., threshold_layer: _Optional[int] = ...) -> None: ...
 
 class Document(_message.Message):
-    __slots__ = ("doc_id", "collection", "text", "metadata", "date", "tenant", "title", "content", "filename", "mime_type", "summarize", "access", "more_content")
+    __slots__ = ("doc_id", "collection", "text", "metadata", "date", "tenant", "title", "content", "filename", "mime_type", "summarize", "access", "more_content", "vector")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +162,7 @@ class Document(_message.Message):
     SUMMARIZE_FIELD_NUMBER: _ClassVar[int]
     ACCESS_FIELD_NUMBER: _ClassVar[int]
     MORE_CONTENT_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_FIELD_NUMBER: _ClassVar[int]
     doc_id: str
     collection: str
     text: str
@@ -175,7 +176,8 @@ class Document(_message.Message):
     summarize: bool
     access: _common_pb2.Access
     more_content: bool
-    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., date: _Optional[str] = ..., tenant: _Optional[str] = ..., title: _Optional[str] = ..., content: _Optional[bytes] = ..., filename: _Optional[str] = ..., mime_type: _Optional[str] = ..., summarize: _Optional[bool] = ..., access: _Optional[_Union[_common_pb2.Access, _Mapping]] = ..., more_content: _Optional[bool] = ...) -> None: ...
+    vector: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, doc_id: _Optional[str] = ..., collection: _Optional[str] = ..., text: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., date: _Optional[str] = ..., tenant: _Optional[str] = ..., title: _Optional[str] = ..., content: _Optional[bytes] = ..., filename: _Optional[str] = ..., mime_type: _Optional[str] = ..., summarize: _Optional[bool] = ..., access: _Optional[_Union[_common_pb2.Access, _Mapping]] = ..., more_content: _Optional[bool] = ..., vector: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class IngestProgress(_message.Message):
     __slots__ = ("doc_id", "collection", "stage", "chunks", "error", "filename", "doc_type", "redactions", "sensitivity", "summarized")

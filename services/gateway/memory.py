@@ -38,6 +38,10 @@ REMEMBER_RETRIES = 4  # memory embedding: tries after the first, waiting 0.5, 1,
 SETTLE_S = 0.25
 SUMMARY_QUESTION = "Summarize this conversation: the user's goals, the decisions made and the key facts and figures."
 DIGEST_ANSWER_CHARS = 300  # offline summary: each folded turn's question and the start of its answer
+# Embedder backends whose QUERY and DOCUMENT_FAST vectors are one and the same up to this many tokens (the
+# ONNX backend runs both on its 8-bit copy up to its SHORT_RUN_TOKENS): a question that short is stored
+# with the vector its search already has, and the embedder is not asked for it again.
+SHARED_SHORT_PATH = {"OnnxMiniLMEmbedder": 64}
 
 
 class Memory:
@@ -55,6 +59,7 @@ class Memory:
         self.retry_base_s = retry_base_s
         self.settle_s = settle_s
         self.dropped = 0  # background work refused because the queue was full
+        self._short_tokens: int | None = None  # SHARED_SHORT_PATH's for the embedder, once asked
         self._tasks: dict[asyncio.Task, str] = {}  # background work -> its conversation
 
     def _spawn(self, conversation_id: str, work: Coroutine) -> None:
@@ -98,24 +103,44 @@ class Memory:
             await self.retriever.delete(MEMORY_COLLECTION, where=SearchFilter(equals={"conversation_id": conversation_id}))
 
     def after_turn(self, tenant: str, user_id: str, conversation_id: str, turns: int, model: str,
-                   messages: list[tuple[str, str, str]]) -> None:
+                   messages: list[tuple[str, str, str]], question_vector: np.ndarray | None = None) -> None:
         """Schedules memory embedding, and (once the conversation outgrows the history budget) the
-        summary of the turns that stopped fitting. `messages` are (message_id, role, text)."""
-        self._spawn(conversation_id, self._remember(tenant, user_id, conversation_id, messages))
+        summary of the turns that stopped fitting. `messages` are (message_id, role, text);
+        `question_vector` is the user message's QUERY vector, when its search embedded it as asked."""
+        self._spawn(conversation_id, self._remember(tenant, user_id, conversation_id, messages, question_vector))
         if turns > 1:
             self._spawn(conversation_id, self._summarize(conversation_id, model))
 
+    async def _reusable(self, text: str, vector: np.ndarray | None) -> np.ndarray | None:
+        """`vector` when it is exactly what the embedder gives `text` as a memory (DOCUMENT_FAST) chunk:
+        the embedder's backend shares the path for short texts, and the text is surely that short (ASCII,
+        where a token takes at least one character, with the two markers the model adds)."""
+        if vector is None or not text.isascii():
+            return None
+        if self._short_tokens is None:
+            try:
+                self._short_tokens = SHARED_SHORT_PATH.get((await self.embedder.info()).backend, 0)
+            except RagmeshError:
+                return None  # asked again next time
+        return vector if sum(not c.isspace() for c in text) + 2 <= self._short_tokens else None
+
     async def _remember(self, tenant: str, user_id: str, conversation_id: str,
-                        messages: list[tuple[str, str, str]]) -> None:
+                        messages: list[tuple[str, str, str]], question_vector: np.ndarray | None = None) -> None:
         today = dt.datetime.now(dt.timezone.utc).date().isoformat()  # dated, so the conversation boosters' recency boost applies
+        stored = []  # (message_id, role, the text kept, the question's vector when it is that text's)
+        for message_id, role, text in messages:
+            if text.strip():
+                kept = strip_citations(text)
+                given = question_vector if role == "user" and kept == text else None
+                stored.append((message_id, role, kept, await self._reusable(kept, given)))
 
         async def documents() -> AsyncIterator[retriever_pb2.Document]:
-            for message_id, role, text in messages:
-                if text.strip():
-                    yield convert.document_to_proto(Document(
-                        doc_id=message_id, collection=MEMORY_COLLECTION, text=strip_citations(text), tenant=tenant,
-                        date=today, metadata={MEMORY_AUTHOR: user_id, "conversation_id": conversation_id, "role": role},
-                    ))
+            for message_id, role, text, vector in stored:
+                yield convert.document_to_proto(Document(
+                    doc_id=message_id, collection=MEMORY_COLLECTION, text=text, tenant=tenant, date=today,
+                    metadata={MEMORY_AUTHOR: user_id, "conversation_id": conversation_id, "role": role},
+                    vector=vector,
+                ))
 
         for attempt in range(REMEMBER_RETRIES + 1):
             failed = []

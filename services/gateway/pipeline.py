@@ -18,6 +18,8 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ragmesh import metrics, tracing
 from ragmesh.admission import Admission
 from ragmesh.clients import GeneratorClient
@@ -220,7 +222,7 @@ class AskPipeline:
                 question_id = await asyncio.to_thread(self._log(ask).save_question, ask.tenant, ask.user_id, conv,
                                                       ask.question)
             async for event in self._answer(ask, reading, strategy, conversation, stop, question_id, ctx, corrections,
-                                            scores):
+                                            scores, plan.question_vector):
                 yield event
         except RagmeshError as exc:
             log.warning("ask failed", extra={"error": str(exc), "conversation_id": conv})
@@ -268,7 +270,8 @@ class AskPipeline:
     # -- generation -------------------------------------------------------------------------
     async def _answer(self, ask: AskInput, reading: Reading, s: Strategy, conversation: Recent, stop: asyncio.Event,
                       question_id: str, ctx: context.Context, corrections: list[CorrectionRecord],
-                      scores: dict[str, float]) -> AsyncIterator[Event]:
+                      scores: dict[str, float], question_vector: np.ndarray | None) -> AsyncIterator[Event]:
+        """`question_vector`: the question's embedding as asked, which its memory keeps (planner.Plan)."""
         answer = Generated(s.model)
         finished, failure = False, ""
         log = self._log(ask)
@@ -306,7 +309,8 @@ class AskPipeline:
             await asyncio.to_thread(self.limits.record, ask.tenant, ask.user_id, tokens)
             if not ask.held:  # held: no conversation memory, no running summary
                 self.memory.after_turn(ask.tenant, ask.user_id, ask.conversation_id, conversation.count + 1, s.model,
-                                       [(question_id, "user", ask.question), (answer_id, "assistant", text)])
+                                       [(question_id, "user", ask.question), (answer_id, "assistant", text)],
+                                       question_vector)
             yield Event("citations", Sources(citations, answer.web_queries, scores))
             yield Event("done", Done(ask.conversation_id, answer_id, answer.model, answer.stopped, answer.usage, ask.held))
         except RagmeshError as exc:

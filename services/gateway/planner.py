@@ -75,6 +75,8 @@ class Plan:
     quality: list[QualityStep] = field(default_factory=list)  # the quality steps run while planning, in order
     hits: list[Hit] = field(default_factory=list, repr=False)
     recency: str = ""  # the words asking for the latest, which sent the retriever's time decay
+    # The question's vector when it was embedded as asked (not in other words): memory stores it as is.
+    question_vector: np.ndarray | None = field(default=None, repr=False)
     default_window: dict[str, int] = field(default_factory=dict)  # collection -> days of its default window searched
     relaxed: list[str] = field(default_factory=list)  # filters read from the question, loosened, and why
     reading: Reading | None = field(default=None, repr=False)  # the question's, with what it inherits
@@ -183,6 +185,7 @@ class Planner:
         try:
             with tracing.span("embedding"):
                 vector, s.embed_ms = await (embedding or self._embed_question(reading.text))
+            s.question_vector = vector if embedding is not None or reading.text == ask.question else None
             if cached is not None and checking is not None:
                 same, note = await self._same_topic(cached, reading.text, vector, s.model)
                 if not same:

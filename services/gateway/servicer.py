@@ -256,6 +256,8 @@ async def _writable(documents: AsyncIterator[retriever_pb2.Document], uploads: U
             check_writable("collection", doc.collection)
             if doc.HasField("access"):
                 AccessRequest.checked_at("access", access_fields(doc.access))
+            if doc.vector:  # the retriever keeps a vector the platform sends: a client's would be searched as real
+                raise InvalidArgument("vector", "is the platform's own field; send the text and it is embedded")
             if doc.more_content:  # what this hop makes of a file: its client sends it whole
                 raise InvalidArgument("more_content", "send each file whole in one message (up to the method's "
                                                       "message limit); the gateway sends it on in pieces")

@@ -29,7 +29,7 @@ from ragmesh.types import (MEMORY_AUTHOR, MEMORY_COLLECTION, Chunk, Document, Do
                            SectionOutline, StoredChunk)
 from ragmesh.validation import (
     MAX_DOC_IDS, MAX_FILENAME_CHARS, MAX_ID_CHARS, MAX_MIME_TYPE_CHARS, MAX_TITLE_CHARS, RESERVED_PREFIX, check_date,
-    check_list, check_metadata, check_name, check_text, shown,
+    check_list, check_metadata, check_name, check_text, check_unit_vector, shown,
 )
 from services.retriever import filters, permissions, personal
 from services.retriever.backend import SearchBackend
@@ -158,6 +158,7 @@ class _Prepared:
     record: DocumentRecord  # without its summary yet
     chunks: list[Chunk]
     summary: asyncio.Task | None
+    given: np.ndarray | None = None  # its one chunk's vector, sent with it: not embedded again
 
     @property
     def children(self) -> list[Chunk]:
@@ -242,6 +243,21 @@ async def _arrives(following: asyncio.Future) -> bool:
     """Whether the stream's next document is at hand (already sent): the group waits for it."""
     await asyncio.wait([following], timeout=NEXT_AT_HAND_S)
     return following.done()
+
+
+def _given(doc: Document, chunked: Chunked, chunks: list[Chunk]) -> np.ndarray | None:
+    """The vector sent with the document, when it is the embedder's for its one chunk: the text is one
+    searched chunk that is the document's text as sent (nothing redacted or split off), else None and the
+    chunk is embedded as any other."""
+    children = [c for c, piece in zip(chunks, chunked.pieces) if not piece.is_parent]
+    if doc.vector is None or len(children) != 1 or children[0].text != doc.text:
+        return None
+    return doc.vector
+
+
+async def _no_vectors(dimensions: int) -> np.ndarray:
+    """A call's vectors when every document in it brought its own."""
+    return np.zeros((0, dimensions), np.float32)
 
 
 def _counted(progress: Progress) -> Progress:
@@ -339,6 +355,9 @@ class Ingestor:
             _validate(doc)
             rules = await asyncio.to_thread(uploader, doc)
             rules.check(doc.access)
+            if doc.vector is not None:  # the platform's own (the gateway's question), never a tenant's
+                rules.who.require_service("vector")
+                check_unit_vector("vector", doc.vector, self.registry.dimensions)
             parsed = await self.parsing.parse(doc, self.max_bytes)
         except RagmeshError as exc:
             doc_id, filename = doc.doc_id[:MAX_ID_CHARS], doc.filename[:MAX_FILENAME_CHARS]  # not echoed whole
@@ -400,7 +419,7 @@ class Ingestor:
             summary = None
             if self.summaries.wants(doc.summarize, len(p.text)) and self.summarizer is not None:
                 summary = asyncio.create_task(self.summarizer.outline(title, chunked.sections))
-            prepared = _Prepared(step, label, record, chunks, summary)
+            prepared = _Prepared(step, label, record, chunks, summary, _given(doc, chunked, chunks))
         except Exception as exc:  # a bug or a store failure must not end the other documents' ingest
             yield step("FAILED", error=_failed(p.doc_id, exc, label))
             return
@@ -415,9 +434,10 @@ class Ingestor:
         until at most `ahead` remain; each document then waits for its commit."""
         docs = group.take()
         if docs:
-            texts = [c.text for d in docs for c in d.children]
+            texts = [c.text for d in docs if d.given is None for c in d.children]
             task = task_for(docs[0].record.collection)
-            group.calls.append(_Call(docs, asyncio.ensure_future(self.embedder(texts, task))))
+            vectors = self.embedder(texts, task) if texts else _no_vectors(self.registry.dimensions)
+            group.calls.append(_Call(docs, asyncio.ensure_future(vectors)))
         while len(group.calls) > ahead:
             async for progress in self._embedded(group.calls.popleft(), commits):
                 yield progress
@@ -444,8 +464,11 @@ class Ingestor:
             raise
         start = 0
         for d in docs:
-            mine = vectors[start:start + len(d.children)]
-            start += len(d.children)
+            if d.given is not None:
+                mine = d.given[np.newaxis]
+            else:
+                mine = vectors[start:start + len(d.children)]
+                start += len(d.children)
             if d.summary is None:
                 summary, sections = "", table_of_contents(d.step.chunked.sections)
             else:
