@@ -73,6 +73,7 @@ from bench.replicas_bench import run_replicas
 from bench.search_bench import (
     Section, failed_targets, log, machine_load, render, run_bm25, run_hnsw, run_search,
 )
+from ragmesh.cpu_features import avx2_environment, configured_class
 from services.retriever.dense import IVF
 
 DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quality (issue 3), "
@@ -114,6 +115,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scifact", type=Path, default=scifact_eval.DEFAULT_PATH, help="BEIR SciFact folder")
     parser.add_argument("--no-model", action="store_true",
                         help="backends: SciFact embedded with stand-in vectors, not the local model (minutes less)")
+    parser.add_argument("--cpu-class", choices=("native", "avx2"), default=configured_class(),
+                        help="avx2: every process as on an AVX2-only CPU, each library on its AVX2 kernels and the "
+                             "embedder's choices as without AVX-512, VNNI or bf16 (default: CPU_CLASS, else native)")
     parser.add_argument("--results", type=Path, default=Path(time.strftime("bench-results-%Y%m%d-%H%M%S.md")),
                         help="where each part's figures are written as it ends (default: bench-results-<time>.md)")
     args = parser.parse_args(argv)
@@ -217,8 +221,21 @@ def run_all(steps: list[tuple[str, Callable[[], Section]]], results: Path) -> tu
     return sections, errors
 
 
+def start_as_class(cpu_class: str, argv: list[str]) -> None:
+    """Starts the bench again unless its variables already say `cpu_class`: each library picks its kernels
+    when it loads, as this process has done, and the processes the bench starts inherit the variables. As
+    avx2 it runs with avx2_environment(); as native with none of those variables (each library's own pick)."""
+    forced = avx2_environment()
+    wanted = os.environ | forced if cpu_class == "avx2" else {k: v for k, v in os.environ.items() if k not in forced}
+    if wanted != dict(os.environ):
+        log(f"starting again as the {cpu_class} class" + (f": {' '.join(f'{k}={v}' for k, v in forced.items())}"
+                                                          if cpu_class == "avx2" else ""))
+        os.execve(sys.executable, [sys.executable, "-m", "bench", *argv], wanted)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    start_as_class(args.cpu_class, sys.argv[1:] if argv is None else argv)
     args.results.write_text("")
     log(f"figures go to {args.results} as each part ends")
     steps = plan(args)
