@@ -32,6 +32,8 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
   access   hybrid search with access lists (1,000 users, 50 groups; callers reading about 10% and 90% of
            100k chunks) against the same searches without, memory engine (target <= 1.2) and milvus-lite
            (bench/access_bench.py)
+  classes  this CPU's class beside the AVX2 class forced on it, turn about in one run: hybrid search on two
+           retrievers, CPU a text of each encoder on two embedder workers (bench/classes_bench.py)
 
 `make bench` runs the parts that fit 30 minutes on 2 cores; the others (the 1M-chunk search and
 `approx`, `peers`, the backends part with the local model, and the whole-stack comparisons of closed
@@ -62,6 +64,7 @@ from bench import machine, scifact_eval
 from bench.access_bench import run_access
 from bench.auth_bench import run_auth
 from bench.backends_bench import run_backends
+from bench.classes_bench import run_classes
 from bench.conversations_bench import run_conversations
 from bench.embed_bench import run_embed
 from bench.fairness_bench import run_fairness
@@ -82,10 +85,11 @@ DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quali
                "option at 1M chunks, the whole path from question to first token (issue 15), fairness between "
                "tenants (issue 23) and what access lists cost a search (issue 33).")
 PARTS = ("search", "bm25", "hnsw", "approx", "scifact", "embed", "auth", "backends", "load", "metrics", "peers",
-         "pipeline", "fairness", "conversations", "replicas", "access")
+         "pipeline", "fairness", "conversations", "replicas", "access", "classes")
 # Opt-in (named with --only, or --all): what does not fit the default run's 30 minutes on 2 cores (MINUTES),
 # the 1M-chunk and peer parts first, then the whole-stack comparisons of closed issues.
-OPT_IN_PARTS = ("approx", "peers", "backends", "metrics", "pipeline", "conversations", "replicas", "access")
+OPT_IN_PARTS = ("approx", "peers", "backends", "metrics", "pipeline", "conversations", "replicas", "access",
+                "classes")
 DEFAULT_PARTS = tuple(p for p in PARTS if p not in OPT_IN_PARTS)
 METRICS_SIZE = {False: 100_000, True: 5_000}
 DEFAULT_SIZES = [100_000]
@@ -99,7 +103,8 @@ HNSW_QUERIES = {False: 1000, True: 100}
 # that will not fit its time says so before it starts. Keys: the part, or the part and its size.
 MINUTES = {"search 100,000": 2, "search 1,000,000": 12, "bm25": 1, "hnsw": 2, "approx 1,000,000": 15,
            "scifact": 14, "embed": 2, "auth": 1, "backends": 15, "backends, no model": 6, "load": 5,
-           "metrics": 3, "peers": 10, "pipeline": 6, "fairness": 3, "conversations": 2, "replicas": 2, "access": 3}
+           "metrics": 3, "peers": 10, "pipeline": 6, "fairness": 3, "conversations": 2, "replicas": 2, "access": 3,
+           "classes": 8}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -170,6 +175,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("replicas", partial(run_replicas, quick)))
     if "access" in args.only:
         steps.append(("access", partial(run_access, size, args.queries, quick)))
+    if "classes" in args.only:
+        steps.append(("classes", partial(run_classes, size, args.queries, args.scifact, quick)))
     return steps
 
 
