@@ -624,7 +624,10 @@ if __name__ == "__main__":  # one load or a few, twice in a row say: python -m b
     import argparse
 
     parser = argparse.ArgumentParser(description="the fairness part, the loads named only (after the idle baseline)")
-    parser.add_argument("loads", nargs="*", choices=sorted(LOADS), help="default: every load")
+    # no `choices`: argparse checks an empty list of a "*" positional against them, and refuses it
+    parser.add_argument("loads", nargs="*", help=f"of {', '.join(sorted(LOADS))}; default: every load")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    if unknown := set(args.loads) - set(LOADS):
+        parser.error(f"unknown loads: {', '.join(sorted(unknown))}; choose from {', '.join(sorted(LOADS))}")
     print(render([run_fairness(args.quick, frozenset(args.loads) or None)]))

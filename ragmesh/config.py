@@ -398,6 +398,11 @@ class GenerationSettings(Section):
     extractive_delay_ms: Float = env("EXTRACTIVE_DELAY_MS", 15.0,
                                      "Pause between the streamed pieces of the offline extractive answer "
                                      "(milliseconds).")
+    stream_piece_ms: Float = env("STREAM_PIECE_MS", 50.0,
+                                 "An answer's text that a model streams within this long of the last piece sent "
+                                 "goes out as one piece (every piece costs a message, an SSE event and a write "
+                                 "whatever its size); the first piece goes out at once (milliseconds; 0 = each "
+                                 "piece as it comes).")
     openai_base_url: str = env("OPENAI_BASE_URL", "", _OPENAI)
     openai_api_key: str = env("OPENAI_API_KEY", "", _OPENAI)
     openai_model: str = env("OPENAI_MODEL", "", _OPENAI)
@@ -475,12 +480,12 @@ class SearchBackendSettings(Section):
     milvus_prefix: str = env("MILVUS_PREFIX", "ragmesh_",
                              "Milvus: collection names are this prefix + the ragmesh collection name.")
     fusion: Literal["rrf", "convex", "dbsf"] = env(
-        "FUSION", "rrf",
+        "FUSION", "dbsf",
         "How a search's dense and keyword lists are fused (unless it asks for linear fusion, as the notes contract "
-        "does): rrf (weighted reciprocal rank fusion, k 20, 0.5 / 0.5), convex (each list's scores divided by its "
-        "best, then 0.6 dense + 0.4 keyword) or dbsf (distribution-based score fusion: each list's scores scaled "
-        "by its mean +- 3 standard deviations, 0.6 / 0.4). SciFact train nDCG@10 0.729, 0.741, 0.741; on the "
-        "labelled conversations convex misses two facts rrf finds, dbsf one: docs/benchmarks.md.")
+        "does): dbsf (distribution-based score fusion: each list's scores scaled by its mean +- 3 standard "
+        "deviations, then 0.6 dense + 0.4 keyword), convex (each list's scores divided by its best, 0.6 / 0.4) or "
+        "rrf (weighted reciprocal rank fusion, k 20, 0.5 / 0.5). SciFact train nDCG@10 0.741, 0.741, 0.729 "
+        "(docs/benchmarks.md). Each collection is fused on its own; an answer's hits merge the collections by rank.")
 
     @field_validator("retriever_backend")
     @classmethod

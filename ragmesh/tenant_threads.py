@@ -8,6 +8,12 @@ the next job of the tenant served least recently among those with work waiting, 
 job waits for a free thread, never for the backlog. The tenant is the calling request's (the
 acting tenant of a service call); work outside any request shares the turn of tenant "".
 
+Running jobs share the cores (and the interpreter) thread by thread: a rival with six searches running
+took six sevenths of the retriever from another tenant's one job, and from the event loop serving it. So
+while another tenant has a job waiting or running, a tenant with BUSY (one a core) or more jobs running
+starts no other: its next waits, in its turn, until one of them ends or the other tenant is done. A
+tenant alone keeps every thread.
+
 A ThreadPoolExecutor whose work queue is replaced: asyncio takes nothing else as a default executor."""
 from __future__ import annotations
 
@@ -16,13 +22,14 @@ import os
 import queue
 import threading
 import weakref
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ragmesh.request_context import identity_var
 
 THREADS = min(32, (os.cpu_count() or 1) + 4)  # asyncio's default pool size
+BUSY = os.cpu_count() or 1  # a tenant's jobs running at once while another tenant's wait or run
 FORGET_AFTER = 1024  # tenants whose last turn is remembered, at most (beyond those waiting)
 
 
@@ -33,13 +40,20 @@ def current_tenant() -> str:
 
 class TenantQueue:
     """queue.SimpleQueue's put / get / get_nowait, handing out the next item of the tenant served least
-    recently among those with items waiting (one never served first, then the one waiting longest). None
-    (the executor's signal to stop a thread) is handed out only once no tenant's item waits."""
+    recently among those with items waiting (one never served first, then the one waiting longest) and
+    not held back (`busy` items running while another tenant is about, see the module). None (the
+    executor's signal to stop a thread) is handed out only once no tenant's item waits.
 
-    def __init__(self) -> None:
+    An item is running from the get that hands it out to its thread's next get (the executor's threads
+    ask for their next item once they are done with the last)."""
+
+    def __init__(self, busy: int = BUSY) -> None:
+        self.busy = busy
         self._ready = threading.Condition()
         self._queues: dict[str, deque[Any]] = {}  # tenant: its items, oldest first
         self._served: dict[str, int] = {}  # tenant: the turn that last served it
+        self._running: Counter[str] = Counter()  # tenant: its items running
+        self._doing: dict[int, str] = {}  # thread: the tenant of the item it runs
         self._turns = 0
         self._stops = 0
 
@@ -53,18 +67,22 @@ class TenantQueue:
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         with self._ready:
-            if not self._ready.wait_for(lambda: self._queues or self._stops, timeout if block else 0):
+            self._done(threading.get_ident())
+            if not self._ready.wait_for(lambda: self._takeable() or (self._stops and not self._queues),
+                                        timeout if block else 0):
                 raise queue.Empty
             if not self._queues:
                 self._stops -= 1
                 return None
-            tenant = min(self._queues, key=lambda t: self._served.get(t, -1))  # dicts keep arrival order
+            tenant = min(self._takeable(), key=lambda t: self._served.get(t, -1))  # dicts keep arrival order
             waiting = self._queues[tenant]
             item = waiting.popleft()
             if not waiting:
                 del self._queues[tenant]
             self._turns += 1
             self._served[tenant] = self._turns
+            self._running[tenant] += 1
+            self._doing[threading.get_ident()] = tenant
             if len(self._served) > FORGET_AFTER:  # only the tenants waiting need their turn remembered
                 self._served = {t: n for t, n in self._served.items() if t in self._queues}
             return item
@@ -72,21 +90,44 @@ class TenantQueue:
     def get_nowait(self) -> Any:
         return self.get(block=False)
 
+    def _done(self, thread: int) -> None:
+        """The thread's last item (if it had one) has ended: its tenant may be let start another."""
+        tenant = self._doing.pop(thread, None)
+        if tenant is not None:
+            self._running[tenant] -= 1
+            if not self._running[tenant]:
+                del self._running[tenant]
+            self._ready.notify_all()
+
+    def _takeable(self) -> list[str]:
+        """The tenants with items waiting that may start one now."""
+        return [t for t in self._queues if self._running[t] < self.busy
+                or not any(other != t for other in (*self._queues, *self._running))]
+
     def waiting(self) -> dict[str, int]:
         """Items waiting, per tenant."""
         with self._ready:
             return {tenant: len(items) for tenant, items in self._queues.items()}
 
+    def running(self) -> dict[str, int]:
+        """Items running, per tenant."""
+        with self._ready:
+            return dict(self._running)
+
 
 class TenantThreads(ThreadPoolExecutor):
     """A thread pool whose threads take the tenants' jobs in turn (see the module)."""
 
-    def __init__(self, max_workers: int = THREADS, thread_name_prefix: str = "tenant-threads") -> None:
+    def __init__(self, max_workers: int = THREADS, thread_name_prefix: str = "tenant-threads",
+                 busy: int = BUSY) -> None:
         super().__init__(max_workers, thread_name_prefix)
-        self._work_queue = TenantQueue()  # type: ignore[assignment]  # read by the pool's threads
+        self._work_queue = TenantQueue(busy)  # type: ignore[assignment]  # read by the pool's threads
 
     def waiting(self) -> dict[str, int]:
         return self._work_queue.waiting()  # type: ignore[attr-defined]
+
+    def running(self) -> dict[str, int]:
+        return self._work_queue.running()  # type: ignore[attr-defined]
 
 
 _installed: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, TenantThreads] = weakref.WeakKeyDictionary()

@@ -44,6 +44,15 @@ batch of other tenants then starts beside a running slice instead of waiting for
 another tenant's one-text upload waits for no slice at all. Batches running together never share a
 tenant, so a lone tenant keeps one call at a time on every core, and a request's slices still run in
 order, one at a time.
+
+Calls side by side share the cores (and the interpreter) thread by thread, so a call that starts beside
+others holds their tenants back until it ends: none of them starts another call beside it. A rival
+asking back to back (its questions, its answers' memory) used to start its next call the moment its last
+one ended, beside the victim's upload still running, which then shared the cores with the rival's calls
+one after another for as long as it ran: now the upload shares them with the one call it started beside
+at most, and the rival's next call waits, in its turn, for the upload's to end. The call under way holds
+nobody back: the victim's next upload starts beside it as the first did. Two busy tenants so take turns:
+one's call starts alone, the other's beside it, and the first one's next waits for that one.
 """
 from __future__ import annotations
 
@@ -151,6 +160,7 @@ class MicroBatcher:
         self._waiting_by_tenant: dict[str, int] = {}
         self._arrived = asyncio.Event()  # remade with each worker: it belongs to the worker's loop
         self._running: dict[asyncio.Task[None], set[str]] = {}  # backend calls under way: their tenants
+        self._holding: dict[asyncio.Task[None], set[str]] = {}  # and the tenants of the calls each started beside
         self._worker: asyncio.Task[None] | None = None
 
     @property
@@ -238,8 +248,8 @@ class MicroBatcher:
     def _heads(self, task: str | None = None) -> list[_Request]:
         """Each tenant's oldest live request (of `task`, or of each task), in turn order: the tenant
         served least recently first (never served before any), then the oldest first. Tenants with a
-        backend call under way wait for it to end."""
-        busy = set().union(*self._running.values())
+        backend call under way, or held back by one (see the module), wait for it to end."""
+        busy = set().union(*self._running.values(), *self._holding.values())
         keys = [key for key in self._queues if (task is None or key[1] == task) and key[0] not in busy]
         heads = [h for h in map(self._head, keys) if h is not None]
         return sorted(heads, key=lambda h: (self._served.get(h.tenant, -1), h.arrived))
@@ -254,6 +264,7 @@ class MicroBatcher:
 
         def ended(task: asyncio.Task[None]) -> None:
             self._running.pop(task, None)
+            self._holding.pop(task, None)
             arrived.set()  # a lane is free, and its tenants may go again
 
         try:
@@ -279,6 +290,7 @@ class MicroBatcher:
                     continue
                 batch = self._take(head, loop.time())
                 task = asyncio.create_task(self._run_batch(batch), name="embed-batch")
+                self._holding[task] = set().union(*self._running.values())  # the calls it starts beside
                 self._running[task] = {p.request.tenant for p in batch.pieces}
                 task.add_done_callback(ended)
         finally:  # shutting down: the calls under way fail their callers with UNAVAILABLE

@@ -10,6 +10,7 @@ import dataclasses
 
 from ragmesh.clients import RetrieverClient
 from ragmesh.types import MEMORY_COLLECTION, Hit
+from services.gateway.collection_merge import by_rank
 from services.gateway.request import AskInput
 from services.gateway.scope import Scope
 
@@ -18,7 +19,8 @@ DEFAULT_TOP_K = 10  # hits when the caller names no top_k
 
 async def search(retriever: RetrieverClient, ask: AskInput, collections: list[str]) -> list[Hit]:
     """The best `ask.top_k` hits of `ask.question` in `collections` (none named: every collection of the
-    caller's tenant), one search per collection side by side, ranked together by score. Picked
+    caller's tenant), one search per collection side by side, merged by rank (collection_merge.by_rank: the
+    collections' scores are not on one scale). Picked
     documents (`ask.document_ids`) confine each collection's search to those in it."""
     if not collections:
         collections = sorted(c.name for c in await retriever.own_collections())
@@ -27,5 +29,4 @@ async def search(retriever: RetrieverClient, ask: AskInput, collections: list[st
     searches = [retriever.search(ask.question, [c], dataclasses.replace(base, doc_ids=picked), top_k)
                 for c in dict.fromkeys(collections) if c != MEMORY_COLLECTION
                 if (picked := ask.picked(c)) is None or picked]
-    hits = [h for found in await asyncio.gather(*searches) for h in found.hits]
-    return sorted(hits, key=lambda h: -h.score)[:top_k]
+    return by_rank([found.hits for found in await asyncio.gather(*searches)])[:top_k]

@@ -177,9 +177,11 @@ class AskPipeline:
         lookup: asyncio.Future[list[CorrectionRecord]] | None = None
         try:
             yield Event("searching", True)
-            # The user's corrections are looked up while the question is planned, not after.
-            lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id, ask.question))
             with self.planning.slot(ask.tenant, ask.user_id):  # a tenant plans at most its share
+                # The user's corrections are looked up while the question is planned, not after (and not
+                # for a question refused its slot).
+                lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id,
+                                                                                ask.question))
                 plan = await self.planner.plan(ask, conversation, embedding, prepared.reading)
             reading = plan.reading or prepared.reading
             metrics.route_taken(plan.route)

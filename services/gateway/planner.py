@@ -1,7 +1,9 @@
 """The planner: everything decided before generation, as one Plan: the route, the filters (including
 those read from the question), whether the cached scope is reused, the quality steps run around the
-search, and the hits, searched per collection under the retrieval deadline. The planner alone writes
-a Plan; once `Planner.plan` returns it, it is only read (the strategy event is assembled from it)."""
+search, and the hits, searched per collection under the retrieval deadline and merged by rank (each
+collection's first, then each one's second: `collection_merge.by_rank`), since each collection's search
+scores on its own scale. The planner alone writes a Plan; once `Planner.plan` returns it, it is only
+read (the strategy event is assembled from it)."""
 from __future__ import annotations
 
 import asyncio
@@ -22,7 +24,7 @@ from ragmesh.errors import NotFound, RagmeshError
 from ragmesh.models import EXTRACTIVE
 from ragmesh.types import MEMORY_COLLECTION, Chunk, Hit, SearchFilter
 from ragmesh.validation import MAX_VARIANTS
-from services.gateway import boosts, context, followup, router
+from services.gateway import boosts, collection_merge, context, followup, router
 from services.gateway.context_budgets import ContextBudgets
 from services.gateway.followup import Followup
 from services.gateway.history import Recent
@@ -164,9 +166,11 @@ class Planner:
         if said := reading.carried.describe():
             s.reason += f"; {said}"
         if rt.name == router.SUMMARY:
-            if await self._summary_hits(ask, s):
+            if await self._summary_hits(ask, s, rt.contents):
                 return s
-            rt = router.Route(router.SPECIFIC, "summary asked, but the document has no summary or outline", 10, 0.5)
+            why = ("contents asked, but the document has no outline" if rt.contents
+                   else "summary asked, but the document has no summary or outline")
+            rt = router.Route(router.SPECIFIC, why, 10, 0.5)
             s.route, s.reason, s.k = rt.name, rt.reason, rt.k
         if not rt.retrieves:
             return s
@@ -244,9 +248,10 @@ class Planner:
         gone = len(sources) - sum(current)
         return f"the cached sources changed ({gone} of {len(sources)} deleted, replaced or no longer readable)"
 
-    async def _summary_hits(self, ask: AskInput, s: Plan) -> bool:
+    async def _summary_hits(self, ask: AskInput, s: Plan, contents: bool = False) -> bool:
         """The summary path: the document's pre-computed summary and section summaries as the context, or
-        its section titles as a table of contents. False when it has neither (search instead)."""
+        its section titles as a table of contents, which is what `contents` (its chapters asked for)
+        always takes. False when it has none of what is asked (search instead)."""
         ref = ask.document_ids[0]
         collection, doc_id = document_ref(ref)
         record = None
@@ -258,10 +263,11 @@ class Planner:
                 continue
         if record is None:
             raise NotFound(f"document_ids: {ref!r} is not in {', '.join([collection] if collection else s.collections)}")
-        texts = [record.summary] if record.summary else []
-        texts += [f"{sec.title}: {sec.summary}" for sec in record.sections if sec.summary]
-        if not texts and record.sections:  # a table of contents from the section titles
-            texts = ["Sections: " + "; ".join(sec.title for sec in record.sections if sec.title)]
+        titles = [sec.title for sec in record.sections if sec.title]
+        outline = ["Sections: " + "; ".join(titles)] if titles else []  # a table of contents from the titles
+        summaries = [record.summary] if record.summary else []
+        summaries += [f"{sec.title}: {sec.summary}" for sec in record.sections if sec.summary]
+        texts = outline if contents else summaries or outline
         if not texts:
             return False
         base = Chunk(chunk_id=f"{record.collection}/{record.doc_id}#summary", doc_id=record.doc_id,
@@ -269,7 +275,7 @@ class Planner:
                      tenant=record.tenant)
         s.hits = [Hit(dataclasses.replace(base, chunk_id=f"{base.chunk_id}{i or ''}", text=t), 1.0)
                   for i, t in enumerate(texts)]
-        s.reason = f"{s.reason}; {'summary' if record.summary else 'table of contents'} of {ref}"
+        s.reason = f"{s.reason}; {'table of contents' if texts is outline else 'summary'} of {ref}"
         return True
 
     async def _followup(self, ask: AskInput, conversation: Recent, cached: ScopeEntry | None,
@@ -386,7 +392,8 @@ class Planner:
     async def _search(self, ask: AskInput, reading: Reading, rt: router.Route, s: Plan, vector: np.ndarray | None,
                       deadline: float) -> None:
         """One search per collection side by side under the retrieval deadline; whatever arrives in time
-        is used. Searches that find nothing are widened: a source's default window to every date (most
+        is used, the collections' hits merged by rank, never by score (`collection_merge.by_rank` says
+        why). Searches that find nothing are widened: a source's default window to every date (most
         recent first), then the filters read from the question (`_relaxations`)."""
         # Asked for the latest, a newer note a little less like the question competes (its decayed score
         # decides) instead of being cut by the route's first similarity threshold.
@@ -440,23 +447,24 @@ class Planner:
             return await find(collection, self._filter_for(collection, s, ask, windowed=False),
                               dataclasses.replace(ranking, **latest))
 
-        hits = await self._gathered(s, [one(c) for c in s.collections])
+        found = await self._gathered(s, [one(c) for c in s.collections])
         relaxing = self._relaxations(ask, s)  # each step loosens s.filter when it is taken
-        while not hits and not s.unavailable and (note := next(relaxing, None)):
+        while not any(found) and not s.unavailable and (note := next(relaxing, None)):
             s.relaxed.append(note)
-            hits = await self._gathered(s, [one(c) for c in s.collections])
+            found = await self._gathered(s, [one(c) for c in s.collections])
         if s.relaxed:
             s.reason += "; " + "; ".join(s.relaxed)
         if s.unavailable:
             s.reason += f"; no answer in time from {', '.join(s.unavailable)}: using what arrived"
         if s.dense_skipped:
             s.reason += "; embedder unavailable: keyword search only"
-        s.hits = context.with_neighbours(sorted(hits, key=lambda h: -h.score))
+        s.hits = context.with_neighbours(collection_merge.by_rank(found))
 
-    async def _gathered(self, s: Plan, searches: list[Awaitable[SearchResult]]) -> list[Hit]:
-        """The hits of the collections' searches, run side by side; each failure named in `s.unavailable`."""
+    async def _gathered(self, s: Plan, searches: list[Awaitable[SearchResult]]) -> list[list[Hit]]:
+        """Each collection's hits, best first, its search run beside the others'; each failure named in
+        `s.unavailable`."""
         results = await asyncio.gather(*searches, return_exceptions=True)
-        hits: list[Hit] = []
+        found: list[list[Hit]] = []
         for collection, result in zip(s.collections, results):
             if isinstance(result, RagmeshError):
                 s.unavailable.append(collection)
@@ -464,8 +472,8 @@ class Planner:
                 continue
             if isinstance(result, BaseException):
                 raise result
-            hits += result.hits
+            found.append(result.hits)
             s.candidate_count += result.candidate_count
             s.dense_skipped |= result.dense_skipped
             s.threshold_layer = max(s.threshold_layer, result.threshold_layer)
-        return hits
+        return found

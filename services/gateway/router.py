@@ -8,7 +8,8 @@
 3. DEEP      reasoning keywords: deep-reasoner prompt, reasoning model, 15 chunks, threshold 0.6 (the
              deep-reasoner path), before the summary path, so "compare"/"why" over one document reasons
              over its chunks.
-4. SUMMARY   summary keywords with a single document in scope: its pre-computed summary (the summary path).
+4. SUMMARY   summary keywords with a single document in scope: its pre-computed summary (the summary path);
+             asked for its chapters or table of contents ("list the chapters"), its outline: the section titles.
 5. LOOKUP    "question 6" style references: fetch that item directly (question lookup); "all the
              questions" with no number: every numbered item.
 6. SPECIFIC  the default: 5 chunks at threshold 0.7 for pointed questions, 10 at 0.5 for general ones
@@ -16,6 +17,7 @@
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from services.gateway.followup import Followup
@@ -24,6 +26,13 @@ from services.gateway.reading import Reading
 
 DIRECT, NO_RAG, SUMMARY, DEEP, LOOKUP, SPECIFIC = "DIRECT", "NO_RAG", "SUMMARY", "DEEP", "LOOKUP", "SPECIFIC"
 FALLBACK_SIMILARITY = 0.3  # the second similarity threshold layer
+# Asking for a document's outline ("table of contents", "list the chapters", "what chapters does it have"), not
+# for what a chapter says ("which chapters discuss lenses?" searches).
+_CONTENTS = re.compile(
+    r"\b(table of contents|(?:list|show|name|give me)\b[\w ]{0,20}?\b(?:chapters|sections)"
+    r"|(?:what|which|how many) (?:chapters|sections)\b(?![\w ,']*\b(?:about|on|cover|covers|discuss|"
+    r"discusses|mention|mentions|explain|explains|say|says|deal|deals|talk|talks|describe|describes)\b))", re.I)
+
 
 @dataclass(frozen=True)
 class Route:
@@ -34,6 +43,7 @@ class Route:
     prompt: str = "fund_research"
     question_numbers: tuple[str, ...] = ()
     all_questions: bool = False  # every numbered item ("all the questions", naming none)
+    contents: bool = False  # SUMMARY asked for the document's outline (its section titles), not its summary
 
     @property
     def retrieves(self) -> bool:
@@ -50,6 +60,10 @@ def route(reading: Reading, followup: Followup | None, documents_in_scope: int, 
         return Route(NO_RAG, followup.describe())
     if reading.reasoning:
         return Route(DEEP, f"reasoning keyword {reading.reasoning!r}", deep_k, 0.6, "deep_reasoner")
+    contents = _CONTENTS.search(reading.text)
+    if contents and documents_in_scope == 1:
+        return Route(SUMMARY, f"table-of-contents keyword {contents.group(1).lower()!r} with one document in scope",
+                     contents=True)
     if reading.summary and documents_in_scope == 1:
         return Route(SUMMARY, f"summary keyword {reading.summary!r} with one document in scope")
     if numbers := reading.numbers:

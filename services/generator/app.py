@@ -42,7 +42,8 @@ class GeneratorApp(ServiceApp):
     def __init__(self, settings: GeneratorSettings) -> None:
         self.backends = build_backends(settings)
         self.key_store = LazyStore(settings)  # operators' keys; opened on the first one
-        self.service = GenerationService(self.backends, default_model(settings.default_model, settings.gemini_api_key))
+        self.service = GenerationService(self.backends, default_model(settings.default_model, settings.gemini_api_key),
+                                         settings.stream_piece_ms / 1000)
 
     def register(self, server: grpc.aio.Server) -> None:
         generator_pb2_grpc.add_GeneratorServicer_to_server(GeneratorServicer(self.service), server)

@@ -19,6 +19,7 @@ from ragmesh.models import KNOWN_MODELS, not_configured
 from ragmesh.types import GenEvent
 from services.generator.backends import GenerationBackend, GenerationRequest
 from services.generator.citations import checked
+from services.generator.coalesce import coalesced
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +34,10 @@ class Counts:
 
 
 class GenerationService:
-    def __init__(self, backends: dict[str, GenerationBackend], default_model: str) -> None:
+    def __init__(self, backends: dict[str, GenerationBackend], default_model: str, piece_window_s: float = 0.0) -> None:
         self.backends = backends
         self.default_model = default_model
+        self.piece_window_s = piece_window_s  # the text that comes within this of the last piece goes out with the next
         self.by_tenant: defaultdict[str, Counts] = defaultdict(Counts)  # "": calls that name no tenant
 
     def counts(self, who: Identity | None) -> Counts:
@@ -77,7 +79,8 @@ class GenerationService:
         counts.started += 1
         began, waiting = time.perf_counter(), True
         try:
-            async with aclosing(checked(backend.stream(request), {b.index for b in request.blocks})) as events:
+            pieces = coalesced(backend.stream(request), self.piece_window_s)
+            async with aclosing(checked(pieces, {b.index for b in request.blocks})) as events:
                 async for event in events:
                     if waiting and event.kind in ("thinking", "content"):
                         waiting = False

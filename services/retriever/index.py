@@ -211,9 +211,10 @@ class CollectionIndex:
                 out.dense_ms += dense_ms
                 out.sparse_ms += sparse_ms
             slots = np.unique(np.concatenate([r[0] for r in out.dense + out.sparse] or [np.zeros(0, np.int64)]))
-            out.chunks = {int(s): self.chunk(int(s)) for s in slots}
-            if vectors is not None and len(slots):
-                out.similarity = dict(zip(slots.tolist(), (self.dense.vectors()[slots] @ vectors[0]).tolist()))
+            chunks, listed = self.chunks, slots.tolist()  # the lists hold admitted (live) slots only
+            out.chunks = {s: chunks[s] for s in listed}
+            if vectors is not None and listed:
+                out.similarity = dict(zip(listed, (self.dense.vectors()[slots] @ vectors[0]).tolist()))
             if with_parents:
                 out.parents = self._parents(out.chunks.values(), f.readers)
             return out

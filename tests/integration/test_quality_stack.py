@@ -158,7 +158,8 @@ def test_compression_keeps_only_the_chunks_sentences_and_drops_what_it_finds_irr
         chunk = the_excerpt(sent)
         if "Banco Serra Azul" in chunk:
             return "[Conflicting]: " + first_sentence(chunk) + " Kestrel doubled its Brazil exposure."
-        return "NONE" if "Brazil" not in chunk else "Nothing here is from the excerpt."
+        # Another part of a Brazil note keeps one sentence: whole, it could fill the 2,000 characters itself.
+        return "NONE" if "Brazil" not in chunk else "[Partial]: " + first_sentence(chunk)
 
     fake.respond(COMPRESS, compressing)
     fake.respond(ANSWER, "Kestrel cut Brazil [1].")

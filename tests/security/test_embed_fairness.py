@@ -162,3 +162,89 @@ def test_a_rival_holding_the_embed_queue_leaves_room_for_another_tenants_embeddi
             await host.stop()
 
     asyncio.run(go())
+
+
+class LaneBackend:
+    """A model that takes two calls at once (as the local one does); each call waits until the test lets
+    that call (named by its first text) end, and records what else was under way when it started."""
+
+    model_name = "lanes"
+    dimensions = 2
+    max_batch = 10_000
+    lanes = 2
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, set[str]]] = []  # (a call's first text, the calls under way beside it)
+        self.under_way: set[str] = set()
+        self.gates: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def warm_up(self) -> None:
+        pass
+
+    def let_end(self, first_text: str) -> None:
+        with self._lock:
+            self.gates.setdefault(first_text, threading.Event()).set()
+
+    def embed(self, texts: list[str], task: str) -> np.ndarray:
+        with self._lock:
+            self.started.append((texts[0], set(self.under_way)))
+            self.under_way.add(texts[0])
+            gate = self.gates.setdefault(texts[0], threading.Event())
+        try:
+            assert gate.wait(timeout=30), f"the test never let {texts[0]!r} end"
+        finally:
+            with self._lock:
+                self.under_way.discard(texts[0])
+        return np.array([[float(len(t)), float(t.startswith("victim"))] for t in texts], dtype=np.float32)
+
+
+def test_a_rival_asking_back_to_back_starts_no_second_call_beside_another_tenants_upload() -> None:
+    """The rival's eight askers kept the embedder busy with one short call after another (their
+    questions, their answers' memory): the victim's upload ran beside the rival's running call, and
+    each time that one ended the rival's next started beside the upload still running, which so shared
+    the cores (and the interpreter) with the rival's calls for as long as it ran (14 ms idle, 40-240 ms
+    under the metadata-heavy asks). Now a tenant has one call at most beside another tenant's: the
+    rival's next call waits, in its turn, for the upload's call to end."""
+    s = settings(embed_backend="local")
+    backend = LaneBackend()
+    app = EmbedderApp(s, backend)
+
+    async def embed(stub: embedder_pb2_grpc.EmbedderStub, text: str) -> embedder_pb2.EmbedResponse:
+        return await stub.Embed(embedder_pb2.EmbedRequest(texts=[text], task=embedder_pb2.QUERY), timeout=60)
+
+    async def go() -> None:
+        host = ServiceHost(app, s, 0, grace=0.5)
+        await host.start()
+        try:
+            async with aio_channel(host.address, bearer(admin_key(s, "rival", "eve"))) as rival, \
+                    aio_channel(host.address, bearer(service_token(s), "demo", "ana")) as victim:
+                rival_stub, victim_stub = embedder_pb2_grpc.EmbedderStub(rival), embedder_pb2_grpc.EmbedderStub(victim)
+                first = asyncio.create_task(embed(rival_stub, "rival question 1"))
+                await until(lambda: len(backend.started) == 1, "the rival's first call on the model")
+                upload = asyncio.create_task(embed(victim_stub, "victim: a short upload"))
+                await until(lambda: len(backend.started) == 2, "the victim's call beside it")
+                assert backend.started[1] == ("victim: a short upload", {"rival question 1"})
+                second = asyncio.create_task(embed(rival_stub, "rival question 2"))
+                await until(lambda: app.batcher.waiting == 1, "the rival's next question queued")
+
+                backend.let_end("rival question 1")
+                await first  # its lane is free, and the rival has a question waiting
+                for _ in range(20):  # the embedder's loop takes its next call, if it would
+                    await asyncio.sleep(0)
+                assert app.batcher.waiting == 1 and len(backend.started) == 2, \
+                    "the rival's next call waits for the victim's to end, not beside it"
+
+                backend.let_end("victim: a short upload")
+                reply = await upload
+                assert [v.values for v in reply.vectors] == [[22.0, 1.0]]
+                await until(lambda: len(backend.started) == 3, "the rival's next call, once the victim's ended")
+                assert backend.started[2] == ("rival question 2", set()), "it started with nothing beside it"
+                backend.let_end("rival question 2")
+                await second
+        finally:
+            for text in ("rival question 1", "victim: a short upload", "rival question 2"):
+                backend.let_end(text)
+            await host.stop()
+
+    asyncio.run(go())

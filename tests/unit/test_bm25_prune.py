@@ -170,3 +170,48 @@ def test_postings_stay_sorted_by_doc_id_through_reuse_and_unsorted_batches() -> 
     index.remove(7, ["a"])
     index._compact_term(index._vocab["a"])
     assert (index._tf_max[index._vocab["a"]], index._len_min[index._vocab["a"]]) == (1, 2)  # docs 5 and 11
+
+
+def test_common_terms_are_looked_up_in_tf_columns_that_follow_every_write() -> None:
+    """A term in most docs is looked up in a dense tf column built by a query; each later write
+    that changes its postings (an append, a reused id, a compaction) or grows the doc ids must
+    show in the next query's scores, bit for bit the scoring of every posting."""
+    rng = np.random.default_rng(3)
+    live = {i: ["c0"] * int(rng.integers(1, 4)) + [f"r{rng.integers(40)}" for _ in range(int(rng.integers(1, 8)))]
+            for i in range(400)}
+    live[999] = ["r3"]  # doc ids up to 999 from the start: appends below do not grow them
+    index = BM25Index()
+    index.add_many(list(live), list(live.values()))
+
+    def check(query: list[str]) -> None:
+        with mock.patch.multiple(bm25, _SEEDS=8, _FULL_COST=1e30):  # pruned, so candidates are looked up
+            ids, scores = index.top_k(query, 5)
+        assert (ids.tolist(), scores.tobytes()) == reference(index, query, 5, None)
+
+    query = ["c0", "r1", "r2", "z"]
+    check(query)
+    assert index._vocab["c0"] in index._tf_columns
+    writes = [
+        lambda: index.add(400, ["c0"] * 9 + ["z"]),  # appended: the best doc, with c0's highest tf
+        lambda: index.remove(400, ["c0"] * 9 + ["z"]),
+        lambda: index.add(400, ["r1", "r2"]),  # a reused id without c0: its old tf must not stay
+        lambda: index.add(2000, ["r1", "r2"]),  # the doc ids grow past the column, c0's postings unchanged
+        lambda: index.add(3000, ["c0", "r1"]),  # they grow again, with c0
+        lambda: index.add(401, ["c0"] * 300 + ["z"] * 100),  # a tf past a byte, in the best doc
+    ]
+    for doc_id in range(0, 200, 2):  # enough dead postings for compactions
+        writes.append(lambda doc_id=doc_id: index.remove(doc_id, live.pop(doc_id)))
+    for write in writes:
+        write()
+        check(query)
+
+
+def test_tf_columns_are_not_pickled_and_old_pickles_load() -> None:
+    index = zipf_index(300)
+    index.top_k(["t0", "t1", "t250"], 10)
+    state = index.__getstate__()
+    assert state["_tf_columns"] == {}
+    del state["_tf_columns"]  # as pickled before the columns existed
+    restored = BM25Index.__new__(BM25Index)
+    restored.__setstate__(state)
+    assert restored.top_k(["t0", "t1", "t250"], 10)[0].tolist() == index.top_k(["t0", "t1", "t250"], 10)[0].tolist()

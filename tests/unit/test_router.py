@@ -35,6 +35,14 @@ TURNS = [
     ("Summarize that", None, 0, SPECIFIC, 5),
     ("Summarize this document", None, 1, SUMMARY, 0),
     ("Summarize this document", None, 2, SPECIFIC, 5),
+    # a document's chapters asked for: its outline (the summary route's table of contents)
+    ("List the chapters", None, 1, SUMMARY, 0),
+    ("What is the table of contents?", None, 1, SUMMARY, 0),
+    ("What chapters does this book have?", None, 1, SUMMARY, 0),
+    ("How many sections are there?", None, 1, SUMMARY, 0),
+    ("List the chapters", None, 0, SPECIFIC, 5),
+    ("Which chapters discuss Fresnel lenses?", None, 1, SPECIFIC, 5),  # what a chapter says: searched
+    ("What does chapter 2 say about logbooks?", None, 1, SPECIFIC, 5),
     ("Why did Kestrel cut Brazil?", None, 0, DEEP, 15),
     ("Why did they cut it?", REWORKS, 0, NO_RAG, 0),
     ("What is the relationship between rates and returns?", None, 0, DEEP, 15),
