@@ -32,6 +32,8 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
   access   hybrid search with access lists (1,000 users, 50 groups; callers reading about 10% and 90% of
            100k chunks) against the same searches without, memory engine (target <= 1.2) and milvus-lite
            (bench/access_bench.py)
+  classes  this CPU's class beside the AVX2 class forced on it, turn about in one run: hybrid search on two
+           retrievers, CPU a text of each encoder on two embedder workers (bench/classes_bench.py)
 
 `make bench` runs the parts that fit 30 minutes on 2 cores; the others (the 1M-chunk search and
 `approx`, `peers`, the backends part with the local model, and the whole-stack comparisons of closed
@@ -62,6 +64,7 @@ from bench import machine, scifact_eval
 from bench.access_bench import run_access
 from bench.auth_bench import run_auth
 from bench.backends_bench import run_backends
+from bench.classes_bench import run_classes
 from bench.conversations_bench import run_conversations
 from bench.embed_bench import run_embed
 from bench.fairness_bench import run_fairness
@@ -73,6 +76,7 @@ from bench.replicas_bench import run_replicas
 from bench.search_bench import (
     Section, failed_targets, log, machine_load, render, run_bm25, run_hnsw, run_search,
 )
+from ragmesh.cpu_features import avx2_environment, configured_class
 from services.retriever.dense import IVF
 
 DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quality (issue 3), "
@@ -81,10 +85,11 @@ DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quali
                "option at 1M chunks, the whole path from question to first token (issue 15), fairness between "
                "tenants (issue 23) and what access lists cost a search (issue 33).")
 PARTS = ("search", "bm25", "hnsw", "approx", "scifact", "embed", "auth", "backends", "load", "metrics", "peers",
-         "pipeline", "fairness", "conversations", "replicas", "access")
+         "pipeline", "fairness", "conversations", "replicas", "access", "classes")
 # Opt-in (named with --only, or --all): what does not fit the default run's 30 minutes on 2 cores (MINUTES),
 # the 1M-chunk and peer parts first, then the whole-stack comparisons of closed issues.
-OPT_IN_PARTS = ("approx", "peers", "backends", "metrics", "pipeline", "conversations", "replicas", "access")
+OPT_IN_PARTS = ("approx", "peers", "backends", "metrics", "pipeline", "conversations", "replicas", "access",
+                "classes")
 DEFAULT_PARTS = tuple(p for p in PARTS if p not in OPT_IN_PARTS)
 METRICS_SIZE = {False: 100_000, True: 5_000}
 DEFAULT_SIZES = [100_000]
@@ -98,7 +103,8 @@ HNSW_QUERIES = {False: 1000, True: 100}
 # that will not fit its time says so before it starts. Keys: the part, or the part and its size.
 MINUTES = {"search 100,000": 2, "search 1,000,000": 12, "bm25": 1, "hnsw": 2, "approx 1,000,000": 15,
            "scifact": 14, "embed": 2, "auth": 1, "backends": 15, "backends, no model": 6, "load": 5,
-           "metrics": 3, "peers": 10, "pipeline": 6, "fairness": 3, "conversations": 2, "replicas": 2, "access": 3}
+           "metrics": 3, "peers": 10, "pipeline": 6, "fairness": 3, "conversations": 2, "replicas": 2, "access": 3,
+           "classes": 8}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -114,6 +120,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scifact", type=Path, default=scifact_eval.DEFAULT_PATH, help="BEIR SciFact folder")
     parser.add_argument("--no-model", action="store_true",
                         help="backends: SciFact embedded with stand-in vectors, not the local model (minutes less)")
+    parser.add_argument("--cpu-class", choices=("native", "avx2"), default=configured_class(),
+                        help="avx2: every process as on an AVX2-only CPU, each library on its AVX2 kernels and the "
+                             "embedder's choices as without AVX-512, VNNI or bf16 (default: CPU_CLASS, else native)")
     parser.add_argument("--results", type=Path, default=Path(time.strftime("bench-results-%Y%m%d-%H%M%S.md")),
                         help="where each part's figures are written as it ends (default: bench-results-<time>.md)")
     args = parser.parse_args(argv)
@@ -166,6 +175,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("replicas", partial(run_replicas, quick)))
     if "access" in args.only:
         steps.append(("access", partial(run_access, size, args.queries, quick)))
+    if "classes" in args.only:
+        steps.append(("classes", partial(run_classes, size, args.queries, args.scifact, quick)))
     return steps
 
 
@@ -217,8 +228,21 @@ def run_all(steps: list[tuple[str, Callable[[], Section]]], results: Path) -> tu
     return sections, errors
 
 
+def start_as_class(cpu_class: str, argv: list[str]) -> None:
+    """Starts the bench again unless its variables already say `cpu_class`: each library picks its kernels
+    when it loads, as this process has done, and the processes the bench starts inherit the variables. As
+    avx2 it runs with avx2_environment(); as native with none of those variables (each library's own pick)."""
+    forced = avx2_environment()
+    wanted = os.environ | forced if cpu_class == "avx2" else {k: v for k, v in os.environ.items() if k not in forced}
+    if wanted != dict(os.environ):
+        log(f"starting again as the {cpu_class} class" + (f": {' '.join(f'{k}={v}' for k, v in forced.items())}"
+                                                          if cpu_class == "avx2" else ""))
+        os.execve(sys.executable, [sys.executable, "-m", "bench", *argv], wanted)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    start_as_class(args.cpu_class, sys.argv[1:] if argv is None else argv)
     args.results.write_text("")
     log(f"figures go to {args.results} as each part ends")
     steps = plan(args)

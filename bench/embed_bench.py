@@ -15,7 +15,8 @@ import numpy as np
 
 from bench.scifact_eval import SciFact, load_scifact, ndcg_at, subset
 from bench.search_bench import Section, Target
-from services.embedder.backends.local import SentenceTransformersEmbedder, native_bf16
+from ragmesh.cpu_features import native_bf16
+from services.embedder.backends.local import SentenceTransformersEmbedder
 from services.embedder.backends.onnx import OnnxMiniLMEmbedder
 
 CHUNK_CHARS = 800  # the user-document chunker's upper size

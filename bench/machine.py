@@ -12,9 +12,23 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from ragmesh import cpu_features
+
 # The instruction sets the fast paths use: FAISS's distance kernels (AVX2, AVX-512), int8 matrix products
 # (VNNI), bfloat16 products (AVX512-BF16, AMX) for the embedder's document path.
 FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+# What `--cpu-class avx2` leaves as this machine has it (bench/README.md, "Machine classes").
+UNFORCED = ("ONNX Runtime's kernels (MLAS picks them by CPUID, with no switch), cache sizes, clock and memory "
+            "bandwidth")
+
+
+def class_of(flags: frozenset[str]) -> str:
+    """The class figures are grouped by in docs/benchmarks.md."""
+    if "avx512f" in flags and flags & cpu_features.BF16_FLAGS:
+        return "AVX-512 with bf16"
+    if "avx512f" in flags:
+        return "AVX-512"
+    return "AVX2 only" if "avx2" in flags else "no AVX2"
 
 
 @dataclass(frozen=True)
@@ -22,28 +36,16 @@ class Machine:
     model: str
     cores: int
     flags: tuple[str, ...]  # those of FLAGS the CPU has
-
-    @property
-    def cpu_class(self) -> str:
-        """The class figures are grouped by in docs/benchmarks.md."""
-        has = set(self.flags)
-        if "avx512f" in has and has & {"avx512_bf16", "amx_bf16"}:
-            return "AVX-512 with bf16"
-        if "avx512f" in has:
-            return "AVX-512"
-        return "AVX2 only" if "avx2" in has else "no AVX2"
+    cpu_class: str  # "AVX2 only (forced on AVX-512 with bf16)" when the run acts as the AVX2 class
+    forced: bool
 
 
-def machine(cpuinfo: Path = Path("/proc/cpuinfo")) -> Machine:
-    model, flags, cores = "?", set(), 0
-    for line in cpuinfo.read_text().splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "model name":
-            model, cores = value.strip(), cores + 1
-        elif key == "flags" and not flags:
-            flags = set(value.split())
-    return Machine(model, cores, tuple(f for f in FLAGS if f in flags))
+def machine(cpuinfo: Path = cpu_features.CPUINFO, cpu_class: str | None = None) -> Machine:
+    """This machine, seen as `cpu_class` (default: CPU_CLASS, which `--cpu-class` sets)."""
+    cpu = cpu_features.cpu(cpuinfo, cpu_class)
+    seen = class_of(cpu.flags)
+    return Machine(cpu.model, cpu.cores, tuple(f for f in FLAGS if f in cpu.native_flags),
+                   f"{seen} (forced on {class_of(cpu.native_flags)})" if cpu.forced else seen, cpu.forced)
 
 
 def kernels() -> dict[str, str]:
@@ -53,7 +55,7 @@ def kernels() -> dict[str, str]:
     import torch
 
     from ragmesh.config import Settings
-    from services.embedder.backends.local import native_bf16
+    from ragmesh.cpu_features import has_vnni, native_bf16
 
     numpy_simd = np.show_config(mode="dicts")["SIMD Extensions"]
     blas = sorted({f"{i['internal_api']} {i.get('architecture') or ''}".strip()
@@ -66,6 +68,7 @@ def kernels() -> dict[str, str]:
         "ONNX Runtime": f"{onnxruntime.__version__}, {', '.join(onnxruntime.get_available_providers())}",
         "document encoder": "ONNX Runtime int8 (EMBED_DOCUMENTS_INT8)" if Settings().embed_documents_int8 else
                             "torch bf16 autocast (native bf16)" if native_bf16() else "ONNX Runtime float32",
+        "int8 document copy": "8-bit weights (VNNI)" if has_vnni() else "7-bit weights (no VNNI: 16-bit pair sums)",
     }
 
 
@@ -75,4 +78,6 @@ def describe() -> str:
     lines = [f"Machine class: **{m.cpu_class}** ({m.model}, {m.cores} CPUs; "
              f"{' '.join(m.flags) or 'no AVX2, AVX-512, VNNI, bf16 or AMX'})."]
     lines += [f"- {name}: {chosen}" for name, chosen in kernels().items()]
+    if m.forced:
+        lines.append(f"- not forced: {UNFORCED}")
     return "\n".join(lines)

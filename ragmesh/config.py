@@ -367,6 +367,11 @@ class EmbeddingSettings(Section):
         "With the onnx runtime and EMBED_DOCUMENTS_INT8 off, documents (ingest) run through torch in bfloat16: auto "
         "= on CPUs that multiply bf16 in hardware (AMX, AVX512-BF16; 2.5x less CPU a chunk, cosine >= 0.9999 to "
         "float32), on, or off.")
+    cpu_class: Literal["native", "avx2"] = env(
+        "CPU_CLASS", "native",
+        "The CPU the embedder's encoder choices assume: native (this CPU's flags) or avx2 (as on an AVX2-only CPU: "
+        "no bf16 documents, 7-bit int8 weights for want of VNNI), to measure that class on a newer CPU. "
+        "`python -m bench --cpu-class avx2` sets it with each library's own switches (bench/README.md).")
     model_cache_dir: str = env("MODEL_CACHE_DIR", "",
                                "Where the local model's ONNX export is kept (made at first start); empty = "
                                "DATA_DIR/models.")

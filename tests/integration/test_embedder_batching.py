@@ -6,9 +6,10 @@ import asyncio
 
 import numpy as np
 
+from ragmesh.cpu_features import native_bf16
 from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
 from services.embedder.app import LOCAL_SLICE_CHARS, EmbedderApp
-from services.embedder.backends.local import SentenceTransformersEmbedder, native_bf16
+from services.embedder.backends.local import SentenceTransformersEmbedder
 from services.embedder.batcher import MicroBatcher
 from tests.fakes.serving import serving, settings
 

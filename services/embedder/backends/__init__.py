@@ -27,7 +27,8 @@ class EmbeddingBackend(Protocol):
 
 def create(settings: Settings) -> EmbeddingBackend:
     if settings.embed_backend == "local" and settings.embed_runtime == "onnx":
-        from services.embedder.backends.local import SentenceTransformersEmbedder, native_bf16
+        from ragmesh.cpu_features import native_bf16
+        from services.embedder.backends.local import SentenceTransformersEmbedder
         from services.embedder.backends.onnx import OnnxMiniLMEmbedder
 
         if settings.embed_documents_bf16 not in ("auto", "on", "off"):
@@ -35,7 +36,8 @@ def create(settings: Settings) -> EmbeddingBackend:
         cache = Path(settings.model_cache_dir or settings.data_dir / "models")
         if settings.embed_documents_int8:
             return OnnxMiniLMEmbedder(cache, int8_documents=True)
-        bf16 = settings.embed_documents_bf16 == "on" or (settings.embed_documents_bf16 == "auto" and native_bf16())
+        bf16 = settings.embed_documents_bf16 == "on" or (
+            settings.embed_documents_bf16 == "auto" and native_bf16(cpu_class=settings.cpu_class))
         documents = SentenceTransformersEmbedder(settings.embed_batch_size, bf16=True) if bf16 else None
         return OnnxMiniLMEmbedder(cache, documents=documents)
     if settings.embed_backend == "local" and settings.embed_runtime == "torch":

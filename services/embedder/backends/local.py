@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 
 import numpy as np
 
@@ -67,13 +66,3 @@ class SentenceTransformersEmbedder:
                 )
         vectors = np.asarray(vectors, dtype=np.float32)
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)  # unit length after bf16 too
-
-
-
-def native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether this CPU multiplies bfloat16 in hardware; elsewhere bf16 is emulated, slower than float32."""
-    try:
-        flags = next((line.split() for line in cpuinfo.read_text().splitlines() if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags

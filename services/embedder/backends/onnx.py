@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ragmesh.cpu_features import has_vnni
 from services.embedder.backends.cores import CoreShare
 
 if TYPE_CHECKING:
@@ -144,15 +145,6 @@ def quantize_documents(fused: Path, target: Path, seven_bit: bool) -> None:
     quantize_dynamic(fused, target, op_types_to_quantize=list(DOCUMENT_QUANTIZED_OPS), per_channel=True,
                      reduce_range=seven_bit, weight_type=QuantType.QInt8, nodes_to_exclude=list(DOCUMENT_FLOAT_NODES),
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # fused ops infer no type
-
-
-def has_vnni(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether this CPU has int8 dot products into 32 bits (AVX512-VNNI or AVX-VNNI)."""
-    try:
-        flags = next((line.split() for line in cpuinfo.read_text().splitlines() if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
 def export(model_dir: Path, target: Path, short: Path, documents: Path, seven_bit: bool) -> None:
