@@ -44,7 +44,7 @@ test: $(STAMP) chromium prometheus redis
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m 'not slow'
 
-# `make bench`: the parts that fit 30 minutes on 2 cores. `make bench ONLY=access` (or any parts,
+# `make bench`: the parts that fit 30 minutes on 2 cores (`CPU_CLASS=avx2`: as the AVX2 class, bench/README.md). `make bench ONLY=access` (or any parts,
 # space-separated) runs those parts only, in full; `make bench ALL=1` every part in full (bench/README.md).
 bench: $(STAMP)
 	$(BIN)/python -m bench $(if $(ONLY),--only $(ONLY)) $(if $(ALL),--all)
