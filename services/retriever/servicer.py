@@ -17,7 +17,7 @@ from ragmesh.types import ChunkContext, Document
 from ragmesh.validation import (MAX_CHUNK_ID_CHARS, MAX_ID_CHARS, RESERVED_PREFIX, check_field_name, check_name,
                                 check_names, check_page, check_text, shown)
 from ragmesh.v1 import retriever_pb2, retriever_pb2_grpc
-from services.retriever import permissions, personal
+from services.retriever import permissions, personal, reply_metadata
 from services.retriever.fusion import DEFAULT_RRF_K, Boosters
 from services.retriever.ingest.pipeline import Ingestor
 from services.retriever.ingest.upsert import Upserter
@@ -101,7 +101,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         )
         outcome = await self.engine.search(query)
         return retriever_pb2.SearchResponse(
-            hits=[convert.hit_to_proto(h) for h in outcome.hits],
+            hits=[convert.hit_to_proto(h) for h in reply_metadata.bounded(outcome.hits)],
             timings=retriever_pb2.Timings(**outcome.timings),
             candidate_count=outcome.candidate_count,
             dense_skipped=outcome.dense_skipped,

@@ -18,6 +18,7 @@ from ragmesh.identity import keys
 from ragmesh.identity.authenticator import pepper, service_token
 from ragmesh.serving import ServiceHost
 from ragmesh.store.sqlite import SqliteStore
+from ragmesh.thread_priority import thread_nice
 from ragmesh.v1 import embedder_pb2, embedder_pb2_grpc
 from services.embedder.app import EmbedderApp
 from services.embedder.limits import CALL_CHARS, MAX_TEXTS
@@ -175,6 +176,7 @@ class LaneBackend:
 
     def __init__(self) -> None:
         self.started: list[tuple[str, set[str]]] = []  # (a call's first text, the calls under way beside it)
+        self.nice: dict[str, int] = {}  # a call's first text: the nice value of the thread it ran on
         self.under_way: set[str] = set()
         self.gates: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -189,6 +191,7 @@ class LaneBackend:
     def embed(self, texts: list[str], task: str) -> np.ndarray:
         with self._lock:
             self.started.append((texts[0], set(self.under_way)))
+            self.nice[texts[0]] = thread_nice()
             self.under_way.add(texts[0])
             gate = self.gates.setdefault(texts[0], threading.Event())
         try:
@@ -244,6 +247,66 @@ def test_a_rival_asking_back_to_back_starts_no_second_call_beside_another_tenant
                 await second
         finally:
             for text in ("rival question 1", "victim: a short upload", "rival question 2"):
+                backend.let_end(text)
+            await host.stop()
+
+    asyncio.run(go())
+
+
+def test_a_rival_over_its_share_runs_its_calls_on_threads_that_give_way() -> None:
+    """Beside the rival's calls the victim's one-text call never waited for a lane, but ran three times as
+    long: the kernel shared the cores between the two calls' threads alike. Now the calls of a tenant
+    that has used the model more of late than another tenant with work run on threads at a lower CPU
+    priority (a higher nice value), and the other tenant's at the normal one; alone, the rival's calls
+    run at the normal priority too."""
+    s = settings(embed_backend="local")
+    backend = LaneBackend()
+    app = EmbedderApp(s, backend)
+    base = thread_nice()
+
+    async def embed(stub: embedder_pb2_grpc.EmbedderStub, text: str) -> embedder_pb2.EmbedResponse:
+        task = embedder_pb2.DOCUMENT if text.startswith("victim") else embedder_pb2.QUERY  # uploads, questions
+        return await stub.Embed(embedder_pb2.EmbedRequest(texts=[text], task=task), timeout=60)
+
+    async def go() -> None:
+        host = ServiceHost(app, s, 0, grace=0.5)
+        await host.start()
+        try:
+            async with aio_channel(host.address, bearer(admin_key(s, "rival", "eve"))) as rival, \
+                    aio_channel(host.address, bearer(service_token(s), "demo", "ana")) as victim:
+                rival_stub, victim_stub = embedder_pb2_grpc.EmbedderStub(rival), embedder_pb2_grpc.EmbedderStub(victim)
+
+                def started(text: str):  # noqa: ANN202
+                    return until(lambda: text in backend.nice, f"{text!r} on the model")
+
+                for n in range(3):  # the rival alone, asking back to back
+                    call = asyncio.create_task(embed(rival_stub, f"rival question {n}"))
+                    await started(f"rival question {n}")
+                    backend.let_end(f"rival question {n}")
+                    await call
+                calls = [asyncio.create_task(embed(rival_stub, "rival question 3"))]
+                await started("rival question 3")
+                calls.append(asyncio.create_task(embed(victim_stub, "victim upload 0")))
+                await started("victim upload 0")  # beside the rival's running call
+                calls.append(asyncio.create_task(embed(rival_stub, "rival question 4")))
+                await until(lambda: app.batcher.waiting == 1, "the rival's next question queued")
+                backend.let_end("victim upload 0")
+                calls.append(asyncio.create_task(embed(victim_stub, "victim upload 1")))
+                await started("victim upload 1")
+                backend.let_end("rival question 3")
+                calls.append(asyncio.create_task(embed(victim_stub, "victim upload 2")))
+                await until(lambda: app.batcher.waiting == 2, "the victim's next upload queued")
+                backend.let_end("victim upload 1")
+                await started("rival question 4")
+                assert backend.nice["rival question 4"] > base, "over its share beside the victim: gives way"
+                assert {backend.nice[f"rival question {n}"] for n in range(4)} == {base}, "alone: normal"
+                assert backend.nice["victim upload 0"] == backend.nice["victim upload 1"] == base
+                for text in ("rival question 4", "victim upload 2"):
+                    backend.let_end(text)
+                await asyncio.gather(*calls)
+        finally:
+            for text in ("rival question 3", "rival question 4", "victim upload 0", "victim upload 1",
+                         "victim upload 2"):
                 backend.let_end(text)
             await host.stop()
 
