@@ -158,7 +158,7 @@ def _peer_latencies(search: Search, queries: list[tuple[str, np.ndarray]], filte
 def _ragmesh(corpus: SyntheticCorpus, queries: list[tuple[str, np.ndarray]]) -> dict[str, object]:
     """Load rate and hybrid latencies of a retriever process, the figures the ratios are taken to."""
     out: dict[str, object] = {}
-    with RetrieverProcess() as proc:
+    with RetrieverProcess({"FUSION": "rrf"}) as proc:  # the peers fuse by RRF: so does ragmesh here
         stub = retriever_pb2_grpc.RetrieverStub(channel(proc))
         out["load"] = corpus.n_chunks / load(stub, corpus)
         for filtered in (False, True):

@@ -35,7 +35,7 @@ import numpy as np
 
 from bench import bm25_bench
 from deploy.run import wait_serving
-from ragmesh import convert
+from ragmesh import config, convert
 from ragmesh.clients import blocking_channel
 from ragmesh.identity import TENANT_HEADER, USER_HEADER
 from ragmesh.types import SearchFilter
@@ -470,7 +470,7 @@ def run_search(size: int, n_queries: int, dense: str = FLAT) -> Section:
     """Load `size` chunks into a fresh retriever process (its collection configured with this
     dense kind) and time hybrid searches; for an approximate kind, its dense recall@10 too."""
     corpus = SyntheticCorpus(size)
-    section = Section(f"Hybrid search through gRPC: {size:,} chunks ({dense} FAISS + BM25 + RRF)")
+    section = Section(f"Hybrid search through gRPC: {size:,} chunks ({dense} FAISS + BM25, {config.load().fusion} fusion)")
     ceiling = client_stream_rate(corpus)
     log(f"search {size:,} ({dense}): starting the retriever")
     with RetrieverProcess() as proc:
