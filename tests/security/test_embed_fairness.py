@@ -9,7 +9,9 @@ so what is asserted is the order things finish in, never how fast."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import AsyncIterator
 
 import grpc
 import numpy as np
@@ -27,6 +29,7 @@ from tests.fakes.serving import settings
 
 RIVAL_CALLS = 3
 TEXT_CHARS = min(2_000, CALL_CHARS // MAX_TEXTS)
+Stub = embedder_pb2_grpc.EmbedderStub
 
 
 class SteppedBackend:
@@ -69,6 +72,20 @@ async def until(condition, what: str) -> None:  # noqa: ANN001 - a callable
     raise AssertionError(f"never happened: {what}")
 
 
+@contextlib.asynccontextmanager
+async def rival_and_victim(app: EmbedderApp, s) -> AsyncIterator[tuple[Stub, Stub]]:  # noqa: ANN001 - Settings
+    """The embedder served on loopback, and a stub for each tenant: the rival with an admin key of its own,
+    the victim through the service credential as the gateway calls. The server stops on leaving."""
+    host = ServiceHost(app, s, 0, grace=0.5)
+    await host.start()
+    try:
+        async with aio_channel(host.address, bearer(admin_key(s, "rival", "eve"))) as rival, \
+                aio_channel(host.address, bearer(service_token(s), "demo", "ana")) as victim:
+            yield embedder_pb2_grpc.EmbedderStub(rival), embedder_pb2_grpc.EmbedderStub(victim)
+    finally:
+        await host.stop()
+
+
 def test_a_rivals_largest_calls_do_not_hold_back_another_tenants_one_text_call() -> None:
     s = settings(embed_backend="local")  # the local model's slicing
     backend = SteppedBackend()
@@ -77,16 +94,12 @@ def test_a_rivals_largest_calls_do_not_hold_back_another_tenants_one_text_call()
                                     task=embedder_pb2.DOCUMENT)
 
     async def go() -> None:
-        host = ServiceHost(app, s, 0, grace=0.5)
-        await host.start()
-        rival_key = admin_key(s, "rival", "eve")
-        try:
-            async with aio_channel(host.address, bearer(rival_key)) as rival, \
-                    aio_channel(host.address, bearer(service_token(s), "demo", "ana")) as victim:
+        async with rival_and_victim(app, s) as (rival, victim):
+            try:
                 finished: list[str] = []
 
-                async def call(channel: grpc.aio.Channel, request: embedder_pb2.EmbedRequest, name: str):
-                    reply = await embedder_pb2_grpc.EmbedderStub(channel).Embed(request, timeout=60)
+                async def call(stub: embedder_pb2_grpc.EmbedderStub, request: embedder_pb2.EmbedRequest, name: str):
+                    reply = await stub.Embed(request, timeout=60)
                     finished.append(name)
                     return reply
 
@@ -110,9 +123,8 @@ def test_a_rivals_largest_calls_do_not_hold_back_another_tenants_one_text_call()
                 for rival_reply in replies:  # whole, in order, however it was sliced
                     assert [v.values[0] for v in rival_reply.vectors] == [float(len(t)) for t in big.texts]
                 assert finished[0] == "victim"
-        finally:
-            backend.steps.release(10_000)
-            await host.stop()
+            finally:
+                backend.steps.release(10_000)
 
     asyncio.run(go())
 
@@ -130,13 +142,8 @@ def test_a_rival_holding_the_embed_queue_leaves_room_for_another_tenants_embeddi
     big = embedder_pb2.EmbedRequest(texts=[f"rival {i:04d}" for i in range(MAX_TEXTS)], task=embedder_pb2.DOCUMENT)
 
     async def go() -> None:
-        host = ServiceHost(app, s, 0, grace=0.5)
-        await host.start()
-        try:
-            async with aio_channel(host.address, bearer(admin_key(s, "rival", "eve"))) as rival, \
-                    aio_channel(host.address, bearer(service_token(s), "demo", "ana")) as victim:
-                rival_stub, victim_stub = embedder_pb2_grpc.EmbedderStub(rival), embedder_pb2_grpc.EmbedderStub(victim)
-
+        async with rival_and_victim(app, s) as (rival_stub, victim_stub):
+            try:
                 async def embed(stub: embedder_pb2_grpc.EmbedderStub, request: embedder_pb2.EmbedRequest):
                     return await stub.Embed(request, timeout=60)
 
@@ -158,9 +165,8 @@ def test_a_rival_holding_the_embed_queue_leaves_room_for_another_tenants_embeddi
                 await first
                 outcomes = await asyncio.gather(*rivals, return_exceptions=True)
                 assert sum(not isinstance(o, Exception) for o in outcomes) == 2, "the two in its share answered"
-        finally:
-            backend.steps.release(10_000)
-            await host.stop()
+            finally:
+                backend.steps.release(10_000)
 
     asyncio.run(go())
 
@@ -217,12 +223,8 @@ def test_a_rival_asking_back_to_back_starts_no_second_call_beside_another_tenant
         return await stub.Embed(embedder_pb2.EmbedRequest(texts=[text], task=embedder_pb2.QUERY), timeout=60)
 
     async def go() -> None:
-        host = ServiceHost(app, s, 0, grace=0.5)
-        await host.start()
-        try:
-            async with aio_channel(host.address, bearer(admin_key(s, "rival", "eve"))) as rival, \
-                    aio_channel(host.address, bearer(service_token(s), "demo", "ana")) as victim:
-                rival_stub, victim_stub = embedder_pb2_grpc.EmbedderStub(rival), embedder_pb2_grpc.EmbedderStub(victim)
+        async with rival_and_victim(app, s) as (rival_stub, victim_stub):
+            try:
                 first = asyncio.create_task(embed(rival_stub, "rival question 1"))
                 await until(lambda: len(backend.started) == 1, "the rival's first call on the model")
                 upload = asyncio.create_task(embed(victim_stub, "victim: a short upload"))
@@ -245,10 +247,9 @@ def test_a_rival_asking_back_to_back_starts_no_second_call_beside_another_tenant
                 assert backend.started[2] == ("rival question 2", set()), "it started with nothing beside it"
                 backend.let_end("rival question 2")
                 await second
-        finally:
-            for text in ("rival question 1", "victim: a short upload", "rival question 2"):
-                backend.let_end(text)
-            await host.stop()
+            finally:
+                for text in ("rival question 1", "victim: a short upload", "rival question 2"):
+                    backend.let_end(text)
 
     asyncio.run(go())
 
@@ -269,13 +270,8 @@ def test_a_rival_over_its_share_runs_its_calls_on_threads_that_give_way() -> Non
         return await stub.Embed(embedder_pb2.EmbedRequest(texts=[text], task=task), timeout=60)
 
     async def go() -> None:
-        host = ServiceHost(app, s, 0, grace=0.5)
-        await host.start()
-        try:
-            async with aio_channel(host.address, bearer(admin_key(s, "rival", "eve"))) as rival, \
-                    aio_channel(host.address, bearer(service_token(s), "demo", "ana")) as victim:
-                rival_stub, victim_stub = embedder_pb2_grpc.EmbedderStub(rival), embedder_pb2_grpc.EmbedderStub(victim)
-
+        async with rival_and_victim(app, s) as (rival_stub, victim_stub):
+            try:
                 def started(text: str):  # noqa: ANN202
                     return until(lambda: text in backend.nice, f"{text!r} on the model")
 
@@ -304,10 +300,9 @@ def test_a_rival_over_its_share_runs_its_calls_on_threads_that_give_way() -> Non
                 for text in ("rival question 4", "victim upload 2"):
                     backend.let_end(text)
                 await asyncio.gather(*calls)
-        finally:
-            for text in ("rival question 3", "rival question 4", "victim upload 0", "victim upload 1",
-                         "victim upload 2"):
-                backend.let_end(text)
-            await host.stop()
+            finally:
+                for text in ("rival question 3", "rival question 4", "victim upload 0", "victim upload 1",
+                             "victim upload 2"):
+                    backend.let_end(text)
 
     asyncio.run(go())
