@@ -32,12 +32,17 @@ def cut(value: str) -> str:
     return value[:VALUE_CHARS] + CUT_MARK.format(len(value) - VALUE_CHARS)
 
 
+def _fits(metadata: dict[str, str]) -> bool:
+    """Whether the metadata is within both bounds as it is."""
+    return sum(len(k) + len(v) for k, v in metadata.items()) <= HIT_CHARS and all(
+        len(v) <= VALUE_CHARS for v in metadata.values())
+
+
 def shown(metadata: dict[str, str]) -> dict[str, str]:
     """The metadata as a search reply carries it (see the module), without the encoded access (a field of
     its own)."""
     metadata = access.shown(metadata)
-    if sum(len(k) + len(v) for k, v in metadata.items()) <= HIT_CHARS and all(
-            len(v) <= VALUE_CHARS for v in metadata.values()):
+    if _fits(metadata):
         return metadata
     kept: dict[str, str] = {}
     room = HIT_CHARS
@@ -51,11 +56,8 @@ def shown(metadata: dict[str, str]) -> dict[str, str]:
 
 
 def bounded(hits: list[Hit]) -> list[Hit]:
-    """The hits with their chunks' metadata as a search reply carries it (copies: the index's chunks
-    are shared)."""
-    out = []
-    for h in hits:
-        metadata = shown(h.chunk.metadata)
-        out.append(h if metadata == h.chunk.metadata else
-                   dataclasses.replace(h, chunk=dataclasses.replace(h.chunk, metadata=metadata)))
-    return out
+    """The hits with their chunks' metadata as a search reply carries it: a hit within the bounds as it
+    is, the others copied (the index's chunks are shared)."""
+    return [h if _fits(h.chunk.metadata)  # as most are: the proto conversion drops the access as always
+            else dataclasses.replace(h, chunk=dataclasses.replace(h.chunk, metadata=shown(h.chunk.metadata)))
+            for h in hits]
