@@ -9,7 +9,11 @@ value still gets every idle cycle, but beside a normal one it gets about a tenth
 
 A thread may raise its own nice value but, unprivileged, never lower it again: so the threads that
 give way are a pool of their own, lowered once when each starts, and work is sent to one pool or the
-other. Elsewhere than Linux (no per-thread priority) the pool's threads run at the normal priority."""
+other. Elsewhere than Linux (no per-thread priority) the pool's threads run at the normal priority.
+
+Work that would spread over helper threads (a model run's intra-op pool) gives way only on the thread
+that was lowered: helpers made at start run at the normal priority. So such work asks `gives_way()`
+and, on a thread that gives way, stays on it (ONNX Runtime: a single-threaded session)."""
 from __future__ import annotations
 
 import os
@@ -17,6 +21,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 NICE_STEP = 10  # how much lower than the process's other threads
+
+_lowered = threading.local()  # `done` set on the threads lower_this_thread lowered
 
 
 def thread_nice() -> int:
@@ -32,7 +38,13 @@ def lower_this_thread() -> None:
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, thread_nice() + NICE_STEP))
     except (AttributeError, OSError):
-        pass  # no per-thread priority here: the work runs at the normal one
+        return  # no per-thread priority here: the work runs at the normal one
+    _lowered.done = True
+
+
+def gives_way() -> bool:
+    """Whether the calling thread was lowered (a thread of a giving_way_pool, say)."""
+    return getattr(_lowered, "done", False)
 
 
 def giving_way_pool(threads: int, name: str) -> ThreadPoolExecutor:

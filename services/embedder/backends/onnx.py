@@ -35,6 +35,11 @@ With `documents` given (a SentenceTransformersEmbedder in bf16, on CPUs with nat
 batches go to it instead (DOCUMENT_FAST ones stay on the int8 copy, at half its CPU); the two encoders
 share the cores (its CoreShare).
 
+Questions of a call that gives way (run on a lowered thread: services/embedder/batcher.py gives the
+calls of a tenant over its share to them) run on single-threaded copies of the two question sessions,
+on that thread alone and beside whatever other run is under way: the shared sessions' intra-op pool
+thread runs at the normal priority, so half of such a call's work would not give way (~90 MB more).
+
 Threads do not spin while idle: on a couple of cores shared with three other services, ONNX Runtime's
 default busy-waiting burns the CPU the other services need.
 """
@@ -54,6 +59,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ragmesh.cpu_features import has_vnni
+from ragmesh.thread_priority import gives_way
 from services.embedder.backends.cores import CoreShare
 
 if TYPE_CHECKING:
@@ -208,6 +214,7 @@ class OnnxMiniLMEmbedder:
         self.lanes = documents.lanes if documents is not None else LANES if int8_documents else 1
         self._session = None
         self._short = None  # the 8-bit copy, for texts of at most SHORT_RUN_TOKENS
+        self._giving_way: tuple[object, object] | None = None  # both, single-threaded: calls that give way
         self._documents = None  # the int8 copy (DOCUMENT_FAST), single-threaded runs side by side
         self._tokenizer = None
         self._lock = threading.Lock()  # one run at a time: a run already uses every core
@@ -228,6 +235,7 @@ class OnnxMiniLMEmbedder:
             export(model_dir, path, short, documents, seven_bit)
         self._session = _session(ort, path, self._cores.cores)
         self._short = _session(ort, short, self._cores.cores)
+        self._giving_way = _session(ort, path, 1), _session(ort, short, 1)
         self._documents = _session(ort, documents, 1)  # runs side by side, each on its caller's thread
         limit = json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"]
         tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
@@ -253,8 +261,12 @@ class OnnxMiniLMEmbedder:
         if task == "DOCUMENT_FAST" or (task == "DOCUMENT" and self.int8_documents):  # short ones as questions
             self._embed_documents(out, encoded, [i for i in order if tokens[i] > SHORT_RUN_TOKENS])
             order = [i for i in order if tokens[i] <= SHORT_RUN_TOKENS]
+        if gives_way():  # on this lowered thread alone, beside the run under way
+            for rows, session in self._runs(order, tokens, self._giving_way):
+                out[rows] = self._run([encoded[i] for i in rows], session)
+            return out
         with self._lock:
-            for rows, session in self._runs(order, tokens):
+            for rows, session in self._runs(order, tokens, (self._session, self._short)):
                 out[rows] = self._run([encoded[i] for i in rows], session)
         return out
 
@@ -278,15 +290,17 @@ class OnnxMiniLMEmbedder:
             for helper in helpers:
                 helper.result()
 
-    def _runs(self, order: list[int], tokens: list[int]) -> Iterator[tuple[list[int], object]]:
-        """Texts past SHORT_RUN_TOKENS on float32, RUN_BATCH a run; shorter ones on the 8-bit copy, as
-        many a run as fit in SHORT_RUN_TOKENS padded tokens. The model is chosen by each text's own
-        length, so batching changes no text's vector (the embedder batches concurrent questions)."""
+    @staticmethod
+    def _runs(order: list[int], tokens: list[int], sessions: tuple[object, object]) -> Iterator[tuple[list[int], object]]:
+        """Texts past SHORT_RUN_TOKENS on float32 (`sessions`' first), RUN_BATCH a run; shorter ones on the
+        8-bit copy (the second), as many a run as fit in SHORT_RUN_TOKENS padded tokens. The model is chosen
+        by each text's own length, so batching changes no text's vector (the embedder batches concurrent
+        questions)."""
         long = [i for i in order if tokens[i] > SHORT_RUN_TOKENS]
         for start in range(0, len(long), RUN_BATCH):
-            yield long[start : start + RUN_BATCH], self._session
+            yield long[start : start + RUN_BATCH], sessions[0]
         for run in budgeted(order[len(long) :], tokens, SHORT_RUN_TOKENS):
-            yield run, self._short
+            yield run, sessions[1]
 
     def _run(self, encoded: list[Encoding], session) -> np.ndarray:  # noqa: ANN001 - an InferenceSession
         ids = np.zeros((len(encoded), max(len(e.ids) for e in encoded)), dtype=np.int64)  # 0 = [PAD]
