@@ -59,7 +59,8 @@ victim's one-text call ran three times as long beside the rival's (14 -> 40 ms).
 tenants have all used the model more of late (backend seconds, halved every USE_HALF_LIFE_S) than
 another tenant with work (waiting, running, or served in the last ACTIVE_S) runs on threads that give
 way (ragmesh.thread_priority): beside the other tenant's call it gets what that one leaves, alone it
-gets every core as before.
+gets every core as before. (The local model then runs the call's questions on that thread alone: a
+model's own helper threads run at the normal priority; backends/onnx.py.)
 """
 from __future__ import annotations
 

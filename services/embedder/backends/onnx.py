@@ -38,7 +38,8 @@ share the cores (its CoreShare).
 Questions of a call that gives way (run on a lowered thread: services/embedder/batcher.py gives the
 calls of a tenant over its share to them) run on single-threaded copies of the two question sessions,
 on that thread alone and beside whatever other run is under way: the shared sessions' intra-op pool
-thread runs at the normal priority, so half of such a call's work would not give way (~90 MB more).
+thread runs at the normal priority, and four fifths of such a call's CPU went there (the two copies
+take ~160-190 MB more).
 
 Threads do not spin while idle: on a couple of cores shared with three other services, ONNX Runtime's
 default busy-waiting burns the CPU the other services need.
@@ -291,7 +292,8 @@ class OnnxMiniLMEmbedder:
                 helper.result()
 
     @staticmethod
-    def _runs(order: list[int], tokens: list[int], sessions: tuple[object, object]) -> Iterator[tuple[list[int], object]]:
+    def _runs(order: list[int], tokens: list[int],
+              sessions: tuple[object, object]) -> Iterator[tuple[list[int], object]]:
         """Texts past SHORT_RUN_TOKENS on float32 (`sessions`' first), RUN_BATCH a run; shorter ones on the
         8-bit copy (the second), as many a run as fit in SHORT_RUN_TOKENS padded tokens. The model is chosen
         by each text's own length, so batching changes no text's vector (the embedder batches concurrent
