@@ -131,7 +131,8 @@ class Memory:
             doc_id=messages[0][0], collection=MEMORY_COLLECTION, text=text, tenant=tenant,
             date=dt.datetime.now(dt.timezone.utc).date().isoformat(),  # dated: the conversation boosters' recency boost
             metadata={MEMORY_AUTHOR: user_id, "conversation_id": conversation_id, "role": "turn"},
-            vector=await self._turn_vector(question, question_vector))
+            vector=await self._turn_vector(question, question_vector),
+            summarize=False)  # a long answer's turn too: nothing reads a memory record's summary
 
         async def documents() -> AsyncIterator[retriever_pb2.Document]:
             yield convert.document_to_proto(turn)

@@ -1,7 +1,7 @@
 """What conversation memory sends for a turn (`Memory._remember`): one record holding the question and the answer
 (its citation markers stripped), with the question's vector: its search's when it had one, else embedded now as a
 question; with the embedder down, no vector (the retriever then embeds the text). Nothing of the answer is
-embedded by the gateway."""
+embedded by the gateway, and no turn is summarized (a long answer would cost a generator call nothing reads)."""
 from __future__ import annotations
 
 import asyncio
@@ -64,6 +64,7 @@ def test_a_turn_is_one_record_of_question_and_answer_with_its_search_vector(tmp_
     assert turn.text == f"User: {QUESTION}\n\nIt sails at 9 and at 17."  # the markers cite nothing here
     assert turn.metadata["user_id"] == "u" and turn.metadata["conversation_id"] == "c"
     assert np.allclose(turn.vector, VECTOR) and embedder.asked == []
+    assert turn.HasField("summarize") and not turn.summarize  # however long the answer: no generator call
 
 
 def test_a_turn_whose_search_had_no_vector_embeds_its_question_as_a_question(tmp_path: Path) -> None:
