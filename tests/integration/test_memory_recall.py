@@ -11,7 +11,7 @@ from tests.stack import Stack
 
 # Recall at 5 hits (a specific question's context), by the later question's kind: the share for which a hit holds
 # the fact of the past answer it needs; and the share whose past turn is among the hits at all.
-ANSWER_RECALL_FLOOR = {"question": 0.85, "answer": 0.9}
+ANSWER_RECALL_FLOOR = {"question": 0.95, "answer": 0.9}  # main had 0.86 and 1.00 (docs/benchmarks.md)
 TURN_RECALL_FLOOR = {"question": 0.95, "answer": 0.9}
 
 
