@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from bench.memory_recall import Found, load_set, probe, recall, remember
+from bench.memory_recall import RECALL_FLOOR, Found, load_set, probe, recall, remember
 from tests.stack import Stack
 
 # Recall at 5 hits (a specific question's context), by the later question's kind: the share for which a hit holds
-# the fact of the past answer it needs; and the share whose past turn is among the hits at all.
-ANSWER_RECALL_FLOOR = {"question": 0.95, "answer": 0.9}  # main had 0.86 and 1.00 (docs/benchmarks.md)
+# the fact of the past answer it needs (RECALL_FLOOR), and the share whose past turn is among the hits at all.
 TURN_RECALL_FLOOR = {"question": 0.95, "answer": 0.9}
 
 
@@ -26,7 +25,7 @@ def found(stack: Stack) -> list[Found]:
 @pytest.mark.parametrize("kind", ["question", "answer"])
 def test_a_later_question_finds_what_the_past_answer_said(found: list[Found], kind: str) -> None:
     missed = [f for f in found if f.probe.kind == kind and not 0 < f.fact_rank <= 5]
-    assert recall(found, 5, kind, by_fact=True) >= ANSWER_RECALL_FLOOR[kind], missed
+    assert recall(found, 5, kind, by_fact=True) >= RECALL_FLOOR[kind], missed
 
 
 @pytest.mark.parametrize("kind", ["question", "answer"])
