@@ -22,6 +22,7 @@ import re
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ragmesh.context_budget import OFFLINE, ContextBudget
 from ragmesh.question_kinds import DATE, FIGURE, PERSON, asked, asking_words
@@ -66,6 +67,7 @@ METADATA_WEIGHT = 0.9  # a metadata sentence yields to the text's own sentence t
 # must hold more than, to be about it.
 ABOUT_SHARE = 0.5
 KIND_NAMES = {PERSON: "a name", FIGURE: "a figure", DATE: "a date"}
+TEXT_CACHE = 8192  # sentences and texts whose analysis is kept (a few MB at most)
 NOT_STATED = "The sources found do not say this: none of them gives {what} that answers \u201c{question}\u201d."
 
 
@@ -94,8 +96,17 @@ def _stem(token: str) -> str:
     return token
 
 
-def _stems(text: str) -> set[str]:
-    return {_stem(t) for t in tokenize(text)} | set(_AMPERSAND.findall(text.lower()))
+@lru_cache(maxsize=TEXT_CACHE)
+def _stems(text: str) -> frozenset[str]:
+    """The text's word stems (and its M&A-like terms). Kept for the texts last seen: the same sources' sentences
+    come back in answer after answer, so most are stemmed once."""
+    return frozenset({_stem(t) for t in tokenize(text)} | set(_AMPERSAND.findall(text.lower())))
+
+
+@lru_cache(maxsize=TEXT_CACHE)
+def _sentences(text: str) -> tuple[str, ...]:
+    """A block's sentences, kept for the texts last seen like their stems."""
+    return tuple(split_sentences(text))
 
 
 _INSTRUCTION_STEMS = {_stem(w) for w in INSTRUCTIONS}
@@ -108,7 +119,7 @@ _NAMING = {_stem(w) for w in ("percentage", "percent", "share", "size", "premium
 def _subject(blocks: list[ContextBlock]) -> set[str]:
     """The words every block's label holds: what the sources are all about (one fund's notes and factsheets)."""
     labels = [_stems(b.label) for b in blocks]
-    return set.intersection(*labels) if labels and all(labels) else set()
+    return set(labels[0].intersection(*labels[1:])) if labels and all(labels) else set()
 
 
 class ExtractiveBackend:
@@ -174,9 +185,10 @@ class ExtractiveBackend:
         candidates = [  # (block, sentence, weight): the text's sentences, then what the metadata says
             (block, sentence, 1.0)
             for block in blocks
-            for sentence in split_sentences(block.text)
+            for sentence in _sentences(block.text)
         ] + [(block, sentence, METADATA_WEIGHT) for block in blocks for sentence in metadata_sentences(question, kinds, block)]
-        stems = [_stems(sentence) | _period(block) for block, sentence, _ in candidates]
+        periods = {id(block): _period(block) for block in blocks}
+        stems = [_stems(sentence) | periods[id(block)] for block, sentence, _ in candidates]
         # Inverse frequency over the candidate sentences: rare question terms count more.
         df = Counter(t for tokens in stems for t in tokens)
         n = len(candidates) or 1
@@ -264,7 +276,7 @@ class ExtractiveBackend:
         opening sentence, in the order retrieval ranked them."""
         lines = ["Here is what the sources say:", ""]
         for block in blocks[: self.max_sentences]:
-            if sentences := split_sentences(block.text):
+            if sentences := _sentences(block.text):
                 label = f"**{block.label}**: " if block.label else ""
                 lines.append(f"- {label}{sentences[0]} [{block.index}]")
         return "\n".join(lines) if len(lines) > 2 else NOTHING_RELEVANT
