@@ -126,8 +126,12 @@ class ExtractiveBackend:
     name = "extractive"
 
     def __init__(self, delay_ms: float = 15.0, max_sentences: int = 6, words_per_piece: int = 3,
-                 min_relative_score: float = 0.4) -> None:
+                 min_relative_score: float = 0.4, piece_window_ms: float = 0.0) -> None:
+        """`piece_window_ms`: the generator's window (STREAM_PIECE_MS); the pieces due within one go out as one."""
         self.delay = delay_ms / 1000
+        # The pieces of one window, which the generator would join anyway, yielded as one after their delays
+        # added up: the same text at the same rate, with a wake-up a window instead of one a piece.
+        self.per_wake = max(1, math.ceil(piece_window_ms / delay_ms)) if delay_ms > 0 else 1
         self.min_relative_score = min_relative_score
         self.max_sentences = max_sentences
         self.words_per_piece = words_per_piece
@@ -135,10 +139,12 @@ class ExtractiveBackend:
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenEvent]:
         answer = self.compose(request)
         words = answer.split(" ")
-        for i, piece in enumerate(self.pieces(words)):
-            if i:
-                await asyncio.sleep(self.delay)
-            yield GenEvent("content", text=piece)
+        pieces = self.pieces(words)
+        yield GenEvent("content", text=pieces[0])
+        for i in range(1, len(pieces), self.per_wake):
+            due = pieces[i: i + self.per_wake]
+            await asyncio.sleep(self.delay * len(due))
+            yield GenEvent("content", text="".join(due))
         yield GenEvent("usage", usage={
             "prompt_tokens": sum(len(b.text.split()) for b in request.blocks),
             "completion_tokens": len(words), "thinking_tokens": 0,
