@@ -30,6 +30,12 @@ def _frame(event: Event) -> str:
     return f"data: {json.dumps(event_json(event))}\n\n"
 
 
+def _followed_at_once(event: Event) -> bool:
+    """An event the pipeline always yields right before another (the search's end before the strategy, the
+    citations before the end): the two go out in one socket write, as they would arrive together anyway."""
+    return event.kind == "citations" or (event.kind == "searching" and event.value is False)
+
+
 class StopBody(Declared):
     conversation_id: ConversationId
 
@@ -47,9 +53,16 @@ def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversati
                             media_type="text/event-stream", headers=SSE_HEADERS)
 
         async def sse() -> AsyncIterator[str]:
+            held = ""  # frames written with the next one
             async with aclosing(pipeline.run(prepared)) as events:
                 async for event in events:
-                    yield _frame(event)
+                    if _followed_at_once(event):
+                        held += _frame(event)
+                        continue
+                    yield held + _frame(event)
+                    held = ""
+            if held:
+                yield held
 
         return StreamingResponse(sse(), media_type="text/event-stream", headers=SSE_HEADERS)
 
