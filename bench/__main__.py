@@ -25,6 +25,9 @@ printed together at the end as markdown tables with their targets (issue 3, Benc
            each as a ratio to the same on an idle stack (bench/fairness_bench.py)
   conversations  the labelled conversations (tests/data/conversations.yaml) on the whole stack: stale answers,
            fact recall on fresh turns, wasted searches on transforms (bench/conversations_bench.py, issue 24)
+  memory   conversation memory: past turns written as the gateway writes them, later questions asking them again
+           in other words or matching only their answers, recall at 1/3/5 through the memory source
+           (bench/memory_recall.py)
   pipeline the whole stack over 100k chunks, one question at a time per route (NEW_QUERY, REUSE, NO_RAG,
            DIRECT): time to the strategy and first content events, the gateway's own share (bench/pipeline_bench.py)
   replicas two gateway replicas on one Redis: stop across replicas p50/p99, time to the strategy event with
@@ -69,6 +72,7 @@ from bench.conversations_bench import run_conversations
 from bench.embed_bench import run_embed
 from bench.fairness_bench import run_fairness
 from bench.load_bench import run_load
+from bench.memory_recall import run_memory
 from bench.metrics_bench import run_metrics
 from bench.peers_bench import run_peers
 from bench.pipeline_bench import run_pipeline
@@ -85,7 +89,7 @@ DESCRIPTION = ("The benchmarks: search latency, BM25, HNSW recall, SciFact quali
                "option at 1M chunks, the whole path from question to first token (issue 15), fairness between "
                "tenants (issue 23) and what access lists cost a search (issue 33).")
 PARTS = ("search", "bm25", "hnsw", "approx", "scifact", "embed", "auth", "backends", "load", "metrics", "peers",
-         "pipeline", "fairness", "conversations", "replicas", "access", "classes")
+         "pipeline", "fairness", "conversations", "memory", "replicas", "access", "classes")
 # Opt-in (named with --only, or --all): what does not fit the default run's 30 minutes on 2 cores (MINUTES),
 # the 1M-chunk and peer parts first, then the whole-stack comparisons of closed issues.
 OPT_IN_PARTS = ("approx", "peers", "backends", "metrics", "pipeline", "conversations", "replicas", "access",
@@ -103,7 +107,7 @@ HNSW_QUERIES = {False: 1000, True: 100}
 # that will not fit its time says so before it starts. Keys: the part, or the part and its size.
 MINUTES = {"search 100,000": 2, "search 1,000,000": 12, "bm25": 1, "hnsw": 2, "approx 1,000,000": 15,
            "scifact": 14, "embed": 2, "auth": 1, "backends": 15, "backends, no model": 6, "load": 5,
-           "metrics": 3, "peers": 10, "pipeline": 6, "fairness": 3, "conversations": 2, "replicas": 2, "access": 3,
+           "metrics": 3, "peers": 10, "pipeline": 6, "fairness": 3, "conversations": 2, "memory": 1, "replicas": 2, "access": 3,
            "classes": 8}
 
 
@@ -171,6 +175,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, Callable[[], Section]]]:
         steps.append(("fairness", partial(run_fairness, quick)))
     if "conversations" in args.only:
         steps.append(("conversations", partial(run_conversations, quick)))
+    if "memory" in args.only:
+        steps.append(("memory", partial(run_memory, quick)))
     if "replicas" in args.only:
         steps.append(("replicas", partial(run_replicas, quick)))
     if "access" in args.only:

@@ -52,7 +52,8 @@ def dense_ndcg(data: SciFact, documents: np.ndarray, queries: np.ndarray) -> flo
     return float(np.mean([ndcg_at(list(ids[row]), data.qrels[qid]) for qid, row in zip(data.queries, top)]))
 
 
-def run_embed(scifact: Path, quick: bool) -> Section:
+def run_embed(scifact: Path, quick: bool, questions: bool = True) -> Section:
+    """The document paths' rows, then (with `questions`) the query runtimes'."""
     section = Section("Local embedding: document paths and query runtimes (all-MiniLM-L6-v2, same texts, one run)")
     data, docs, queries = _slice(scifact, 20 if quick else 300, 64 if quick else 1024)
     with tempfile.TemporaryDirectory(prefix="ragmesh-bench-onnx-") as cache:
@@ -67,7 +68,8 @@ def run_embed(scifact: Path, quick: bool) -> Section:
         torch.warm_up()
         encoders = (("torch float32", torch), ("before", before), ("int8", now))
         runs = {name: _timed(backend.embed, docs, 64, "DOCUMENT") for name, backend in encoders}
-        queries_run = {name: _timed(backend.embed, queries, 1, "QUERY") for name, backend in encoders[:2]}
+        queries_run = {name: _timed(backend.embed, queries, 1, "QUERY") for name, backend in encoders[:2]} \
+            if questions else {"before": (before.embed(queries, "QUERY"),)}
     before_name = "torch bf16 autocast" if bf16 else "ONNX Runtime float32"
     (reference, torch_docs, torch_cpu), (old, old_docs, old_cpu), (new, new_docs, new_cpu) = runs.values()
     query_vectors = queries_run["before"][0]  # the query path, unchanged: the same for every document encoder
@@ -86,6 +88,10 @@ def run_embed(scifact: Path, quick: bool) -> Section:
                 note=f"float32 / before / int8: {ndcg['torch float32']:.4f} / "
                      f"{ndcg['before']:.4f} / {ndcg['int8']:.4f} ({len(queries)} train queries, exact search "
                      f"over the {len(docs):,} texts)")
+    section.notes.append(f"ONNX export, fusion and quantization at first start: {export_s:.1f} s (cached "
+                         f"afterwards; the image does it at build time).")
+    if not questions:
+        return section
     (torch_query_vectors, torch_queries, torch_query_cpu), (onnx_query_vectors, onnx_queries, onnx_query_cpu) = \
         queries_run.values()
     query_cosine = (onnx_query_vectors * torch_query_vectors).sum(axis=1)
@@ -97,6 +103,13 @@ def run_embed(scifact: Path, quick: bool) -> Section:
                      f"when other processes hold the cores its wall clock and CPU both swell)")
     section.add("cosine ONNX vs torch, min, queries", float(query_cosine.min()), "", Target(">=", 0.999),
                 note=f"mean {float(query_cosine.mean()):.7f} over {len(queries):,} texts, one a call as timed")
-    section.notes.append(f"ONNX export, fusion and quantization at first start: {export_s:.1f} s (cached "
-                         f"afterwards; the image does it at build time).")
     return section
+
+
+if __name__ == "__main__":  # the document paths' rows alone: python -m bench.embed_bench [--quick]
+    import sys
+
+    from bench.scifact_eval import DEFAULT_PATH
+    from bench.search_bench import render
+
+    print(render([run_embed(DEFAULT_PATH, "--quick" in sys.argv, questions=False)]))

@@ -1,8 +1,9 @@
 """What the gateway remembers beyond the message log, done in the background so the
 answer is never delayed: a running conversation summary of the turns that no longer
-fit the prompt's history budget, extended as turns stop fitting, both messages embedded into a per-user `conversations`
-collection that the "Conversation memory" source searches, and the user's
-corrections, the most relevant of which go into the system prompt."""
+fit the prompt's history budget, extended as turns stop fitting; each turn, its question and answer, in a per-user
+`conversations` collection that the "Conversation memory" source searches (found by the question's vector, which
+its search already has, and by the words of both); and the user's corrections, the most relevant of which go into
+the system prompt."""
 from __future__ import annotations
 
 import asyncio
@@ -38,10 +39,6 @@ REMEMBER_RETRIES = 4  # memory embedding: tries after the first, waiting 0.5, 1,
 SETTLE_S = 0.25
 SUMMARY_QUESTION = "Summarize this conversation: the user's goals, the decisions made and the key facts and figures."
 DIGEST_ANSWER_CHARS = 300  # offline summary: each folded turn's question and the start of its answer
-# Embedder backends whose QUERY and DOCUMENT_FAST vectors are one and the same up to this many tokens (the
-# ONNX backend runs both on its 8-bit copy up to its SHORT_RUN_TOKENS): a question that short is stored
-# with the vector its search already has, and the embedder is not asked for it again.
-SHARED_SHORT_PATH = {"OnnxMiniLMEmbedder": 64}
 
 
 class Memory:
@@ -59,7 +56,6 @@ class Memory:
         self.retry_base_s = retry_base_s
         self.settle_s = settle_s
         self.dropped = 0  # background work refused because the queue was full
-        self._short_tokens: int | None = None  # SHARED_SHORT_PATH's for the embedder, once asked
         self._tasks: dict[asyncio.Task, str] = {}  # background work -> its conversation
 
     def _spawn(self, conversation_id: str, work: Coroutine) -> None:
@@ -104,43 +100,42 @@ class Memory:
 
     def after_turn(self, tenant: str, user_id: str, conversation_id: str, turns: int, model: str,
                    messages: list[tuple[str, str, str]], question_vector: np.ndarray | None = None) -> None:
-        """Schedules memory embedding, and (once the conversation outgrows the history budget) the
-        summary of the turns that stopped fitting. `messages` are (message_id, role, text);
-        `question_vector` is the user message's QUERY vector, when its search embedded it as asked."""
+        """Schedules the turn's memory, and (once the conversation outgrows the history budget) the summary of
+        the turns that stopped fitting. `messages` are the turn's (message_id, role, text), the user's first;
+        `question_vector` is the question's QUERY vector, when its search embedded it."""
         self._spawn(conversation_id, self._remember(tenant, user_id, conversation_id, messages, question_vector))
         if turns > 1:
             self._spawn(conversation_id, self._summarize(conversation_id, model))
 
-    async def _reusable(self, text: str, vector: np.ndarray | None) -> np.ndarray | None:
-        """`vector` when it is exactly what the embedder gives `text` as a memory (DOCUMENT_FAST) chunk:
-        the embedder's backend shares the path for short texts, and the text is surely that short (ASCII,
-        where a token takes at least one character, with the two markers the model adds)."""
-        if vector is None or not text.isascii():
+    async def _turn_vector(self, question: str, vector: np.ndarray | None) -> np.ndarray | None:
+        """The vector the turn is found by: its question's, embedded now when its search did not (a turn
+        answered from the conversation). None when the embedder cannot: the retriever embeds the turn's text."""
+        if vector is not None or not question.strip():
+            return vector
+        try:
+            return (await self.embedder.embed([question], "QUERY"))[0]
+        except RagmeshError:
             return None
-        if self._short_tokens is None:
-            try:
-                self._short_tokens = SHARED_SHORT_PATH.get((await self.embedder.info()).backend, 0)
-            except RagmeshError:
-                return None  # asked again next time
-        return vector if sum(not c.isspace() for c in text) + 2 <= self._short_tokens else None
 
     async def _remember(self, tenant: str, user_id: str, conversation_id: str,
                         messages: list[tuple[str, str, str]], question_vector: np.ndarray | None = None) -> None:
-        today = dt.datetime.now(dt.timezone.utc).date().isoformat()  # dated, so the conversation boosters' recency boost applies
-        stored = []  # (message_id, role, the text kept, the question's vector when it is that text's)
-        for message_id, role, text in messages:
-            if text.strip():
-                kept = strip_citations(text)
-                given = question_vector if role == "user" and kept == text else None
-                stored.append((message_id, role, kept, await self._reusable(kept, given)))
+        """One record a turn: the question and the answer (without its citation markers) as one text, whose
+        words are searched, with the question's vector. Nothing of the answer is embedded: what a later question
+        shares with an answer alone is its rare words (a name, a figure), which the keyword search finds."""
+        texts = {role: strip_citations(text).strip() for _, role, text in messages}
+        question, answer = texts.get("user", ""), texts.get("assistant", "")
+        if not (question or answer):
+            return
+        text = "\n\n".join(filter(None, (question and f"User: {question}", answer)))
+        turn = Document(
+            doc_id=messages[0][0], collection=MEMORY_COLLECTION, text=text, tenant=tenant,
+            date=dt.datetime.now(dt.timezone.utc).date().isoformat(),  # dated: the conversation boosters' recency boost
+            metadata={MEMORY_AUTHOR: user_id, "conversation_id": conversation_id, "role": "turn"},
+            vector=await self._turn_vector(question, question_vector),
+            summarize=False)  # a long answer's turn too: nothing reads a memory record's summary
 
         async def documents() -> AsyncIterator[retriever_pb2.Document]:
-            for message_id, role, text, vector in stored:
-                yield convert.document_to_proto(Document(
-                    doc_id=message_id, collection=MEMORY_COLLECTION, text=text, tenant=tenant, date=today,
-                    metadata={MEMORY_AUTHOR: user_id, "conversation_id": conversation_id, "role": role},
-                    vector=vector,
-                ))
+            yield convert.document_to_proto(turn)
 
         for attempt in range(REMEMBER_RETRIES + 1):
             failed = []

@@ -24,7 +24,7 @@ from ragmesh import metrics, tracing
 from ragmesh.admission import Admission
 from ragmesh.clients import GeneratorClient
 from ragmesh.config import AnsweringSettings
-from ragmesh.errors import InvalidArgument, RagmeshError, Unavailable
+from ragmesh.errors import InvalidArgument, RagmeshError, ResourceExhausted, Unavailable
 from ragmesh.identity import Identity
 from ragmesh.models import EXTRACTIVE
 from ragmesh.request_context import identity_var, request_id_var
@@ -63,6 +63,11 @@ class Prepared:
     reading: Reading
     embedding: asyncio.Future[tuple[Any, float]] | None = None
     opens: bool = False  # a stored conversation's first turn (no earlier one)
+    refusal: ResourceExhausted | None = None  # every planning slot was taken: `run` only says so
+
+    @property
+    def refused(self) -> bool:
+        return self.refusal is not None
 
 
 class Stopped(Exception):
@@ -141,6 +146,8 @@ class AskPipeline:
         await self.models.check(ask.model)
         if self.limits.enabled:  # unlimited: no store read, and no trip through a thread before the answer
             await asyncio.to_thread(self.limits.check, ask.tenant, ask.user_id)
+        if refusal := self._planning_refusal(ask):
+            return Prepared(ask, Recent(0, []), Reading(ask.question), refusal=refusal)
         reading = self.planner.read(ask)
         embedding = self.planner.embed_early(ask, reading) if self.planning.quiet else None
         conversation = Recent(0, [])
@@ -162,6 +169,19 @@ class AskPipeline:
             ask.conversation_id = uuid.uuid4().hex
         return Prepared(ask, conversation, reading, embedding, opens=not (ask.held or conversation.count))
 
+    def _planning_refusal(self, ask: AskInput) -> ResourceExhausted | None:
+        """The refusal a question gets when every planning slot is taken as it is asked (most refusals
+        under load): decided before its question is read, its conversation looked up or its answer
+        registered, since none of that would be used. A question let in here may still be refused its
+        slot in `run` (its tenant's or user's share, or the last slot taken meanwhile)."""
+        if not self.planning.full:
+            return None
+        try:
+            with self.planning.slot(ask.tenant, ask.user_id):  # refuses (and counts the refusal) when full
+                return None
+        except ResourceExhausted as exc:
+            return exc
+
     async def stop(self, conversation_id: str, wait_s: float = STOP_WAIT_S) -> bool:
         """Stops a running answer and waits (at most `wait_s`) until it has ended, so what it leaves
         (its partial answer, or, stopped before any content, no question at all) is stored when this
@@ -172,6 +192,10 @@ class AskPipeline:
     async def run(self, prepared: Prepared) -> AsyncIterator[Event]:
         """Streams the events of one answer `prepare` accepted."""
         ask, conversation, embedding = prepared.ask, prepared.conversation, prepared.embedding
+        if prepared.refusal is not None:  # the events a question refused its slot below gets, and nothing else
+            yield Event("searching", True)
+            yield _error_event(prepared.refusal, ask.conversation_id)
+            return
         conv = ask.conversation_id
         identity_var.set(ask.identity)  # the retriever searches, and memory is written, as this user
         running = await self.shared.runs.begin(conv)
@@ -225,8 +249,7 @@ class AskPipeline:
                                             scores, plan.question_vector):
                 yield event
         except RagmeshError as exc:
-            log.warning("ask failed", extra={"error": str(exc), "conversation_id": conv})
-            yield Event("error", {"code": exc.code, "message": str(exc)})
+            yield _error_event(exc, conv)
         except Exception:  # a fault of ours: the client gets a request id to quote, the log the details
             log.exception("ask failed", extra={"conversation_id": conv})
             yield Event("error", {"code": "INTERNAL", "message": f"internal error (request id {request_id_var.get()})"})
@@ -301,12 +324,20 @@ class AskPipeline:
                 "timings": {"retrieval_ms": s.retrieval_ms,
                             "generation_ms": round((time.monotonic() - answer.started) * 1000, 2), **answer.marks},
             }
-            with tracing.span("storing", record="answer"):
-                answer_id = await asyncio.to_thread(log.save_answer, ask.conversation_id, text, meta,
-                                                    answer.stopped)
-            finished = True
             tokens = answer.usage.get("total_tokens") or len(text.split())
-            await asyncio.to_thread(self.limits.record, ask.tenant, ask.user_id, tokens)
+            saved: list[str] = []
+
+            def store() -> None:
+                """The answer and its usage, in one trip through a worker thread."""
+                saved.append(log.save_answer(ask.conversation_id, text, meta, answer.stopped))
+                self.limits.record(ask.tenant, ask.user_id, tokens)
+
+            try:
+                with tracing.span("storing", record="answer"):
+                    await asyncio.to_thread(store)
+            finally:
+                finished = bool(saved)  # stored: never stored again as failed, whatever the usage write did
+            answer_id = saved[0]
             if not ask.held:  # held: no conversation memory, no running summary
                 self.memory.after_turn(ask.tenant, ask.user_id, ask.conversation_id, conversation.count + 1, s.model,
                                        [(question_id, "user", ask.question), (answer_id, "assistant", text)],
@@ -411,6 +442,12 @@ class AskPipeline:
 
 def _same_objects(a: list, b: list) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _error_event(exc: RagmeshError, conversation_id: str) -> Event:
+    """A refusal or failure the client is told of, as the stream's last event (and logged)."""
+    log.warning("ask failed", extra={"error": str(exc), "conversation_id": conversation_id})
+    return Event("error", {"code": exc.code, "message": str(exc)})
 
 
 def _discard(task: asyncio.Future | None) -> None:

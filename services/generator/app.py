@@ -16,7 +16,8 @@ from services.generator.servicer import GeneratorServicer
 
 def build_backends(settings: GeneratorSettings) -> dict[str, GenerationBackend]:
     """Model name -> backend. Vendor SDKs are imported only when their backend is configured."""
-    backends: dict[str, GenerationBackend] = {EXTRACTIVE: ExtractiveBackend(settings.extractive_delay_ms)}
+    backends: dict[str, GenerationBackend] = {EXTRACTIVE: ExtractiveBackend(
+        settings.extractive_delay_ms, piece_window_ms=settings.stream_piece_ms)}
     if settings.gemini_api_key:
         from services.generator.backends.gemini import GeminiGenerator
 

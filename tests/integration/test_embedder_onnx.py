@@ -14,7 +14,8 @@ from ragmesh.cpu_features import has_vnni, native_bf16
 from services.embedder import backends
 from services.embedder.backends.local import SentenceTransformersEmbedder
 from services.embedder.backends.cores import CoreShare
-from services.embedder.backends.onnx import QUANT_BLOCK, SHORT_RUN_TOKENS, OnnxMiniLMEmbedder, quantize_weights
+from services.embedder.backends.onnx import (DOCUMENT_INPUTS, DOCUMENT_UNFUSED, QUANT_BLOCK, SHORT_RUN_TOKENS,
+                                             OnnxMiniLMEmbedder, quantize_weights)
 
 SCIFACT = Path(__file__).parents[3] / "shared" / "data" / "scifact" / "corpus.jsonl"
 
@@ -196,6 +197,26 @@ def test_int8_documents_stay_within_the_cosine_bound(onnx_embedder: OnnxMiniLMEm
     assert np.array_equal(int8_embedder.embed(texts, "QUERY"), onnx_embedder.embed(texts, "QUERY")), \
         "queries stay on the float32 and 8-bit copies"
     assert int8_embedder.embed([], "DOCUMENT").shape == (0, 384)
+
+
+def test_the_int8_document_copy_runs_unmasked_with_residual_adds_and_layer_norms_apart(
+        int8_embedder: OnnxMiniLMEmbedder, tmp_path: Path) -> None:
+    """A run is one unpadded text, so the copy takes no attention mask; and ONNX Runtime's fused
+    SkipLayerNormalization, 4x the CPU of an Add and a LayerNormalization here, is neither exported
+    nor fused back by the session the embedder opens (the graph it optimizes, saved, shows it)."""
+    import onnx
+    import onnxruntime as ort
+
+    path = next(int8_embedder.cache_dir.glob("*-documents-*.onnx"))
+    assert [i.name for i in int8_embedder._documents.get_inputs()] == list(DOCUMENT_INPUTS)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
+                         disabled_optimizers=list(DOCUMENT_UNFUSED))
+    ops = {node.op_type for node in onnx.load(str(tmp_path / "optimized.onnx")).graph.node}
+    assert "SkipLayerNormalization" not in ops and {"LayerNormalization", "QAttention"} <= ops
+    assert ("FastGelu" in ops) == has_vnni() != ("BiasGelu" in ops)  # 7-bit weights keep the exact GELU
 
 
 def test_int8_documents_come_back_in_the_callers_order_whatever_their_company(

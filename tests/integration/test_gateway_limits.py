@@ -267,3 +267,43 @@ def test_past_the_planning_limit_a_question_is_refused_at_once_and_nothing_is_sa
     assert _answers(stack) == before  # nothing stored for the refused questions
     assert httpx.post(url + "/api/chat/ask", json={"question": QUESTION}, headers=stack.headers,
                       timeout=60).status_code == 200
+
+
+def test_a_question_refused_for_load_is_told_at_once_without_reading_its_conversation(
+        stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every planning slot taken as the question comes (most refusals under load): the refusal is decided
+    before the conversation is read or the answer registered as running, and its two events (those of a
+    question refused its slot later) are sent whole, with their length, not as a stream held open."""
+    first = _post(stack, "/api/chat/ask", {"question": QUESTION})
+    assert first.status_code == 200, first.text[:300]
+    pipeline = stack.app("gateway").pipeline
+    work: list[str] = []
+    read, begin = pipeline.history.own_recent, pipeline.shared.runs.begin
+
+    def reading(*args: object) -> object:
+        work.append("conversation read")
+        return read(*args)
+
+    async def beginning(conversation_id: str) -> object:
+        work.append("answer registered")
+        return await begin(conversation_id)
+
+    monkeypatch.setattr(pipeline.history, "own_recent", reading)
+    monkeypatch.setattr(pipeline.shared.runs, "begin", beginning)
+    monkeypatch.setattr(pipeline.planning, "limit", 1)
+    monkeypatch.setattr(pipeline.planning, "in_flight", 1)  # another question is being planned
+    refused = pipeline.planning.refused
+    body = {"question": QUESTION, "conversation_id": first.json()["conversation_id"]}
+    with httpx.stream("POST", stack.http_url + "/api/chat/ask/stream", json=body, headers=stack.headers,
+                      timeout=60) as reply:
+        raw = reply.read().decode()
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
+    assert int(reply.headers["content-length"]) == len(raw.encode()) and "transfer-encoding" not in reply.headers
+    events = [json.loads(line[len("data: "):]) for line in raw.splitlines() if line]
+    assert events[0] == {"searching": True} and events[1]["error"]["code"] == "RESOURCE_EXHAUSTED", events
+    assert len(events) == 2 and "retry in 1 s" in events[1]["error"]["message"]
+    streamed = list(gateway_pb2_grpc.GatewayStub(channel(stack.address("gateway"), stack.metadata)).Ask(
+        gateway_pb2.AskRequest(**body)))
+    assert [e.WhichOneof("event") for e in streamed] == ["searching", "error"], streamed
+    assert streamed[-1].error.code == "RESOURCE_EXHAUSTED"
+    assert work == [] and pipeline.planning.refused == refused + 2  # each refusal counted once

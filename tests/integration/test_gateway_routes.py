@@ -156,7 +156,7 @@ def test_background_summary_and_memory_embedding(stack: Stack) -> None:
     as_user = retriever_pb2_grpc.RetrieverStub(channel(stack.address("retriever"), stack.service_metadata(DEMO, user)))
     mine = as_user.Search(retriever_pb2.SearchRequest(query="Brazil exposure", collections=["conversations"],
                                                       filter=common_pb2.Filter(equals={"user_id": user})), timeout=10)
-    assert {h.chunk.metadata["role"] for h in mine.hits} == {"user", "assistant"}
+    assert {h.chunk.metadata["role"] for h in mine.hits} == {"turn"}  # a question and its answer
     events = ask(stack, "What did I ask about Brazil?", key, data_sources=["Conversation memory"])
     assert one(events, "strategy")["collections"] == ["conversations"]
     citations = one(events, "citations")

@@ -1,7 +1,7 @@
-"""Conversation memory is embedded on the fastest document encoder (Task DOCUMENT_FAST: half the CPU of an
-answer's memory writes) while the corpus keeps DOCUMENT: what the embedder's model is asked, over the real
-stack (the gateway's memory ingest through the retriever, and a corpus upload). A task value the embedder
-does not know is the caller's error."""
+"""What the embedder's model is asked for conversation memory, over the real stack: a turn is remembered with its
+question's search vector (nothing of it embedded again, the answer not at all); a turn that comes without one is
+embedded on the fastest document encoder (Task DOCUMENT_FAST), while the corpus keeps DOCUMENT. A task value the
+embedder does not know is the caller's error."""
 from __future__ import annotations
 
 import threading
@@ -20,7 +20,8 @@ from tests.stack import Stack
 TENANT = "embedtask"  # a tenant of its own: nothing of the demo corpus's is embedded again
 QUESTION = "What did the harbour committee decide about the ferry timetable?"
 UPLOAD = "The harbour committee moved the winter ferry timetable to half-hourly sailings from December."
-# More characters than the model's short path surely holds in tokens: embedded again as a memory.
+UNVECTORED_TURN = "User: Which pier do the winter ferries use?\n\nThe new pier, from March."  # sent with no vector
+# More than the model's short path holds in tokens: a long question too is remembered with its search's vector.
 LONG_QUESTION = ("Which decisions did the harbour committee take about the winter ferry timetable, the new pier "
                  "and the fares for residents, and when do they apply?")
 
@@ -52,22 +53,28 @@ def recorder(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder
     yield recording
 
 
-def test_memory_is_embedded_as_document_fast_and_an_upload_as_document(stack: Stack, recorder: Recorder) -> None:
+def test_a_turn_is_remembered_with_its_search_vector_and_an_upload_embedded_as_document(
+        stack: Stack, recorder: Recorder) -> None:
     key = stack.key(TENANT, "analyst", "admin")
     reply = httpx.post(stack.http_url + "/api/chat/ask", headers=headers(key), timeout=120, json={"question": QUESTION})
     assert reply.status_code == 200, reply.text
     answer = reply.json()["answer"]
     stack.call(stack.app("gateway").memory.idle(), timeout=60)
-    assert recorder.tasks_of(QUESTION) == {"QUERY"}, recorder.calls  # remembered with its search's vector
-    assert recorder.tasks_of(answer[:40]) == {"DOCUMENT_FAST"}, (answer, recorder.calls)
+    assert recorder.tasks_of(QUESTION) == {"QUERY"}, recorder.calls  # its search's, once
+    assert recorder.tasks_of(answer[:40]) == set(), (answer, recorder.calls)  # found by its words
 
+    turn = retriever_pb2.Document(doc_id="unvectored", collection=MEMORY_COLLECTION, text=UNVECTORED_TURN,
+                                  metadata={"user_id": "analyst", "conversation_id": "none"}, summarize=False)
     doc = retriever_pb2.Document(doc_id="timetable", collection="documents", text=UPLOAD, summarize=False)
-    with channel(stack.address("retriever"), bearer(key)) as ch:
-        stub = retriever_pb2_grpc.RetrieverStub(ch)
-        progress = list(stub.Ingest(iter([doc]), timeout=120))
-        assert [p.error for p in progress if p.error] == [] and progress[-1].stage == retriever_pb2.INDEXED, progress
-        stub.Delete(retriever_pb2.DeleteRequest(collection="documents", doc_ids=["timetable"]), timeout=30)
+    for sent, metadata in ((turn, stack.service_metadata(TENANT, "analyst")), (doc, bearer(key))):
+        with channel(stack.address("retriever"), metadata) as ch:
+            progress = list(retriever_pb2_grpc.RetrieverStub(ch).Ingest(iter([sent]), timeout=120))
+            assert [p.error for p in progress if p.error] == [] and progress[-1].stage == retriever_pb2.INDEXED
+    assert recorder.tasks_of(UNVECTORED_TURN) == {"DOCUMENT_FAST"}, recorder.calls
     assert recorder.tasks_of(UPLOAD) == {"DOCUMENT"}, recorder.calls
+    with channel(stack.address("retriever"), bearer(key)) as ch:
+        retriever_pb2_grpc.RetrieverStub(ch).Delete(retriever_pb2.DeleteRequest(collection="documents",
+                                                                                 doc_ids=["timetable"]), timeout=30)
 
 
 def _embed(stack: Stack, task: int) -> tuple[grpc.StatusCode, str]:
@@ -94,26 +101,24 @@ def _ask(stack: Stack, key: str, question: str) -> str:
     return reply.json()["answer"]
 
 
-def _remembered(stack: Stack, text: str) -> np.ndarray:
-    """The vector the retriever stored for a message of TENANT's conversation memory."""
-    stored = [s for s in stack.app("retriever").store.iter_chunks(MEMORY_COLLECTION)
-              if s.chunk.tenant == TENANT and s.chunk.text == text]
-    assert len(stored) == 1, stored
-    return stored[0].vector
+def _remembered(stack: Stack, question: str) -> list[np.ndarray]:
+    """The vectors the retriever stored for the chunks of TENANT's remembered turn that asked `question`."""
+    chunks = [s for s in stack.app("retriever").store.iter_chunks(MEMORY_COLLECTION) if s.chunk.tenant == TENANT]
+    turn = {s.chunk.doc_id for s in chunks if s.chunk.text.startswith(f"User: {question}")}
+    assert len(turn) == 1, (question, turn)
+    return [s.vector for s in chunks if s.chunk.doc_id in turn and s.vector is not None]
 
 
-def test_a_short_question_is_remembered_with_its_search_vector_and_a_long_one_embedded_again(
-        stack: Stack, recorder: Recorder) -> None:
-    """The embedder is asked for the question once (its search); the vector stored is the one the embedder
-    gives the question as a memory. A question that may be past the short path is embedded again."""
+def test_a_turn_long_or_short_is_found_by_its_question_search_vector(stack: Stack, recorder: Recorder) -> None:
+    """The embedder is asked for the question once (its search), for the answer never; each of the turn's
+    chunks is stored with the question's vector."""
     key = stack.key(TENANT, "reuser", "admin")
-    question = "When does the ferry sail on Sundays in winter?"
-    _ask(stack, key, question)
-    assert recorder.tasks_of(question) == {"QUERY"}, recorder.calls
-    expected = recorder.real([question], "DOCUMENT_FAST")[0]
-    assert np.allclose(_remembered(stack, question), expected, atol=1e-6)
-    _ask(stack, key, LONG_QUESTION)
-    assert recorder.tasks_of(LONG_QUESTION) == {"QUERY", "DOCUMENT_FAST"}, recorder.calls
+    for question in ("When does the ferry sail on Sundays in winter?", LONG_QUESTION):
+        _ask(stack, key, question)
+        assert recorder.tasks_of(question) == {"QUERY"}, recorder.calls
+        expected = recorder.real([question], "QUERY")[0]
+        vectors = _remembered(stack, question)
+        assert vectors and all(np.allclose(v, expected, atol=1e-6) for v in vectors), question
 
 
 def _sent(stack: Stack, metadata, values: list[float] | None,  # noqa: ANN001 - gRPC metadata
@@ -156,8 +161,10 @@ def test_a_client_of_the_gateway_cannot_plant_a_vector(stack: Stack) -> None:
     assert reply.status_code == 400 and "vector" in reply.text, reply.text
 
 
-def test_a_follow_up_searched_in_other_words_is_embedded_again_as_asked(stack: Stack, recorder: Recorder) -> None:
-    """Its search's vector is of the rewritten question, not of the text memory stores."""
+def test_a_follow_up_searched_in_other_words_is_remembered_by_its_question_as_asked(
+        stack: Stack, recorder: Recorder) -> None:
+    """Its search's vector is of the rewritten question: the turn is found by the question as asked, embedded
+    as a question."""
     first = httpx.post(stack.http_url + "/api/chat/ask", headers=stack.headers, timeout=120,
                        json={"question": "Who left Northwind in early 2025?"})
     assert first.status_code == 200, first.text
@@ -167,5 +174,5 @@ def test_a_follow_up_searched_in_other_words_is_embedded_again_as_asked(stack: S
     assert reply.status_code == 200, reply.text
     stack.call(stack.app("gateway").memory.idle(), timeout=60)
     searched = [t for task, texts in recorder.calls if task == "QUERY" for t in texts if "Harborview" in t]
-    assert searched and follow_up not in searched, recorder.calls  # searched in other words
-    assert recorder.tasks_of(follow_up) == {"DOCUMENT_FAST"}, recorder.calls
+    assert searched and follow_up not in searched[:1], recorder.calls  # searched in other words
+    assert [task for task, texts in recorder.calls if follow_up in texts] == ["QUERY"], recorder.calls

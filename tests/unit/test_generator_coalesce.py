@@ -136,3 +136,18 @@ def test_a_backend_stream_cancelled_from_elsewhere_ends_the_answer_instead_of_le
         return task in done and task.cancelled()
 
     assert asyncio.run(run())
+
+
+def test_the_extractive_backend_yields_the_pieces_of_one_window_at_once_with_the_same_text() -> None:
+    """Given the generator's window, the offline backend wakes once a window, not once a piece: the pieces
+    due in it come as one, the first alone and at once, the text unchanged."""
+    request = GenerationRequest("extractive", "What is the yield?", [ContextBlock(
+        index=1, label="Factsheet", text="The fund's yield is 4.2% as of June. " * 12)])
+
+    async def pieces(window_ms: float) -> list[str]:
+        backend = ExtractiveBackend(delay_ms=2, piece_window_ms=window_ms)
+        return [e.text async for e in backend.stream(GenerationRequest(**vars(request))) if e.kind == "content"]
+
+    each, joined = asyncio.run(pieces(0.0)), asyncio.run(pieces(8.0))  # 4 pieces of 2 ms a window
+    assert "".join(joined) == "".join(each) and joined[0] == each[0]
+    assert joined[1:] == ["".join(each[i:i + 4]) for i in range(1, len(each), 4)]

@@ -149,6 +149,24 @@ def test_conversation_memory_is_embedded_as_document_fast_never_in_a_call_with_t
     assert list(zip(embed.tasks, embed.calls)) == [("DOCUMENT", 1), ("DOCUMENT_FAST", 2), ("DOCUMENT", 1)]
 
 
+def test_a_memory_turn_keeps_its_vector_for_every_chunk_and_another_document_is_embedded(tmp_path: Path) -> None:
+    """A conversation memory turn is found by its question: the vector sent stands for each of its chunks. Any
+    other document's vector is taken only as its one chunk's: split into several, it is embedded."""
+    embed = FakeEmbedder()
+    ingestor = make(tmp_path, embed)
+    vector = np.eye(DIM, dtype=np.float32)[0]
+    text = "User: What did the harbour committee decide?\n\n" + BOOK
+    docs = [Document("t1", MEMORY_COLLECTION, text=text, metadata={MEMORY_AUTHOR: "alice", "conversation_id": "c1"},
+                     vector=vector),
+            Document("n1", "notes", text=text, vector=vector)]
+    assert {p.stage for p in final(run(ingestor, *docs)).values()} == {"INDEXED"}
+    turn = [s.vector for s in stored(ingestor, "t1") if s.vector is not None]
+    notes = [s.vector for s in stored(ingestor, "n1") if s.vector is not None]
+    assert len(turn) > 1 and all(np.array_equal(v, vector) for v in turn)
+    assert len(notes) == len(turn) and not any(np.array_equal(v, vector) for v in notes)
+    assert embed.tasks == ["DOCUMENT"]
+
+
 def test_a_pdfs_chunks_carry_their_pages(tmp_path: Path) -> None:
     ingestor = make(tmp_path)
     pages = [" ".join(sentence(f"page{n}", i) for i in range(4)) for n in (1, 2, 3)]

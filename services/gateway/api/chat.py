@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 
 from fastapi import APIRouter, Depends
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from ragmesh.identity import Identity
 from ragmesh.store import CorrectionRecord
@@ -15,7 +15,7 @@ from services.gateway.api.openapi import streams
 from services.gateway.api.schemas import Answer, CorrectionRecorded, NotesAnswer, Stopped, returns
 from services.gateway.conversations import Conversations
 from services.gateway.correction_request import CorrectionBody
-from services.gateway.events import event_json
+from services.gateway.events import Event, event_json
 from services.gateway.memory import Memory
 from services.gateway.notes_contract import notes_answer, notes_json
 from services.gateway.pipeline import AskPipeline
@@ -23,6 +23,17 @@ from services.gateway.request import AskRequest, ConversationId, Declared
 from services.gateway.whole_answer import whole_answer, whole_json
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _frame(event: Event) -> str:
+    """One Server-Sent Event: the event's JSON on one `data:` line."""
+    return f"data: {json.dumps(event_json(event))}\n\n"
+
+
+def _followed_at_once(event: Event) -> bool:
+    """An event the pipeline always yields right before another (the search's end before the strategy, the
+    citations before the end): the two go out in one socket write, as they would arrive together anyway."""
+    return event.kind == "citations" or (event.kind == "searching" and event.value is False)
 
 
 class StopBody(Declared):
@@ -35,13 +46,23 @@ def chat_router(pipeline: AskPipeline, memory: Memory, conversations: Conversati
 
     @router.post("/api/chat/ask/stream", summary="Ask, the answer streamed as Server-Sent Events",
                  **streams("AskEvent", 403, 404))
-    async def ask_stream(body: AskRequest, who: Identity = Depends(caller)) -> StreamingResponse:
+    async def ask_stream(body: AskRequest, who: Identity = Depends(caller)) -> Response:
         prepared = await pipeline.prepare(body.to_input(), who)  # bad input: 400 before the stream starts
+        if prepared.refused:  # its events are known at once: sent whole, with no stream held open for them
+            return Response("".join([_frame(e) async for e in pipeline.run(prepared)]),
+                            media_type="text/event-stream", headers=SSE_HEADERS)
 
         async def sse() -> AsyncIterator[str]:
+            held = ""  # frames written with the next one
             async with aclosing(pipeline.run(prepared)) as events:
                 async for event in events:
-                    yield f"data: {json.dumps(event_json(event))}\n\n"
+                    if _followed_at_once(event):
+                        held += _frame(event)
+                        continue
+                    yield held + _frame(event)
+                    held = ""
+            if held:
+                yield held
 
         return StreamingResponse(sse(), media_type="text/event-stream", headers=SSE_HEADERS)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime
 
 from ragmesh.text import STOPWORDS
@@ -89,23 +90,33 @@ def find_conflicts(sentences: list[tuple[ContextBlock, str]], limit: int = 3) ->
 
 def _claims(block: ContextBlock, sentence: str) -> dict[Claim, _Found]:
     subject = block.chunk.metadata.get("fund_name", "") if block.chunk else ""
+    date = block.chunk.date if block.chunk else ""
+    return {claim: _Found(block, dict(figures), set(names))
+            for claim, figures, names in _sentence_claims(sentence, subject, date)}
+
+
+@lru_cache(maxsize=8192)
+def _sentence_claims(sentence: str, subject: str, date: str) -> tuple[tuple[Claim, tuple, frozenset[str]], ...]:
+    """The claims of a sentence of `subject`'s document of `date`: (claim, its figures as (normalised, as
+    written), the names the sentence holds). Kept for the sentences last seen: the same sources' sentences
+    come back in answer after answer."""
     text = _ISO.sub(" ", sentence)
-    names = _names(_DATE.sub(" ", text), subject)
-    out: dict[Claim, _Found] = {}
+    names = frozenset(_names(_DATE.sub(" ", text), subject))
+    out: dict[Claim, dict[str, str]] = {}
     for match in _PERCENT.finditer(text):
         thing = _thing(text[: match.start()], skip_names=False)
         if thing:
-            claim = Claim(subject, thing, _period_of(text, block), "percent")
-            out.setdefault(claim, _Found(block, {}, names)).figures[_percent(match.group(1))] = match.group(0)
+            claim = Claim(subject, thing, _period_of(text, date), "percent")
+            out.setdefault(claim, {})[_percent(match.group(1))] = match.group(0)
     for match in _DATE.finditer(text):
         thing = _thing(text[: match.start()], skip_names=True)
         if thing and names:  # an event of someone or something named, so another block can be about the same
             claim = Claim(subject, thing, "", "date")
-            out.setdefault(claim, _Found(block, {}, names)).figures[_iso(match.group(1))] = match.group(0)
-    return out
+            out.setdefault(claim, {})[_iso(match.group(1))] = match.group(0)
+    return tuple((claim, tuple(figures.items()), names) for claim, figures in out.items())
 
 
-def _period_of(text: str, block: ContextBlock) -> str:
+def _period_of(text: str, date: str) -> str:
     """The months, quarters (and their years) the sentence names, else the document's date.
 
     A bare year is not enough ("bonds due 2029", "since 2020"): figures from documents of
@@ -113,7 +124,7 @@ def _period_of(text: str, block: ContextBlock) -> str:
     spans = [m.group(0) for m in _SPAN.finditer(_DATE.sub(" ", text))]
     if spans:
         return " ".join(dict.fromkeys([s[:3] if re.fullmatch(_MONTH, s) else s for s in spans] + _YEAR.findall(text)))
-    return f"as of {block.chunk.date}" if block.chunk and block.chunk.date else ""
+    return f"as of {date}" if date else ""
 
 
 def _names(text: str, subject: str) -> set[str]:

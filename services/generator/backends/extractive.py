@@ -22,6 +22,7 @@ import re
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ragmesh.context_budget import OFFLINE, ContextBudget
 from ragmesh.question_kinds import DATE, FIGURE, PERSON, asked, asking_words
@@ -66,6 +67,7 @@ METADATA_WEIGHT = 0.9  # a metadata sentence yields to the text's own sentence t
 # must hold more than, to be about it.
 ABOUT_SHARE = 0.5
 KIND_NAMES = {PERSON: "a name", FIGURE: "a figure", DATE: "a date"}
+TEXT_CACHE = 8192  # sentences and texts whose analysis is kept (a few MB at most)
 NOT_STATED = "The sources found do not say this: none of them gives {what} that answers \u201c{question}\u201d."
 
 
@@ -94,8 +96,17 @@ def _stem(token: str) -> str:
     return token
 
 
-def _stems(text: str) -> set[str]:
-    return {_stem(t) for t in tokenize(text)} | set(_AMPERSAND.findall(text.lower()))
+@lru_cache(maxsize=TEXT_CACHE)
+def _stems(text: str) -> frozenset[str]:
+    """The text's word stems (and its M&A-like terms). Kept for the texts last seen: the same sources' sentences
+    come back in answer after answer, so most are stemmed once."""
+    return frozenset({_stem(t) for t in tokenize(text)} | set(_AMPERSAND.findall(text.lower())))
+
+
+@lru_cache(maxsize=TEXT_CACHE)
+def _sentences(text: str) -> tuple[str, ...]:
+    """A block's sentences, kept for the texts last seen like their stems."""
+    return tuple(split_sentences(text))
 
 
 _INSTRUCTION_STEMS = {_stem(w) for w in INSTRUCTIONS}
@@ -108,15 +119,19 @@ _NAMING = {_stem(w) for w in ("percentage", "percent", "share", "size", "premium
 def _subject(blocks: list[ContextBlock]) -> set[str]:
     """The words every block's label holds: what the sources are all about (one fund's notes and factsheets)."""
     labels = [_stems(b.label) for b in blocks]
-    return set.intersection(*labels) if labels and all(labels) else set()
+    return set(labels[0].intersection(*labels[1:])) if labels and all(labels) else set()
 
 
 class ExtractiveBackend:
     name = "extractive"
 
     def __init__(self, delay_ms: float = 15.0, max_sentences: int = 6, words_per_piece: int = 3,
-                 min_relative_score: float = 0.4) -> None:
+                 min_relative_score: float = 0.4, piece_window_ms: float = 0.0) -> None:
+        """`piece_window_ms`: the generator's window (STREAM_PIECE_MS); the pieces due within one go out as one."""
         self.delay = delay_ms / 1000
+        # The pieces of one window, which the generator would join anyway, yielded as one after their delays
+        # added up: the same text at the same rate, with a wake-up a window instead of one a piece.
+        self.per_wake = max(1, math.ceil(piece_window_ms / delay_ms)) if delay_ms > 0 else 1
         self.min_relative_score = min_relative_score
         self.max_sentences = max_sentences
         self.words_per_piece = words_per_piece
@@ -124,10 +139,12 @@ class ExtractiveBackend:
     async def stream(self, request: GenerationRequest) -> AsyncIterator[GenEvent]:
         answer = self.compose(request)
         words = answer.split(" ")
-        for i, piece in enumerate(self.pieces(words)):
-            if i:
-                await asyncio.sleep(self.delay)
-            yield GenEvent("content", text=piece)
+        pieces = self.pieces(words)
+        yield GenEvent("content", text=pieces[0])
+        for i in range(1, len(pieces), self.per_wake):
+            due = pieces[i: i + self.per_wake]
+            await asyncio.sleep(self.delay * len(due))
+            yield GenEvent("content", text="".join(due))
         yield GenEvent("usage", usage={
             "prompt_tokens": sum(len(b.text.split()) for b in request.blocks),
             "completion_tokens": len(words), "thinking_tokens": 0,
@@ -174,9 +191,10 @@ class ExtractiveBackend:
         candidates = [  # (block, sentence, weight): the text's sentences, then what the metadata says
             (block, sentence, 1.0)
             for block in blocks
-            for sentence in split_sentences(block.text)
+            for sentence in _sentences(block.text)
         ] + [(block, sentence, METADATA_WEIGHT) for block in blocks for sentence in metadata_sentences(question, kinds, block)]
-        stems = [_stems(sentence) | _period(block) for block, sentence, _ in candidates]
+        periods = {id(block): _period(block) for block in blocks}
+        stems = [_stems(sentence) | periods[id(block)] for block, sentence, _ in candidates]
         # Inverse frequency over the candidate sentences: rare question terms count more.
         df = Counter(t for tokens in stems for t in tokens)
         n = len(candidates) or 1
@@ -264,7 +282,7 @@ class ExtractiveBackend:
         opening sentence, in the order retrieval ranked them."""
         lines = ["Here is what the sources say:", ""]
         for block in blocks[: self.max_sentences]:
-            if sentences := split_sentences(block.text):
+            if sentences := _sentences(block.text):
                 label = f"**{block.label}**: " if block.label else ""
                 lines.append(f"- {label}{sentences[0]} [{block.index}]")
         return "\n".join(lines) if len(lines) > 2 else NOTHING_RELEVANT

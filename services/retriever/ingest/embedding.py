@@ -3,8 +3,9 @@ e.g. Gemini's 100 a call, caps it at warm-up), each call retried with exponentia
 when the embedder is unavailable or rate-limited. Other errors fail at once.
 
 Conversation memory is embedded as DOCUMENT_FAST: the fastest document encoder (half the CPU of the
-corpus's path, vectors at cosine >= 0.99 to it) for the texts every answer writes; the corpus keeps
-DOCUMENT, the vectors its labelled answers were checked on."""
+corpus's path, vectors at cosine >= 0.99 to it), for the turns that come without their question's vector
+(the gateway sends one with nearly every turn); the corpus keeps DOCUMENT, the vectors its labelled
+answers were checked on."""
 from __future__ import annotations
 
 import asyncio

@@ -158,7 +158,7 @@ class _Prepared:
     record: DocumentRecord  # without its summary yet
     chunks: list[Chunk]
     summary: asyncio.Task | None
-    given: np.ndarray | None = None  # its one chunk's vector, sent with it: not embedded again
+    given: np.ndarray | None = None  # its searched chunks' vectors, from the one sent with it: not embedded
 
     @property
     def children(self) -> list[Chunk]:
@@ -246,13 +246,19 @@ async def _arrives(following: asyncio.Future) -> bool:
 
 
 def _given(doc: Document, chunked: Chunked, chunks: list[Chunk]) -> np.ndarray | None:
-    """The vector sent with the document, when it is the embedder's for its one chunk: the text is one
-    searched chunk that is the document's text as sent (nothing redacted or split off), else None and the
-    chunk is embedded as any other."""
+    """The vectors of the searched chunks, from the one sent with the document, or None and they are embedded
+    as any other's. A conversation memory turn is found by what was asked: the question's vector stands for each
+    of its chunks (the answer's words are found by keyword). Any other document's vector is taken only when it
+    is the embedder's for its one chunk: the text is one searched chunk that is the document's text as sent
+    (nothing redacted or split off)."""
     children = [c for c, piece in zip(chunks, chunked.pieces) if not piece.is_parent]
-    if doc.vector is None or len(children) != 1 or children[0].text != doc.text:
+    if doc.vector is None:
         return None
-    return doc.vector
+    if doc.collection == MEMORY_COLLECTION:
+        return np.tile(doc.vector, (len(children), 1))
+    if len(children) != 1 or children[0].text != doc.text:
+        return None
+    return doc.vector[np.newaxis]
 
 
 async def _no_vectors(dimensions: int) -> np.ndarray:
@@ -465,7 +471,7 @@ class Ingestor:
         start = 0
         for d in docs:
             if d.given is not None:
-                mine = d.given[np.newaxis]
+                mine = d.given
             else:
                 mine = vectors[start:start + len(d.children)]
                 start += len(d.children)
