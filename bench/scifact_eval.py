@@ -4,8 +4,9 @@ and ingest throughput with the local model (issue 3's quality figures, issue 4's
 Everything runs in this process through the retriever's own classes, without gRPC: the
 real ingest pipeline (ingest/pipeline.py `Ingestor`: the real chunker, a SQLite store in
 a temp dir, `IndexRegistry`) calling the real local embedder (`SentenceTransformersEmbedder`,
-all-MiniLM-L6-v2, offline), then every query through `CollectionIndex.search`, the call
-`SearchEngine` makes, for the ranked lists.
+all-MiniLM-L6-v2, offline) in float32, documents and questions alike (bf16 off: the reference the
+faster document paths, bf16 and int8, are held to in the gRPC rows), then every query through
+`CollectionIndex.search`, the call `SearchEngine` makes, for the ranked lists.
 
 Why the lists rather than `SearchEngine` alone: it returns at most 200 chunks (top_k's
 limit) and abstracts make about three chunks each, so many queries would get fewer than
@@ -462,7 +463,8 @@ async def evaluate(data: SciFact, full: bool, test: SciFact | None = None) -> Se
         add_test_split(section, test, tested)
     add_ingest(section, run, embed, alone, load_ms / 1000)
     add_search(section, engine_ms, query_ms / len(data.queries), approx, full)
-    section.notes.append("Title + abstract ingested as one document per abstract through Ingestor; "
+    section.notes.append("Title + abstract ingested as one document per abstract through Ingestor, embedded in "
+                         "float32 (torch, documents and questions; the gRPC rows use the documents' default path); "
                          "BM25 with the default analyzer (stopwords + Snowball stemming).")
     return section
 

@@ -25,7 +25,9 @@ HYBRID_FUSIONS = (RRF, CONVEX, DBSF)  # what a search that does not ask for line
 # Measured on SciFact train (809 queries; docs/benchmarks.md), weights tuned on train alone: RRF 0.5 / 0.5
 # nDCG@10 0.729, convex 0.6 / 0.4 0.741 (better on each fifth of the queries, 89 better / 48 worse), DBSF
 # 0.6 / 0.4 0.741, the best (0.7414 to convex's 0.7408; over RRF +0.0129, better on each fifth, 89 / 51);
-# through the engine's 100-deep lists 0.738. DBSF is the default: the planner
+# through the engine's 100-deep lists 0.738. Those are int8 document vectors; on the bench's float32 ones DBSF
+# 0.6 / 0.4 gives 0.7398 (convex 0.738, RRF 0.727), and no weight, bound (k), statistics depth or scoring of an
+# entry absent from a list lifts DBSF on either (docs/benchmarks.md). DBSF is the default: the planner
 # merges the collections' hits by rank (services/gateway/collection_merge.py), so a score fusion's
 # per-collection scale no longer lets one collection's near-identical chunks crowd out another's best,
 # and the labelled conversations (tests/data/conversations.yaml) keep every fact under it.
