@@ -64,7 +64,9 @@ _RELATIVE = re.compile(r"\b(today|yesterday|last week|past month|last 30 days|la
 _MONTH_YEAR = re.compile(rf"\b(?:in |during |for )?({_MONTH})\.? (\d{{4}})\b", re.I)
 _QUARTER = re.compile(r"\b(?:q([1-4])|(first|second|third|fourth|1st|2nd|3rd|4th|last|final) quarter)(?: of)? ?(\d{4})\b",
                       re.I)
-_YEAR = re.compile(r"\b(?:in|during|for|of) (20\d{2}|19\d{2})\b", re.I)
+# "through 2024" / "throughout 2024" / "across 2024" ask about the year as "in" and "during" do ("from 2022 through
+# 2024", a span of years, is not read: no single year is asked)
+_YEAR = re.compile(r"\b(?:in|during|for|of|throughout|across|(?<!\d )through) (20\d{2}|19\d{2})\b", re.I)
 _SINCE = re.compile(rf"\bsince ({_MONTH})\.? (\d{{4}})\b", re.I)
 
 

@@ -22,6 +22,9 @@ FUNDS = ["Kestrel Emerging Markets", "Northwind Global Macro Fund", "Harborview 
     ("and last month?", "2025-10-01", "2025-10-31"),
     ("since June 2024", "2024-06-01", "2025-11-21"),
     ("what did they do in 2024", "2024-01-01", "2024-12-31"),
+    ("How did Kestrel's country allocation change through 2024?", "2024-01-01", "2024-12-31"),
+    ("the positioning throughout 2023", "2023-01-01", "2023-12-31"),
+    ("the top 10 holdings in 2024", "2024-01-01", "2024-12-31"),
     ("what happened this year", "2025-01-01", "2025-11-21"),
 ])
 def test_time_hints_become_date_ranges(question: str, start: str, end: str) -> None:
@@ -31,6 +34,10 @@ def test_time_hints_become_date_ranges(question: str, start: str, end: str) -> N
 
 def test_no_time_hint() -> None:
     assert time_hint("What is the net exposure?", TODAY) is None
+
+
+def test_a_span_of_years_is_not_read_as_its_last_year() -> None:
+    assert time_hint("How did the allocation move from 2022 through 2024?", TODAY) is None
 
 
 @pytest.mark.parametrize("question, window, phrase", [
