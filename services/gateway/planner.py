@@ -362,7 +362,7 @@ class Planner:
 
     def _filter_for(self, collection: str, s: Plan, ask: AskInput, windowed: bool = True) -> SearchFilter:
         """The collection's filter; `windowed` adds its default window, if it has one."""
-        if collection == MEMORY_COLLECTION:  # past messages: the user's own, whatever the fund or date filter
+        if collection == MEMORY_COLLECTION:  # past turns: the user's own, whatever the fund or date filter
             f = SearchFilter(tenant=ask.tenant, equals={"user_id": ask.user_id})
         else:
             f = s.filter

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from datetime import datetime
+from functools import lru_cache
 
 from ragmesh.text import STOPWORDS
 from ragmesh.types import ContextBlock
+
+# Sentences and texts whose analysis the offline answerer keeps (a few MB at most): the same sources come back
+# answer after answer.
+TEXT_CACHE = 8192
 
 _MONTH = r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?|" \
          r"Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)"
@@ -95,7 +99,7 @@ def _claims(block: ContextBlock, sentence: str) -> dict[Claim, _Found]:
             for claim, figures, names in _sentence_claims(sentence, subject, date)}
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=TEXT_CACHE)
 def _sentence_claims(sentence: str, subject: str, date: str) -> tuple[tuple[Claim, tuple, frozenset[str]], ...]:
     """The claims of a sentence of `subject`'s document of `date`: (claim, its figures as (normalised, as
     written), the names the sentence holds). Kept for the sentences last seen: the same sources' sentences

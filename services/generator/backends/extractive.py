@@ -30,7 +30,7 @@ from ragmesh.text import split_sentences, strip_citations, tokenize
 from ragmesh.types import ContextBlock, GenEvent
 from services.generator.backends import GenerationRequest
 from services.generator.backends.answer_kinds import COUNT, Measure, carries, counted, measure_asked, metadata_sentences
-from services.generator.backends.conflicts import find_conflicts
+from services.generator.backends.conflicts import TEXT_CACHE, find_conflicts
 
 NO_DATA = "There is no data in the selected sources that matches this question and these filters."
 NOTHING_RELEVANT = (
@@ -67,7 +67,6 @@ METADATA_WEIGHT = 0.9  # a metadata sentence yields to the text's own sentence t
 # must hold more than, to be about it.
 ABOUT_SHARE = 0.5
 KIND_NAMES = {PERSON: "a name", FIGURE: "a figure", DATE: "a date"}
-TEXT_CACHE = 8192  # sentences and texts whose analysis is kept (a few MB at most)
 NOT_STATED = "The sources found do not say this: none of them gives {what} that answers \u201c{question}\u201d."
 
 
