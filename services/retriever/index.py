@@ -48,6 +48,7 @@ from services.retriever.columns import Columns
 from services.retriever.dense import IVF, DenseIndex
 from services.retriever.ivf import IVFCodes
 from services.retriever.rwlock import RWLock
+from services.retriever.searched import searched_text
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,9 @@ COMPACT_MIN_DEAD = 1000
 COMPACT_DEAD_SHARE = 0.25
 # Bumped whenever the pickled classes change shape: a snapshot in another format is rebuilt
 # from the store, never unpickled into objects the code no longer matches.
-# 6: one index per (collection, tenant), files named by a hash of both; 7: an access column on every slot
-SNAPSHOT_FORMAT = 7
+# 6: one index per (collection, tenant), files named by a hash of both; 7: an access column on every slot;
+# 8: BM25 postings of each chunk's searched text (its document's title before it)
+SNAPSHOT_FORMAT = 8
 _SNAPSHOT_BLOCK = 8192  # chunks per pickle block
 _IVF_SUFFIX = ".ivf.faiss"  # an ivf partition's trained IVF, beside its exact vectors
 _SNAPSHOT_SUFFIXES = (".pkl", ".faiss")  # a partition's files (the IVF's ends in .faiss too)
@@ -139,12 +141,12 @@ class CollectionIndex:
         analysed again for BM25's removal, before readers are shut out."""
         latest = dict(changes)  # a document given twice: the later version wins, as in the store
         prepared = [
-            (key, [(_shared(s.chunk), s.vector, self.analyzer.analyze(s.chunk.text)) for s in chunks
+            (key, [(_shared(s.chunk), s.vector, self.analyzer.analyze(searched_text(s.chunk))) for s in chunks
                    if s.vector is not None],
              [_shared(s.chunk) for s in chunks if s.vector is None])
             for key, chunks in latest.items()
         ]
-        replaced = {slot: self.analyzer.analyze(self.chunks[slot].text)
+        replaced = {slot: self.analyzer.analyze(searched_text(self.chunks[slot]))
                     for key in latest for slot in self.by_doc.get(key, [])}
         vectors = [v for _, items, _ in prepared for _, v, _ in items]
         new_slots: list[int] = []

@@ -44,11 +44,13 @@ from services.retriever.ingest.summaries import Summarizer, table_of_contents
 from services.retriever.ingest.workers import ParsePool, shared_pool
 from services.retriever.permissions import Uploader
 from services.retriever.search import EmbedFn
+from services.retriever.searched import TITLE_KEY, searched_text
 
 log = logging.getLogger(__name__)
 
 # Part of every content hash: a pipeline that chunks differently re-chunks unchanged documents.
-PIPELINE_VERSION = 3
+# 4: every chunk carries its document's title, and is embedded after it (searched.py)
+PIPELINE_VERSION = 4
 MAX_BYTES = 50 * 1024 * 1024
 # Characters of chunk text the records sharing one embedding call hold at most (unless one record alone holds
 # more): one slice of the embedder's for a tenant alone (services/embedder/app.py), so a call of short
@@ -249,14 +251,14 @@ def _given(doc: Document, chunked: Chunked, chunks: list[Chunk]) -> np.ndarray |
     """The vectors of the searched chunks, from the one sent with the document, or None and they are embedded
     as any other's. A conversation memory turn is found by what was asked: the question's vector stands for each
     of its chunks (the answer's words are found by keyword). Any other document's vector is taken only when it
-    is the embedder's for its one chunk: the text is one searched chunk that is the document's text as sent
-    (nothing redacted or split off)."""
+    is the embedder's for its one chunk: the text is one searched chunk whose searched text is the document's
+    text as sent (nothing redacted, split off or put before it)."""
     children = [c for c, piece in zip(chunks, chunked.pieces) if not piece.is_parent]
     if doc.vector is None:
         return None
     if doc.collection == MEMORY_COLLECTION:
         return np.tile(doc.vector, (len(children), 1))
-    if len(children) != 1 or children[0].text != doc.text:
+    if len(children) != 1 or searched_text(children[0]) != doc.text:
         return None
     return doc.vector[np.newaxis]
 
@@ -418,7 +420,7 @@ class Ingestor:
             step.chunked = chunked
             yield step("CHUNKED", len(chunked.pieces))
             metadata |= {"doc_type": chunked.doc_type, "sensitivity": chunked.sensitivity}
-            chunks = self._chunks(doc, p.doc_id, chunked, metadata, date)
+            chunks = self._chunks(doc, p.doc_id, chunked, metadata, date, title)
             record = DocumentRecord(doc_id=p.doc_id, collection=doc.collection, tenant=doc.tenant,
                                     content_hash=digest, title=title, metadata=metadata, date=date,
                                     chunk_count=len(chunks))
@@ -440,7 +442,7 @@ class Ingestor:
         until at most `ahead` remain; each document then waits for its commit."""
         docs = group.take()
         if docs:
-            texts = [c.text for d in docs if d.given is None for c in d.children]
+            texts = [searched_text(c) for d in docs if d.given is None for c in d.children]
             task = task_for(docs[0].record.collection)
             vectors = self.embedder(texts, task) if texts else _no_vectors(self.registry.dimensions)
             group.calls.append(_Call(docs, asyncio.ensure_future(vectors)))
@@ -495,13 +497,16 @@ class Ingestor:
         ], sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()
 
-    def _chunks(self, doc: Document, doc_id: str, chunked: Chunked, metadata: dict[str, str], date: str) -> list[Chunk]:
-        """Every chunk carries the document's metadata and its own section (chapter and paragraph in a
-        document with chapters), pages, flags and index."""
+    def _chunks(self, doc: Document, doc_id: str, chunked: Chunked, metadata: dict[str, str], date: str,
+                title: str) -> list[Chunk]:
+        """Every chunk carries the document's metadata and title (searched before its text: a title the
+        client sent in the metadata wins) and its own section (chapter and paragraph in a document with
+        chapters), pages, flags and index."""
+        titled = {TITLE_KEY: title} if title else {}
         out = []
         for i, piece in enumerate(chunked.pieces):
             meta = {
-                **metadata, **piece.meta, "section": piece.section, **piece.place,
+                **titled, **metadata, **piece.meta, "section": piece.section, **piece.place,
                 "page": str(piece.page) if piece.page else "", "page_end": str(piece.page_end) if piece.page_end else "",
                 "redacted": str(is_redacted(piece.text)).lower(), "chunk_index": str(i),
             }

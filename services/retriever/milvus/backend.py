@@ -69,6 +69,7 @@ from services.retriever.backend import CollectionOptions, DocKey, Retrieved
 from services.retriever.dense import FLAT, HNSW
 from services.retriever.milvus import expr, held, rows, sync
 from services.retriever.milvus.connection import Connection, MilvusConfig
+from services.retriever.searched import searched_text
 
 log = logging.getLogger(__name__)
 
@@ -387,7 +388,7 @@ class MilvusBackend(Connection):
             batch: list[dict] = []
             size = 0
             for s in chunks:
-                batch.append(rows.to_row(s.chunk, s.vector, analyze(s.chunk.text), written))
+                batch.append(rows.to_row(s.chunk, s.vector, analyze(searched_text(s.chunk)), written))
                 size += rows.size(batch[-1])
                 if len(batch) >= UPSERT_ROWS or size >= UPSERT_BYTES:
                     yield table, batch
