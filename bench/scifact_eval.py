@@ -52,6 +52,7 @@ from services.retriever.dense import FLAT, HNSW, IVF, DenseIndex
 from services.retriever.index import CollectionIndex, IndexRegistry
 from services.retriever.ingest.pipeline import Ingestor
 from services.retriever.search import SearchEngine, SearchQuery
+from services.retriever.searched import searched_text
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model ships in a package: never download
 
@@ -195,7 +196,7 @@ async def ingest(data: SciFact, ingestor: Ingestor) -> IngestRun:
 def embed_alone_rate(model: SentenceTransformersEmbedder, index: CollectionIndex) -> float:
     """Chunks/s of the embedder fed cross-document batches of 64, beside the pipeline's rate
     (one call per document): shows whether batching across documents would pay."""
-    texts = [c.text for c in index.chunks[:EMBED_SAMPLE] if c is not None]
+    texts = [searched_text(c) for c in index.chunks[:EMBED_SAMPLE] if c is not None]
     _, ms = timed_ms(model.embed, texts, "DOCUMENT")
     return len(texts) / (ms / 1000)
 
@@ -300,7 +301,7 @@ def add_grpc_ingest(section: Section, data: SciFact, reference_ndcg: float | Non
         store = SqliteStore(services.retriever.data_dir / "ragmesh.sqlite3")
         stored = [s for s in store.iter_chunks(COLLECTION) if s.vector is not None]
         store.close()
-    texts = [s.chunk.text for s in stored]
+    texts = [searched_text(s.chunk) for s in stored]  # what the pipeline embedded
     sample = texts[:: max(1, len(texts) // MODEL_SAMPLE)][:MODEL_SAMPLE]
     log(f"scifact: the model alone on {len(sample):,} of the same chunks")
     model = backends.create(Settings(model_cache_dir=Settings().model_cache_dir or str(REPO / "data" / "models")))
@@ -463,7 +464,8 @@ async def evaluate(data: SciFact, full: bool, test: SciFact | None = None) -> Se
         add_test_split(section, test, tested)
     add_ingest(section, run, embed, alone, load_ms / 1000)
     add_search(section, engine_ms, query_ms / len(data.queries), approx, full)
-    section.notes.append("Title + abstract ingested as one document per abstract through Ingestor, embedded in "
+    section.notes.append("Title + abstract ingested as one document per abstract through Ingestor (the title is "
+                         "also the document's title, so every later chunk is searched and embedded after it), embedded in "
                          "float32 (torch, documents and questions; the gRPC rows use the documents' default path); "
                          "BM25 with the default analyzer (stopwords + Snowball stemming).")
     return section
