@@ -12,6 +12,10 @@ from __future__ import annotations
 from ragmesh.types import Chunk
 
 TITLE_KEY = "title"  # a chunk's metadata key holding its document's title
+# The most of a title put before a chunk (cut at a word): a chunk holds up to EMBED_MAX_CHARS (800) and the
+# embedder reads about 1,000 characters, so a long title (up to MAX_TITLE_CHARS, 1,000) must not push the
+# chunk's own words past what is embedded. SciFact's longest title is 300 characters.
+TITLE_MAX_CHARS = 300
 
 
 def searched_text(chunk: Chunk) -> str:
@@ -20,7 +24,9 @@ def searched_text(chunk: Chunk) -> str:
 
 
 def titled(title: str, text: str) -> str:
-    """`text` after `title`, unless there is no title or the text already opens with it."""
+    """`text` after `title` (its first TITLE_MAX_CHARS), unless there is no title or the text opens with it."""
+    if len(title) > TITLE_MAX_CHARS:
+        title = title[: TITLE_MAX_CHARS + 1].rsplit(None, 1)[0][:TITLE_MAX_CHARS]
     if not title.strip() or opens_with(text, title):
         return text
     return f"{title}\n\n{text}"

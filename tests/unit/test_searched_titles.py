@@ -18,7 +18,7 @@ from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, StoredC
 from services.retriever.index import IndexRegistry
 from services.retriever.ingest.pipeline import Ingestor
 from services.retriever.search import SearchEngine, SearchQuery
-from services.retriever.searched import TITLE_KEY, searched_text, titled
+from services.retriever.searched import TITLE_KEY, TITLE_MAX_CHARS, searched_text, titled
 from tests.unit.test_ingest_chunking import paragraphs
 from tests.unit.test_ingest_pipeline import DIM, FakeEmbedder, make, run, stored
 
@@ -103,6 +103,9 @@ def test_what_opens_with_a_title_is_read_word_by_word() -> None:
     assert titled("Cell", "Cells divide.") == "Cell\n\nCells divide."  # "Cells" is another word
     assert titled("Cell  biology", "cell\nbiology, an outline") == "cell\nbiology, an outline"
     assert titled("", "text") == titled("  ", "text") == "text"
+    long = " ".join(["lighthouse"] * 100)  # 1,099 characters
+    cut = " ".join(["lighthouse"] * 27)  # 296 characters: cut at a word
+    assert len(cut) <= TITLE_MAX_CHARS and titled(long, "text") == f"{cut}\n\ntext"
 
 
 def test_a_client_title_in_the_metadata_wins_and_an_untitled_document_is_searched_as_it_is(tmp_path: Path) -> None:
