@@ -48,7 +48,7 @@ from services.retriever.columns import Columns
 from services.retriever.dense import IVF, DenseIndex
 from services.retriever.ivf import IVFCodes
 from services.retriever.rwlock import RWLock
-from services.retriever.searched import searched_text
+from services.retriever.searched import TITLE_KEY, searched_text
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +75,13 @@ _SHARED_VALUE_MAX = 64  # metadata values up to this long repeat across chunks (
 def _shared(chunk: Chunk) -> Chunk:
     """The chunk with its repeated strings shared: a collection's chunks repeat the same
     collection, tenant, document, date and metadata keys (and mostly the same short values),
-    which as separate objects cost about 1 KB per ingested chunk. Pickling keeps the sharing."""
+    which as separate objects cost about 1 KB per ingested chunk; a document's title, however long, is shared
+    by its chunks. Pickling keeps the sharing."""
     intern = sys.intern
     chunk.collection, chunk.tenant, chunk.doc_id = intern(chunk.collection), intern(chunk.tenant), intern(chunk.doc_id)
     chunk.date, chunk.parent_chunk_id = intern(chunk.date), intern(chunk.parent_chunk_id)
-    chunk.metadata = {intern(k): intern(v) if len(v) <= _SHARED_VALUE_MAX else v for k, v in chunk.metadata.items()}
+    chunk.metadata = {intern(k): intern(v) if len(v) <= _SHARED_VALUE_MAX or k == TITLE_KEY else v
+                      for k, v in chunk.metadata.items()}
     return chunk
 
 

@@ -22,7 +22,7 @@ from services.retriever.searched import TITLE_KEY, TITLE_MAX_CHARS, searched_tex
 from tests.unit.test_ingest_chunking import paragraphs
 from tests.unit.test_ingest_pipeline import DIM, FakeEmbedder, make, run, stored
 
-TITLE = "Zanzibar Lighthouse Survey"
+TITLE = "Zanzibar Lighthouse Survey of the Eastern Channel Approaches, with the Keeper's Notes, 1998 to 2004"  # > 64 chars
 BODY = paragraphs(6, 5, 3)  # several chunks; no word of the title's first in it
 
 
@@ -166,6 +166,8 @@ def test_an_index_rebuilt_from_the_store_or_read_from_a_snapshot_finds_the_title
     rebuilt = IndexRegistry(DIM)
     assert rebuilt.warm_up(store, tmp_path / "none", store.version()).startswith("indexes rebuilt from the store")
     assert set(bm25(rebuilt, "zanzibar")) == mine
+    titles = [c.metadata[TITLE_KEY] for c in rebuilt.get("library").chunks if c is not None and c.chunk_id in mine]
+    assert len({id(t) for t in titles}) == 1, "one title object for the document's chunks, however long it is"
     ingestor.registry.save_snapshot(tmp_path / "snap", store.version())
     restarted = IndexRegistry(DIM)
     assert restarted.load_snapshot(tmp_path / "snap", store.version())
