@@ -22,12 +22,12 @@ from services.retriever.backend import Retrieved
 RRF, LINEAR = "RRF", "LINEAR"
 CONVEX, DBSF = "CONVEX", "DBSF"  # score fusions: each list's scores normalised (`NORMALISE`), then weighted
 HYBRID_FUSIONS = (RRF, CONVEX, DBSF)  # what a search that does not ask for linear fusion may be fused by
-# Measured on SciFact train (809 queries; docs/benchmarks.md), weights tuned on train alone: RRF 0.5 / 0.5
-# nDCG@10 0.729, convex 0.6 / 0.4 0.741 (better on each fifth of the queries, 89 better / 48 worse), DBSF
-# 0.6 / 0.4 0.741, the best (0.7414 to convex's 0.7408; over RRF +0.0129, better on each fifth, 89 / 51);
-# through the engine's 100-deep lists 0.738. Those are int8 document vectors; on the bench's float32 ones DBSF
-# 0.6 / 0.4 gives 0.7398 (convex 0.738, RRF 0.727), and no weight, bound (k), statistics depth or scoring of an
-# entry absent from a list lifts DBSF on either (docs/benchmarks.md). DBSF is the default: the planner
+# Measured on SciFact train (809 queries; docs/benchmarks.md), weights tuned on train alone, every chunk searched
+# after its document's title (searched.py), the bench's float32 vectors: RRF 0.5 / 0.5 nDCG@10 0.735, convex
+# 0.6 / 0.4 0.742, DBSF 0.6 / 0.4 0.743, the best (over RRF +0.008, no fifth of the queries worse, 84 better / 62
+# worse); through the engine's 100-deep lists 0.735. Before titles: RRF 0.727, convex 0.738, DBSF 0.7398 (on int8
+# document vectors 0.729, 0.741, 0.7414), and no weight, bound (k), statistics depth or scoring of an entry
+# absent from a list lifted DBSF on either (docs/benchmarks.md). DBSF is the default: the planner
 # merges the collections' hits by rank (services/gateway/collection_merge.py), so a score fusion's
 # per-collection scale no longer lets one collection's near-identical chunks crowd out another's best,
 # and the labelled conversations (tests/data/conversations.yaml) keep every fact under it.
