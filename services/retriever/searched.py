@@ -1,11 +1,10 @@
 """What of a chunk is searched: its text after its document's title.
 
-A document's later chunks do not repeat its title (an abstract's second and third chunk, a
-factsheet's holdings, a meeting note's later paragraphs), so a question naming the paper, the
-fund or the meeting missed them. Each chunk carries its document's title in its metadata
-(TITLE_KEY), so BM25's postings and the embedded text are made from the chunk alone, the same way
-when a chunk is indexed, replaced or rebuilt from the store. Measured on SciFact train (nDCG@10 of
-the default fusion): 0.7398 with the text alone, 0.7429 with the title before every chunk.
+A document's later chunks do not repeat its title (an abstract's second and third chunk, a report's later
+sections), so a question naming the paper or the report missed them. Each chunk carries the title in its
+metadata (TITLE_KEY), so BM25's postings and the embedded text are made from the chunk alone, the same way
+when a chunk is indexed, replaced or rebuilt from the store. Measured on SciFact train (nDCG@10 of the
+default fusion): 0.7398 with the text alone, 0.743 with the title before every chunk.
 """
 from __future__ import annotations
 
@@ -16,6 +15,15 @@ TITLE_KEY = "title"  # a chunk's metadata key holding its document's title
 # embedder reads about 1,000 characters, so a long title (up to MAX_TITLE_CHARS, 1,000) must not push the
 # chunk's own words past what is embedded. SciFact's longest title is 300 characters.
 TITLE_MAX_CHARS = 300
+RECORD_FILETYPE = "json"  # the filetype of a document parsed from a JSON record
+
+
+def searched_title(filetype: str, title: str) -> str:
+    """The title a document's chunks are searched after: its title, but none for a JSON record (a meeting
+    note, a factsheet, a transcript). A record's title is made of its own fields (fund, manager, date), which
+    are filter columns and which its chunks' text already names; put before every chunk, they made a fund's
+    chunks alike to both searches and cost the labelled conversations 3 to 7 facts (docs/benchmarks.md)."""
+    return "" if filetype == RECORD_FILETYPE else title
 
 
 def searched_text(chunk: Chunk) -> str:

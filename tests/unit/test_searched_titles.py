@@ -1,11 +1,13 @@
 """Every chunk is searched after its document's title: a later chunk of a titled document is found by a
 word only its title holds (BM25 alone, the hybrid engine, the Milvus backend), the embedder is asked for
-the titled text, a chunk that opens with its title does not get it twice, replacing and deleting keep
+the titled text, a chunk that opens with its title does not get it twice, a JSON record's chunks (whose
+title is made of its fields) are searched as they are, replacing and deleting keep
 BM25's scores those of a fresh index (rank_bm25's over the searched texts), and an index rebuilt from the
 store or read back from a snapshot still finds the title."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from services.retriever.ingest.pipeline import Ingestor
 from services.retriever.search import SearchEngine, SearchQuery
 from services.retriever.searched import TITLE_KEY, TITLE_MAX_CHARS, searched_text, titled
 from tests.unit.test_ingest_chunking import paragraphs
+from tests.unit.test_ingest_parsers import FACTSHEET
 from tests.unit.test_ingest_pipeline import DIM, FakeEmbedder, make, run, stored
 
 TITLE = "Zanzibar Lighthouse Survey of the Eastern Channel Approaches, with the Keeper's Notes, 1998 to 2004"  # > 64 chars
@@ -118,6 +121,17 @@ def test_a_client_title_in_the_metadata_wins_and_an_untitled_document_is_searche
     run(ingestor, survey(title="", doc_id="untitled"))
     plain = children(ingestor, "untitled")
     assert all(TITLE_KEY not in c.metadata for c in plain) and embedder.texts == [c.text for c in plain]
+
+
+def test_a_json_records_chunks_are_searched_as_they_are(tmp_path: Path) -> None:
+    """A record's title is made of its own fields (fund, date): it stays off its chunks' searched text."""
+    embedder = RecordingEmbedder()
+    ingestor = make(tmp_path, embedder)
+    run(ingestor, Document("", "factsheets", content=json.dumps(FACTSHEET).encode(), filename="fs.json"))
+    record = ingestor.store.get_document("", "factsheets", FACTSHEET["factsheet_id"])
+    assert record is not None and "Kestrel" in record.title
+    plain = children(ingestor, FACTSHEET["factsheet_id"])
+    assert plain and all(TITLE_KEY not in c.metadata for c in plain) and embedder.texts == [c.text for c in plain]
 
 
 def test_re_ingesting_an_unchanged_document_embeds_it_with_its_title_once_the_pipeline_changed(tmp_path: Path,

@@ -44,7 +44,7 @@ from services.retriever.ingest.summaries import Summarizer, table_of_contents
 from services.retriever.ingest.workers import ParsePool, shared_pool
 from services.retriever.permissions import Uploader
 from services.retriever.search import EmbedFn
-from services.retriever.searched import TITLE_KEY, searched_text
+from services.retriever.searched import TITLE_KEY, searched_text, searched_title
 
 log = logging.getLogger(__name__)
 
@@ -420,7 +420,7 @@ class Ingestor:
             step.chunked = chunked
             yield step("CHUNKED", len(chunked.pieces))
             metadata |= {"doc_type": chunked.doc_type, "sensitivity": chunked.sensitivity}
-            chunks = self._chunks(doc, p.doc_id, chunked, metadata, date, title)
+            chunks = self._chunks(doc, p.doc_id, chunked, metadata, date, searched_title(p.filetype, title))
             record = DocumentRecord(doc_id=p.doc_id, collection=doc.collection, tenant=doc.tenant,
                                     content_hash=digest, title=title, metadata=metadata, date=date,
                                     chunk_count=len(chunks))
@@ -499,9 +499,9 @@ class Ingestor:
 
     def _chunks(self, doc: Document, doc_id: str, chunked: Chunked, metadata: dict[str, str], date: str,
                 title: str) -> list[Chunk]:
-        """Every chunk carries the document's metadata and title (searched before its text: a title the
-        client sent in the metadata wins) and its own section (chapter and paragraph in a document with
-        chapters), pages, flags and index."""
+        """Every chunk carries the document's metadata and the title it is searched after (a title the client
+        sent in the metadata wins) and its own section (chapter and paragraph in a document with chapters),
+        pages, flags and index."""
         titled = {TITLE_KEY: title} if title else {}
         out = []
         for i, piece in enumerate(chunked.pieces):
