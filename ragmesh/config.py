@@ -364,9 +364,9 @@ class EmbeddingSettings(Section):
         "EMBED_DOCUMENTS_BF16 decides. Conversation memory runs on the int8 copy either way.")
     embed_documents_bf16: AutoOnOff = env(
         "EMBED_DOCUMENTS_BF16", "auto",
-        "With the onnx runtime and EMBED_DOCUMENTS_INT8 off, documents (ingest) run through torch in bfloat16: auto "
-        "= on CPUs that multiply bf16 in hardware (AMX, AVX512-BF16; 2.5x less CPU a chunk, cosine >= 0.9999 to "
-        "float32), on, or off.")
+        "With the onnx runtime and EMBED_DOCUMENTS_INT8 off, documents (ingest) past 64 tokens run through torch in "
+        "bfloat16 (shorter ones as questions do): auto = on CPUs that multiply bf16 in hardware (AMX, AVX512-BF16; "
+        "2.5x less CPU a chunk, cosine >= 0.9999 to float32), on, or off.")
     cpu_class: Literal["native", "avx2"] = env(
         "CPU_CLASS", "native",
         "The CPU the embedder's encoder choices assume: native (this CPU's flags) or avx2 (as on an AVX2-only CPU: "

@@ -282,6 +282,24 @@ def test_document_fast_runs_on_the_int8_copy_and_document_keeps_its_path(
     assert bf16.tasks == ["DOCUMENT"]
 
 
+def test_short_documents_beside_bf16_run_on_the_question_copy(onnx_embedder: OnnxMiniLMEmbedder) -> None:
+    """With bf16 documents, a text of at most SHORT_RUN_TOKENS (a one-line upload) runs as a question does, as in
+    every other mode: torch's start for one short text cost several times the whole question run. Longer ones
+    keep the bf16 encoder, each in its own row."""
+    bf16 = _Documents()
+    beside = OnnxMiniLMEmbedder(onnx_embedder.cache_dir, documents=bf16)
+    beside.warm_up()
+    texts = _texts()
+    long = np.array([len(onnx_embedder._tokenizer.encode(text).ids) > SHORT_RUN_TOKENS for text in texts])
+    assert long.any() and not long.all()
+    got = beside.embed(texts, "DOCUMENT")
+    assert np.array_equal(got[~long], onnx_embedder.embed([t for t, x in zip(texts, long) if not x], "QUERY"))
+    assert not got[long].any(), "the long texts' rows are the bf16 encoder's (the stand-in's zeros)"
+    assert bf16.tasks == ["DOCUMENT"]
+    beside.embed(["Fairness probe 000001."], "DOCUMENT")
+    assert bf16.tasks == ["DOCUMENT"], "a one-line document went to torch"
+
+
 def test_int8_documents_are_opt_in(tmp_path: Path) -> None:
     base = config.load().replace(embed_backend="local", embed_runtime="onnx", model_cache_dir=str(tmp_path))
     chosen = backends.create(base)
