@@ -1,9 +1,9 @@
 """Every chunk is searched after its document's title: a later chunk of a titled document is found by a
-word only its title holds (BM25 alone, the hybrid engine, the Milvus backend), the embedder is asked for
-the titled text, a chunk that opens with its title does not get it twice, a JSON record's chunks (whose
-title is made of its fields) are searched as they are, replacing and deleting keep
-BM25's scores those of a fresh index (rank_bm25's over the searched texts), and an index rebuilt from the
-store or read back from a snapshot still finds the title."""
+word only its title holds (BM25 alone, the hybrid engine, the Milvus backend, upserted chunks), the embedder
+is asked for the titled text, a chunk that opens with its title does not get it twice, a JSON record's chunks
+(whose title is made of its fields) are searched as they are, replacing and deleting keep BM25's scores
+those of a fresh index (rank_bm25's over the searched texts), and an index rebuilt from the store or read
+back from a snapshot still finds the title."""
 from __future__ import annotations
 
 import asyncio
@@ -18,15 +18,20 @@ from rank_bm25 import BM25Okapi
 from ragmesh.store.sqlite import SqliteStore
 from ragmesh.types import Chunk, Document, DocumentRecord, SearchFilter, StoredChunk
 from services.retriever.index import IndexRegistry
+from services.retriever.ingest import pipeline
+from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.pipeline import Ingestor
+from services.retriever.ingest.upsert import Upserter
+from services.retriever.milvus import MilvusBackend, MilvusConfig
 from services.retriever.search import SearchEngine, SearchQuery
 from services.retriever.searched import TITLE_KEY, TITLE_MAX_CHARS, searched_text, titled
 from tests.unit.test_ingest_chunking import paragraphs
 from tests.unit.test_ingest_parsers import FACTSHEET
 from tests.unit.test_ingest_pipeline import DIM, FakeEmbedder, make, run, stored
 
-TITLE = "Zanzibar Lighthouse Survey of the Eastern Channel Approaches, with the Keeper's Notes, 1998 to 2004"  # > 64 chars
-BODY = paragraphs(6, 5, 3)  # several chunks; no word of the title's first in it
+# Longer than the index's shared short values: its chunks share it all the same
+TITLE = "Zanzibar Lighthouse Survey of the Eastern Channel Approaches, with the Keeper's Notes, 1998 to 2004"
+BODY = paragraphs(6, 5, 3)  # several chunks, none holding "zanzibar"
 
 
 class RecordingEmbedder(FakeEmbedder):
@@ -136,7 +141,6 @@ def test_a_json_records_chunks_are_searched_as_they_are(tmp_path: Path) -> None:
 
 def test_re_ingesting_an_unchanged_document_embeds_it_with_its_title_once_the_pipeline_changed(tmp_path: Path,
                                                                                              monkeypatch) -> None:
-    from services.retriever.ingest import pipeline
     embedder = RecordingEmbedder()
     ingestor = make(tmp_path, embedder)
     monkeypatch.setattr(pipeline, "PIPELINE_VERSION", 3)  # the last one that embedded chunks without their title
@@ -191,7 +195,6 @@ def test_an_index_rebuilt_from_the_store_or_read_from_a_snapshot_finds_the_title
 
 
 def test_the_milvus_backend_searches_each_chunk_after_its_title(tmp_path: Path) -> None:
-    from services.retriever.milvus import MilvusBackend, MilvusConfig
     store = SqliteStore(tmp_path / "store.sqlite3")
     record = DocumentRecord(doc_id="survey", collection="library", tenant="t", content_hash="h", chunk_count=3,
                             title=TITLE)
@@ -204,3 +207,20 @@ def test_the_milvus_backend_searches_each_chunk_after_its_title(tmp_path: Path) 
     backend.warm_up(store, Path(), store.version())
     found = backend.search("library", ["zanzibar"], None, 10, SearchFilter(tenant="t"))
     assert found is not None and sorted(c.text for c in found.chunks.values()) == sorted(texts)
+
+
+def test_upserted_chunks_are_searched_after_a_title_in_their_metadata_and_keep_their_vectors(tmp_path: Path) -> None:
+    store, registry = SqliteStore(tmp_path / "store.sqlite3"), IndexRegistry(DIM)
+    rng = np.random.default_rng(3)
+    sent = [(Chunk(f"library/survey#{i}", "survey", "library", f"part {i} of the keeper's log", {TITLE_KEY: TITLE},
+                   chunk_index=i), rng.standard_normal(DIM).astype(np.float32)) for i in range(3)]
+
+    async def stream():
+        for item in sent:
+            yield item
+
+    summary = asyncio.run(Upserter(Committer(store, registry)).upsert(stream()))
+    assert summary.chunks == 3 and not summary.errors
+    assert set(bm25(registry, "zanzibar")) == {c.chunk_id for c, _ in sent}
+    kept = {s.chunk.chunk_id: s.vector for s in store.iter_chunks()}
+    assert all(np.array_equal(kept[c.chunk_id], v) for c, v in sent)
