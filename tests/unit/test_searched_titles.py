@@ -224,3 +224,14 @@ def test_upserted_chunks_are_searched_after_a_title_in_their_metadata_and_keep_t
     assert set(bm25(registry, "zanzibar")) == {c.chunk_id for c, _ in sent}
     kept = {s.chunk.chunk_id: s.vector for s in store.iter_chunks()}
     assert all(np.array_equal(kept[c.chunk_id], v) for c, v in sent)
+
+
+def test_an_embedding_call_holds_its_texts_as_they_are_embedded_within_group_chars(tmp_path: Path) -> None:
+    """Five one-chunk documents of 565 characters share one call untitled (2,825 characters); with a title of
+    287 characters before each (4,270 with the blank lines) they pass GROUP_CHARS: one call of four, then one."""
+    embedder = RecordingEmbedder()
+    ingestor = make(tmp_path, embedder)
+    body, title = paragraphs(1, 6, 21), " ".join(["zanzibar"] * 32)
+    run(ingestor, *[survey(body, title, f"d{i}") for i in range(5)])
+    assert sum(map(len, embedder.texts)) > pipeline.GROUP_CHARS >= 5 * len(body)
+    assert embedder.calls == [4, 1] and all(len(t) == len(title) + 2 + len(body) for t in embedder.texts)

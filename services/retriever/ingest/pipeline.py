@@ -16,7 +16,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -168,6 +168,11 @@ class _Prepared:
         assert self.step.chunked is not None
         return [c for c, piece in zip(self.chunks, self.step.chunked.pieces) if not piece.is_parent]
 
+    @cached_property
+    def embedded_chars(self) -> int:
+        """Characters of its children's texts as they are embedded (each after its title)."""
+        return sum(len(searched_text(c)) for c in self.children)
+
     def cancel(self) -> None:
         if self.summary is not None:
             self.summary.cancel()
@@ -211,16 +216,17 @@ class _Group:
 
     @property
     def full(self) -> bool:
-        children = [c for d in self.docs for c in d.children]
-        return len(children) >= self.texts or sum(len(c.text) for c in children) >= GROUP_CHARS
+        texts = sum(len(d.children) for d in self.docs)
+        return texts >= self.texts or sum(d.embedded_chars for d in self.docs) >= GROUP_CHARS
 
     def fits(self, d: _Prepared) -> bool:
         """Whether `d` joins the group within its texts and GROUP_CHARS (a group's first always does): a
         call the embedder runs whole, not cut into a slice and a tail of a text or two that keeps one
         core busy while the other idles. A call has one embedding task (task_for its documents' collections)."""
-        children = [c for e in [*self.docs, d] for c in e.children]
+        docs = [*self.docs, d]
         return not self.docs or (task_for(self.docs[0].record.collection) == task_for(d.record.collection)
-                                 and len(children) <= self.texts and sum(len(c.text) for c in children) <= GROUP_CHARS)
+                                 and sum(len(e.children) for e in docs) <= self.texts
+                                 and sum(e.embedded_chars for e in docs) <= GROUP_CHARS)
 
     @property
     def pending(self) -> bool:
