@@ -465,8 +465,8 @@ async def evaluate(data: SciFact, full: bool, test: SciFact | None = None) -> Se
     add_ingest(section, run, embed, alone, load_ms / 1000)
     add_search(section, engine_ms, query_ms / len(data.queries), approx, full)
     section.notes.append("Title + abstract ingested as one document per abstract through Ingestor (the title is "
-                         "also the document's title, so every later chunk is searched and embedded after it), embedded in "
-                         "float32 (torch, documents and questions; the gRPC rows use the documents' default path); "
+                         "also the document's title, so every later chunk is searched and embedded after it), "
+                         "embedded in float32 (torch, documents and questions; the gRPC rows use the documents' default path); "
                          "BM25 with the default analyzer (stopwords + Snowball stemming).")
     return section
 

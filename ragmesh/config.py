@@ -485,7 +485,8 @@ class SearchBackendSettings(Section):
         "does): dbsf (distribution-based score fusion: each list's scores scaled by its mean +- 3 standard "
         "deviations, then 0.6 dense + 0.4 keyword), convex (each list's scores divided by its best, 0.6 / 0.4) or "
         "rrf (weighted reciprocal rank fusion, k 20, 0.5 / 0.5). SciFact train nDCG@10 0.743, 0.742, 0.735, each "
-        "chunk searched after its document's title (docs/benchmarks.md). Each collection is fused on its own; an answer's hits merge the collections by rank.")
+        "chunk searched after its document's title (docs/benchmarks.md). Each collection is fused on its own; an "
+        "answer's hits merge the collections by rank.")
 
     @field_validator("retriever_backend")
     @classmethod

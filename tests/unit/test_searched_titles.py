@@ -84,7 +84,8 @@ def test_the_hybrid_search_ranks_a_titled_documents_later_chunks_by_its_title(tm
     ingestor = make(tmp_path, same)
     run(ingestor, survey(), *OTHERS)
     mine = {c.chunk_id for c in children(ingestor, "survey")}
-    outcome = asyncio.run(SearchEngine(ingestor.registry, same).search(SearchQuery("zanzibar", collections=["library"])))
+    query = SearchQuery("zanzibar", collections=["library"])
+    outcome = asyncio.run(SearchEngine(ingestor.registry, same).search(query))
     top = outcome.hits[: len(mine)]
     assert {h.chunk.chunk_id for h in top} == mine and all(h.sparse_rank > 0 and h.dense_rank > 0 for h in top)
 

@@ -14,7 +14,8 @@ so a filter expression only ever carries hexadecimal text between its quotes:
   document's old rows are still there, a search keeps only the newest version it found.
 The plain values (ids, text, the original date) are stored beside them to rebuild the Chunk.
 `terms` holds the chunk's searched text (searched.py: its document's title before it) as the
-collection's own analyzer tokenizes it (the same tokens the memory engine indexes), and Milvus's BM25 function turns it into the sparse vector.
+collection's own analyzer tokenizes it (the same tokens the memory engine indexes), and Milvus's
+BM25 function turns it into the sparse vector.
 
 Each Milvus collection holds one tenant's chunks of one ragmesh collection (see backend.py for
 why): its name is the prefix, the ragmesh name escaped, `_t` and a digest of the tenant, so no
