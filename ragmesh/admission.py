@@ -3,7 +3,9 @@ with RESOURCE_EXHAUSTED and a retry delay, instead of queueing until every calle
 under overload turned into answers that looked normal but had searched nothing). Each tenant, and
 each user within it, holds at most a share of the slots, so one tenant holding calls open (idle
 streams, slow bodies) leaves room for every other; and a tenant's client streams (uploads) at most a
-smaller share, so they leave room for its own asks."""
+smaller share, so they leave room for its own asks. A caller that knows another tenant has work under way
+(the gateway's planning asks its calls in flight) holds a tenant to half its share meanwhile: max-min
+fairness, so a tenant asking in a tight loop leaves the cores to another's upload, not only its slots."""
 from __future__ import annotations
 
 from collections import Counter
@@ -58,12 +60,19 @@ class Admission:
         self.refused += 1
         return ResourceExhausted(f"{self.name} is busy: {why}; retry in {self.retry_after_s:g} s", self.retry_after_s)
 
-    def _check(self, tenant: str, user: str, stream: bool) -> None:
+    def others_busy(self, tenant: str) -> bool:
+        """Whether a tenant other than `tenant` (a named one: not the anonymous health checks) holds a slot."""
+        return any(other and other != tenant for other in self.by_tenant)
+
+    def _check(self, tenant: str, user: str, stream: bool, contended: bool) -> None:
         if self.full:
             raise self._refuse(f"{self.limit} calls in flight")
         if self.tenant_limit and self.by_tenant[tenant] >= self.tenant_limit:
             raise self._refuse(f"your tenant holds {self.tenant_limit} calls in flight, its share of the "
                                f"{self.limit} (TENANT_CALL_SHARE)")
+        if contended and self.tenant_limit and self.by_tenant[tenant] >= (half := max(1, self.tenant_limit // 2)):
+            raise self._refuse(f"your tenant holds {half} calls in flight, half its share of the {self.limit} "
+                               f"(TENANT_CALL_SHARE) while another tenant has work")
         if self.user_limit and self.by_user[tenant, user] >= self.user_limit:
             raise self._refuse(f"you hold {self.user_limit} calls in flight, a user's share of the "
                                f"{self.limit} (USER_CALL_SHARE)")
@@ -72,11 +81,11 @@ class Admission:
                                f"the {self.limit} calls in flight (TENANT_STREAM_SHARE)")
 
     @contextmanager
-    def slot(self, tenant: str = "", user: str = "", stream: bool = False) -> Iterator[None]:
+    def slot(self, tenant: str = "", user: str = "", stream: bool = False, contended: bool = False) -> Iterator[None]:
         """Holds one slot, counted against `tenant` and `user` (and the tenant's client streams, for
         one), for the duration of a call; raises ResourceExhausted when none is free, or the tenant or
-        user holds its share already."""
-        self._check(tenant, user, stream)
+        user holds its share already (half the tenant's share when `contended`: another tenant has work)."""
+        self._check(tenant, user, stream, contended)
         self.in_flight += 1
         self.by_tenant[tenant] += 1
         self.by_user[tenant, user] += 1

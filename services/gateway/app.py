@@ -87,7 +87,7 @@ class GatewayApp(ServiceApp):
                                     RateLimiter(s.rate_limit_per_minute, self.shared.rates),
                                     Admission("gateway: retrieval", s.max_concurrent_retrievals,
                                               tenant_share=s.tenant_call_share, user_share=s.user_call_share),
-                                    self.shared)
+                                    self.shared, self._others_busy)
         self.conversations = Conversations(self.history, self.memory, self.pipeline)
         self.transcripts = Transcripts(self.retriever, self.generator, self.pipeline.default_model)
         self.library = Library(lambda: self.retriever, self.known_funds)
@@ -96,6 +96,11 @@ class GatewayApp(ServiceApp):
     def servicer(self) -> GatewayServicer:
         return GatewayServicer(self.pipeline, self.conversations, self.retriever, self.memory, self.transcripts,
                                self.library, self.uploads)
+
+    def _others_busy(self, tenant: str) -> bool:
+        """Whether another tenant has a call in flight at this gateway (HTTP or gRPC): the serving host's
+        admission, made once the server starts."""
+        return self.admission is not None and self.admission.others_busy(tenant)
 
     async def upstream_health(self) -> dict[str, str]:
         async def check(name: str, channel: grpc.aio.Channel) -> tuple[str, str]:

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,11 +100,14 @@ class Generated:
 class AskPipeline:
     def __init__(self, history: History, generator: GeneratorClient, planner: Planner, memory: Memory,
                  limits: UsageLimiter, rate: RateLimiter | None = None, planning: Admission | None = None,
-                 shared: SharedState | None = None) -> None:
+                 shared: SharedState | None = None, contention: Callable[[str], bool] = lambda tenant: False) -> None:
         self.history = history
         # Questions being planned (embedding + searches) at once: past it a question is refused at once
         # (RESOURCE_EXHAUSTED, Retry-After) instead of waiting behind the others until its searches time out.
+        # While another tenant has work under way (`contention(tenant)`: the gateway's calls in flight), a
+        # tenant plans at most half its share: its asks in a tight loop leave the cores to that work.
         self.planning = planning or Admission("gateway: retrieval", 0)
+        self.contention = contention
         self.generator = generator
         self.planner = planner
         self.memory = memory
@@ -203,7 +206,7 @@ class AskPipeline:
         lookup: asyncio.Future[list[CorrectionRecord]] | None = None
         try:
             yield Event("searching", True)
-            with self.planning.slot(ask.tenant, ask.user_id):  # a tenant plans at most its share
+            with self.planning.slot(ask.tenant, ask.user_id, contended=self.contention(ask.tenant)):  # its share
                 # The user's corrections are looked up while the question is planned, not after (and not
                 # for a question refused its slot).
                 lookup = asyncio.ensure_future(self.memory.relevant_corrections(ask.tenant, ask.user_id,

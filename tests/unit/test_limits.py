@@ -57,6 +57,23 @@ def test_a_tenant_and_a_user_hold_at_most_their_share_and_others_find_room() -> 
     assert told == [True, False]
 
 
+def test_a_contended_tenant_holds_half_its_share_at_least_one_slot() -> None:
+    gate = Admission("svc", 16, tenant_share=0.25)
+    with gate.slot("a"), gate.slot("a", contended=True):
+        with pytest.raises(ResourceExhausted, match="half its share of the 16 .* while another tenant has work"):
+            with gate.slot("a", contended=True):
+                pass
+        with gate.slot("a"):  # not contended: the whole share
+            pass
+        assert gate.others_busy("b") and not gate.others_busy("a")
+    with gate.slot(""):  # anonymous calls (health checks) are nobody's work
+        assert not gate.others_busy("a")
+    small = Admission("svc", 4, tenant_share=0.25)  # a share of one slot halves to one
+    with small.slot("a", contended=True), pytest.raises(ResourceExhausted):
+        with small.slot("a", contended=True):
+            pass
+
+
 def test_admission_is_quiet_up_to_half_its_slots() -> None:
     gate = Admission("svc", 4)
     quiet = []
