@@ -15,15 +15,6 @@ TITLE_KEY = "title"  # a chunk's metadata key holding its document's title
 # embedder reads about 1,000 characters, so a long title (up to MAX_TITLE_CHARS, 1,000) must not push the
 # chunk's own words past what is embedded. SciFact's longest title is 300 characters.
 TITLE_MAX_CHARS = 300
-RECORD_FILETYPE = "json"  # the filetype of a document parsed from a JSON record
-
-
-def searched_title(filetype: str, title: str) -> str:
-    """The title a document's chunks are searched after: its title, but none for a JSON record (a meeting
-    note, a factsheet, a transcript). A record's title is made of its own fields (fund, manager, date), which
-    are filter columns and which its chunks' text already names; put before every chunk, they made a fund's
-    chunks alike to both searches and cost the labelled conversations 3 to 7 facts (docs/benchmarks.md)."""
-    return "" if filetype == RECORD_FILETYPE else title
 
 
 def searched_text(chunk: Chunk) -> str:

@@ -286,13 +286,15 @@ class OnnxMiniLMEmbedder:
         encoded = self._tokenizer.encode_batch(texts)
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i].ids), reverse=True)
         tokens = [len(e.ids) for e in encoded]
-        if task == "DOCUMENT" and self.documents is not None:  # short ones as questions, the rest on torch
-            if long := [i for i in order if tokens[i] > SHORT_RUN_TOKENS]:
-                out[long] = self.documents.embed([texts[i] for i in long], task)
-            order = order[len(long):]
-        elif task == "DOCUMENT_FAST" or (task == "DOCUMENT" and self.int8_documents):  # short ones as questions
-            self._embed_documents(out, encoded, [i for i in order if tokens[i] > SHORT_RUN_TOKENS])
-            order = [i for i in order if tokens[i] <= SHORT_RUN_TOKENS]
+        if task == "DOCUMENT_FAST" or (task == "DOCUMENT" and (self.documents is not None or self.int8_documents)):
+            # the long ones on a document encoder (the given one or the int8 copy), the short ones as questions
+            cut = sum(t > SHORT_RUN_TOKENS for t in tokens)  # `order` is longest first
+            long, order = order[:cut], order[cut:]
+            if task == "DOCUMENT" and self.documents is not None:
+                if long:
+                    out[long] = self.documents.embed([texts[i] for i in long], task)
+            else:
+                self._embed_documents(out, encoded, long)
         if gives_way():  # on this lowered thread alone, beside the run under way
             for rows, session in self._runs(order, tokens, self._giving_way):
                 out[rows] = self._run([encoded[i] for i in rows], session)

@@ -77,6 +77,9 @@ class Section:
         return self.pages[0][1] if self.pages else 0
 
 
+RECORD_FILETYPE = "json"  # the filetype of a document parsed from a JSON record (parsers/records.py)
+
+
 @dataclass
 class Parsed:
     """One document out of a file (a JSON file of records gives several)."""

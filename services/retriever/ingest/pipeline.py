@@ -37,14 +37,14 @@ from services.retriever.ingest import batch
 from services.retriever.ingest.batch import CommitBatch, Ready
 from services.retriever.ingest.commit import Committer
 from services.retriever.ingest.embedding import TRANSIENT, BatchEmbedder, task_for
-from services.retriever.ingest.parsed import BadRecord, Parsed
+from services.retriever.ingest.parsed import RECORD_FILETYPE, BadRecord, Parsed
 from services.retriever.ingest.sanitize import is_redacted
 from services.retriever.ingest.strategies import Chunked, Sizes, chunk_document
 from services.retriever.ingest.summaries import Summarizer, table_of_contents
 from services.retriever.ingest.workers import ParsePool, shared_pool
 from services.retriever.permissions import Uploader
 from services.retriever.search import EmbedFn
-from services.retriever.searched import TITLE_KEY, searched_text, searched_title
+from services.retriever.searched import TITLE_KEY, searched_text
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +253,14 @@ async def _arrives(following: asyncio.Future) -> bool:
     return following.done()
 
 
+def _searched_title(p: Parsed, title: str) -> str:
+    """The title a document's chunks are searched after (searched.py): its title, but none for a JSON record (a
+    meeting note, a factsheet, a transcript). A record's title is made of its own fields (fund, manager, date),
+    which are filter columns and which its chunks' text already names; put before every chunk, they made a fund's
+    chunks alike to both searches and cost the labelled conversations 3 to 7 facts (docs/benchmarks.md)."""
+    return "" if p.filetype == RECORD_FILETYPE else title
+
+
 def _given(doc: Document, chunked: Chunked, chunks: list[Chunk]) -> np.ndarray | None:
     """The vectors of the searched chunks, from the one sent with the document, or None and they are embedded
     as any other's. A conversation memory turn is found by what was asked: the question's vector stands for each
@@ -426,7 +434,7 @@ class Ingestor:
             step.chunked = chunked
             yield step("CHUNKED", len(chunked.pieces))
             metadata |= {"doc_type": chunked.doc_type, "sensitivity": chunked.sensitivity}
-            chunks = self._chunks(doc, p.doc_id, chunked, metadata, date, searched_title(p.filetype, title))
+            chunks = self._chunks(doc, p.doc_id, chunked, metadata, date, _searched_title(p, title))
             record = DocumentRecord(doc_id=p.doc_id, collection=doc.collection, tenant=doc.tenant,
                                     content_hash=digest, title=title, metadata=metadata, date=date,
                                     chunk_count=len(chunks))

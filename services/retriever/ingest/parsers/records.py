@@ -15,7 +15,7 @@ from typing import Any
 
 from ragmesh.errors import InvalidArgument
 from ragmesh.validation import check_date
-from services.retriever.ingest.parsed import BadRecord, Parsed, Section, UnreadableFile
+from services.retriever.ingest.parsed import RECORD_FILETYPE, BadRecord, Parsed, Section, UnreadableFile
 from services.retriever.ingest.parsers.fund_records import LAYOUTS
 from services.retriever.ingest.parsers.text import decode
 
@@ -137,7 +137,7 @@ def _record(r: dict) -> Parsed:
     whole = kind == "factsheet" or any(_is_structured(v) for v in r.values())
     source = json.dumps(r, ensure_ascii=False, separators=(",", ":")) if whole else ""
     doc_id = next((str(r[k]) for k in ID_FIELDS if r.get(k) not in (None, "")), "")
-    return Parsed(doc_id, sections, "json", title=title, date=_date(r), metadata=metadata, source=source)
+    return Parsed(doc_id, sections, RECORD_FILETYPE, title=title, date=_date(r), metadata=metadata, source=source)
 
 
 def _parse(data: bytes, name: str, lines: bool) -> list[Parsed | BadRecord]:
